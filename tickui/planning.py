@@ -1,0 +1,123 @@
+"""Misfire, overlap and run-now decisions. Pure functions of a task, its slot and `now`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tickui.schedules import Schedule, jitter_offset
+
+RUN_ALL_CAP = 100
+# How many of the newest due slots one scan looks at; older ones are only counted.
+WINDOW = 250
+
+
+@dataclass(frozen=True)
+class DueTask:
+    """What a scan needs to know of a task that is due."""
+
+    id: int
+    name: str
+    schedule: Schedule
+    next_run_at: int
+    misfire: str
+    concurrency: str
+    jitter: int = 0
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class Planned:
+    """An occurrence a scan will create: to run (`claimed`) or recorded `skipped`."""
+
+    scheduled_for: int
+    state: str
+    covers: int = 1
+    missed: int = 0
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    task: DueTask
+    next_run_at: int | None
+    occurrences: list[Planned] = field(default_factory=list)
+    cancel_active: bool = False
+
+
+def due_time(task: DueTask, slot: int) -> int:
+    return slot + jitter_offset(task.name, slot, task.jitter)
+
+
+def plan_task(task: DueTask, now: int, grace: int, active: bool) -> Plan:
+    """Decide what the due slots of one task become (DESIGN 3, late runs and overlap)."""
+    window = task.schedule.slots(task.next_run_at, now, WINDOW)
+    older = window.count - len(window.newest)
+    due: list[int] = []
+    next_slot: int | None = None
+    for slot in window.newest:
+        if due_time(task, slot) > now:
+            next_slot = slot
+            break
+        due.append(slot)
+    if next_slot is None:
+        next_slot = task.schedule.next_after(now)
+    late = [slot for slot in due if now - due_time(task, slot) > grace]
+    on_time = due[len(late):]
+    missed = older + len(late)
+    planned = _misfire(task, due, late, on_time, missed, window.capped) if missed else [
+        Planned(slot, "claimed") for slot in on_time
+    ]
+    planned, cancel = _overlap(task.concurrency, planned, active)
+    return Plan(task, next_slot, planned, cancel)
+
+
+def _misfire(
+    task: DueTask, due: list[int], late: list[int], on_time: list[int], missed: int, capped: bool
+) -> list[Planned]:
+    count = f"{missed}+" if capped else str(missed)
+    first = task.next_run_at
+    if task.misfire == "skip":
+        skipped = Planned(first, "skipped", covers=missed, missed=missed,
+                          detail=f"misfire_skipped: {count} missed")
+        return [skipped, *(Planned(slot, "claimed") for slot in on_time)]
+    if task.misfire == "run_all":
+        runs = late[-RUN_ALL_CAP:]
+        planned = [Planned(slot, "claimed", missed=1, detail="misfire_late") for slot in runs]
+        rest = missed - len(runs)
+        if rest:
+            planned.insert(0, Planned(first, "skipped", covers=rest, missed=rest,
+                                      detail=f"misfire_run_all_cap: {rest} oldest skipped"))
+        return planned + [Planned(slot, "claimed") for slot in on_time]
+    covers = missed + len(on_time)
+    return [Planned(due[-1], "claimed", covers=covers, missed=missed,
+                    detail=f"misfire_coalesced: {count} missed")]
+
+
+def _overlap(policy: str, planned: list[Planned], active: bool) -> tuple[list[Planned], bool]:
+    runs = [index for index, item in enumerate(planned) if item.state == "claimed"]
+    if not runs or policy == "allow":
+        return planned, False
+    result = list(planned)
+    if policy == "forbid":
+        keep = None if active else runs[0]
+        for index in runs:
+            if index != keep:
+                result[index] = _skip(result[index], "concurrency_forbid")
+        return result, False
+    for index in runs[:-1]:  # replace: only the newest runs; it replaces what is active
+        result[index] = _skip(result[index], "concurrency_replace")
+    return result, active
+
+
+def _skip(item: Planned, reason: str) -> Planned:
+    detail = reason if not item.detail else f"{reason} ({item.detail})"
+    return Planned(item.scheduled_for, "skipped", item.covers, item.missed, detail)
+
+
+def run_now_refusal(enabled: bool, concurrency: str, active: bool) -> tuple[str, str] | None:
+    """Why a manual run is refused, as (code, reason), or None when it may go."""
+    if not enabled:
+        return "TASK_DISABLED", "the task is disabled"
+    if concurrency == "forbid" and active:
+        return "CONCURRENCY_FORBID", "an occurrence is still active and the policy is forbid"
+    return None

@@ -1,0 +1,163 @@
+"""A task's definition as a user gives it, validated field by field."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tickui import schedules
+from tickui.errors import BadInput
+from tickui.timeutil import format_duration, iso, parse_duration, parse_instant
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+MISFIRE_POLICIES = ("run_once", "skip", "run_all")
+OVERLAP_POLICIES = ("forbid", "allow", "replace")
+MAX_JITTER = 86400 * 1_000_000
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task is, independent of its run-time state (enabled, next run, history)."""
+
+    name: str
+    kind: str  # cron | interval | once
+    expr: str  # the cron text, the interval in microseconds, or the instant in microseconds
+    command: list[str]
+    tz: str = "UTC"
+    misfire: str = "run_once"
+    concurrency: str = "forbid"
+    timeout: int | None = None
+    jitter: int = 0
+    anchor: int | None = None
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    enabled: bool = True
+
+    def schedule(self, anchor: int) -> schedules.Schedule:
+        if self.kind == "cron":
+            return schedules.CronSchedule(self.expr, self.tz)
+        if self.kind == "interval":
+            return schedules.IntervalSchedule(int(self.expr), self.anchor or anchor)
+        return schedules.OnceSchedule(int(self.expr))
+
+    def schedule_text(self) -> str:
+        if self.kind == "cron":
+            return schedules.CronSchedule(self.expr, self.tz).text
+        if self.kind == "interval":
+            return f"every {format_duration(int(self.expr))}"
+        return f"at {iso(int(self.expr))}"
+
+    def definition_hash(self) -> str:
+        """Changes exactly when the definition does; the enabled flag is run-time state."""
+        data = asdict(self)
+        data.pop("enabled")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskSpec:
+        return cls(**json.loads(text))
+
+
+def check_name(name: str, field: str = "name") -> str:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise BadInput(field, f"{name!r} is not a valid task name ([a-z0-9][a-z0-9._-]{{0,63}})")
+    return name
+
+
+def _choice(value: Any, options: tuple[str, ...], field: str) -> str:
+    if value not in options:
+        raise BadInput(field, f"{value!r} is not one of {', '.join(options)}")
+    return value
+
+
+def _duration(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise BadInput(field, f"{value!r} is not a duration text such as '30s'")
+    return parse_duration(value, field)
+
+
+def build_spec(raw: dict[str, Any], now: int) -> TaskSpec:
+    """Validate user-given fields (CLI flags or a [[task]] table) into a TaskSpec.
+
+    Keys: name, cron | every | at, tz, misfire, concurrency, timeout, jitter,
+    anchor, command (list of strings), cwd, env, disabled.
+    """
+    known = {"name", "cron", "every", "at", "tz", "misfire", "concurrency", "timeout", "jitter",
+             "anchor", "command", "cwd", "env", "disabled"}
+    for key in raw:
+        if key not in known:
+            raise BadInput(key, "unknown field")
+    name = check_name(raw.get("name"))
+    given = [key for key in ("cron", "every", "at") if raw.get(key) is not None]
+    if len(given) != 1:
+        raise BadInput("schedule", "give exactly one of cron, every or at")
+    kind_key = given[0]
+    tz = raw.get("tz") or "UTC"
+    if not isinstance(tz, str):
+        raise BadInput("tz", f"{tz!r} is not a time zone name")
+    schedules.check_zone(tz)
+    anchor = None
+    if raw.get("anchor") is not None:
+        anchor = parse_instant(str(raw["anchor"]), "anchor")
+    if kind_key == "cron":
+        if not isinstance(raw["cron"], str):
+            raise BadInput("cron", f"{raw['cron']!r} is not a cron text")
+        kind, expr = "cron", schedules.cron(raw["cron"], tz).expr
+    elif kind_key == "every":
+        every = _duration(raw["every"], "every")
+        schedules.interval(every, anchor or now)
+        kind, expr = "interval", str(every)
+    else:
+        at = parse_instant(str(raw["at"]), "at")
+        schedules.once(at, now)
+        kind, expr = "once", str(at)
+    command = raw.get("command")
+    if (
+        not isinstance(command, list)
+        or not command
+        or not all(isinstance(part, str) for part in command)
+        or not command[0]
+    ):
+        raise BadInput("command", "give the command as a non-empty list of strings (after --)")
+    timeout = None
+    if raw.get("timeout") is not None:
+        timeout = _duration(raw["timeout"], "timeout")
+        if timeout <= 0:
+            raise BadInput("timeout", "must be above zero")
+    jitter = 0
+    if raw.get("jitter") is not None:
+        jitter = _duration(raw["jitter"], "jitter")
+        if jitter > MAX_JITTER:
+            raise BadInput("jitter", "is over 1d")
+    env = raw.get("env") or {}
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise BadInput("env", "must map names to strings")
+    cwd = raw.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise BadInput("cwd", f"{cwd!r} is not a path")
+    disabled = raw.get("disabled", False)
+    if not isinstance(disabled, bool):
+        raise BadInput("disabled", f"{disabled!r} is not true or false")
+    return TaskSpec(
+        name=name,
+        kind=kind,
+        expr=expr,
+        command=list(command),
+        tz=tz,
+        misfire=_choice(raw.get("misfire") or "run_once", MISFIRE_POLICIES, "misfire"),
+        concurrency=_choice(raw.get("concurrency") or "forbid", OVERLAP_POLICIES, "concurrency"),
+        timeout=timeout,
+        jitter=jitter,
+        anchor=anchor,
+        cwd=cwd,
+        env=dict(env),
+        enabled=not disabled,
+    )
