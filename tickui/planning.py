@@ -62,11 +62,13 @@ def plan_task(task: DueTask, now: int, grace: int, active: bool) -> Plan:
     if next_slot is None:
         next_slot = task.schedule.next_after(now)
     late = [slot for slot in due if now - due_time(task, slot) > grace]
-    on_time = due[len(late):]
+    on_time = due[len(late) :]
     missed = older + len(late)
-    planned = _misfire(task, due, late, on_time, missed, window.capped) if missed else [
-        Planned(slot, "claimed") for slot in on_time
-    ]
+    planned = (
+        _misfire(task, due, late, on_time, missed, window.capped)
+        if missed
+        else [Planned(slot, "claimed") for slot in on_time]
+    )
     planned, cancel = _overlap(task.concurrency, planned, active)
     return Plan(task, next_slot, planned, cancel)
 
@@ -77,20 +79,40 @@ def _misfire(
     count = f"{missed}+" if capped else str(missed)
     first = task.next_run_at
     if task.misfire == "skip":
-        skipped = Planned(first, "skipped", covers=missed, missed=missed,
-                          detail=f"misfire_skipped: {count} missed")
+        skipped = Planned(
+            first,
+            "skipped",
+            covers=missed,
+            missed=missed,
+            detail=f"misfire_skipped: {count} missed",
+        )
         return [skipped, *(Planned(slot, "claimed") for slot in on_time)]
     if task.misfire == "run_all":
         runs = late[-RUN_ALL_CAP:]
         planned = [Planned(slot, "claimed", missed=1, detail="misfire_late") for slot in runs]
         rest = missed - len(runs)
         if rest:
-            planned.insert(0, Planned(first, "skipped", covers=rest, missed=rest,
-                                      detail=f"misfire_run_all_cap: {rest} oldest skipped"))
+            planned.insert(
+                0,
+                Planned(
+                    first,
+                    "skipped",
+                    covers=rest,
+                    missed=rest,
+                    detail=f"misfire_run_all_cap: {rest} oldest skipped",
+                ),
+            )
         return planned + [Planned(slot, "claimed") for slot in on_time]
     covers = missed + len(on_time)
-    return [Planned(due[-1], "claimed", covers=covers, missed=missed,
-                    detail=f"misfire_coalesced: {count} missed")]
+    return [
+        Planned(
+            due[-1],
+            "claimed",
+            covers=covers,
+            missed=missed,
+            detail=f"misfire_coalesced: {count} missed",
+        )
+    ]
 
 
 def _overlap(policy: str, planned: list[Planned], active: bool) -> tuple[list[Planned], bool]:

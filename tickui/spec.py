@@ -88,8 +88,22 @@ def build_spec(raw: dict[str, Any], now: int) -> TaskSpec:
     Keys: name, cron | every | at, tz, misfire, concurrency, timeout, jitter,
     anchor, command (list of strings), cwd, env, disabled.
     """
-    known = {"name", "cron", "every", "at", "tz", "misfire", "concurrency", "timeout", "jitter",
-             "anchor", "command", "cwd", "env", "disabled"}
+    known = {
+        "name",
+        "cron",
+        "every",
+        "at",
+        "tz",
+        "misfire",
+        "concurrency",
+        "timeout",
+        "jitter",
+        "anchor",
+        "command",
+        "cwd",
+        "env",
+        "disabled",
+    }
     for key in raw:
         if key not in known:
             raise BadInput(key, "unknown field")

@@ -1,0 +1,445 @@
+"""The scheduler engine: scans on ticks, claims due slots, dispatches, reconciles.
+
+The engine owns no timer of its own. Whoever drives it (the ticker, a test with a
+manual clock) calls `tick(now)`; tick precision is scheduling precision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tickui import procs
+from tickui.clock import Clock
+from tickui.dispatcher import Dispatcher, DispatchFailure, Job
+from tickui.errors import TickuiError
+from tickui.models import Lease, Occurrence, Task
+from tickui.occurrence import fold_events
+from tickui.planning import DueTask, Plan, plan_task, run_now_refusal
+from tickui.redact import redact
+from tickui.store import LeaseLost, Store
+from tickui.timeutil import MICROS
+
+log = logging.getLogger("tickui.engine")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    misfire_grace: int = 5 * MICROS
+    lease_ttl: int = 30 * MICROS
+    stop_grace: float = 10.0
+    keep: int = 1000
+    batch: int = 500
+    tick_period: int = MICROS
+    prune_every: int = 60 * MICROS
+    owner: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """A snapshot for the UI and CLI; every time is engine-clock microseconds."""
+
+    running: bool
+    owner: str
+    lease_state: str  # held | standby | none
+    holder: str | None
+    lease_expires_at: int | None
+    last_scan_at: int | None
+    result: str | None  # ok | standby | waiting_runtime | error
+    detail: str | None
+    next_scan_at: int | None
+    counts: dict[str, int]
+    coalesced: int
+    was_standby: bool
+
+    def to_json(self) -> dict[str, object]:
+        from tickui.timeutil import iso
+
+        return {
+            "running": self.running,
+            "owner": self.owner,
+            "lease_state": self.lease_state,
+            "holder": self.holder,
+            "lease_expires_at": iso(self.lease_expires_at),
+            "last_scan_at": iso(self.last_scan_at),
+            "result": self.result,
+            "detail": self.detail,
+            "next_scan_at": iso(self.next_scan_at),
+            "counts": dict(self.counts),
+            "coalesced_scans": self.coalesced,
+            "was_standby": self.was_standby,
+        }
+
+
+@dataclass(frozen=True)
+class EngineChange:
+    """What changed, so a viewer can redraw only those rows."""
+
+    tasks: frozenset[int] = frozenset()
+    occurrences: frozenset[int] = frozenset()
+    status: bool = False
+
+
+class RunNowRefused(TickuiError):
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"run-now refused ({code}): {reason}")
+        self.code = code
+        self.reason = reason
+
+
+@dataclass
+class _LeaseView:
+    token: int | None = None
+    renew_at: int = 0
+    seen: Lease | None = None
+    state: str = "none"
+
+
+@dataclass
+class _Scan:
+    at: int | None = None
+    result: str | None = None
+    detail: str | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+def default_owner() -> str:
+    return f"{procs.host()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class SchedulerEngine:
+    def __init__(
+        self,
+        store: Store,
+        dispatcher: Dispatcher,
+        clock: Clock,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.dispatcher = dispatcher
+        self.clock = clock
+        self.config = config or EngineConfig()
+        self.owner = self.config.owner or default_owner()
+        self._identity = (procs.host(), os.getpid(), procs.start_ticks(os.getpid()))
+        self._lease = _LeaseView()
+        self._scan = _Scan()
+        self._running = False
+        self._scanning = asyncio.Lock()
+        self._reconciling = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._reconciler: asyncio.Task[None] | None = None
+        self._listeners: list[Callable[[EngineChange], None]] = []
+        self._coalesced = 0
+        self._was_standby = False
+        self._last_prune = 0
+        store.on_events(self._wake.set)
+
+    # ---- observing -----------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def holds_lease(self) -> bool:
+        return self._lease.token is not None
+
+    def subscribe(self, listener: Callable[[EngineChange], None]) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, change: EngineChange) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.exception("change listener failed")
+
+    @property
+    def grace(self) -> int:
+        """On-time window: never shorter than two ticks, so time-lapse is not all misfires."""
+        return max(self.config.misfire_grace, 2 * self.config.tick_period)
+
+    def status(self) -> EngineStatus:
+        seen = self._lease.seen
+        last = self._scan.at
+        return EngineStatus(
+            running=self._running,
+            owner=self.owner,
+            lease_state=self._lease.state,
+            holder=seen.owner if seen else None,
+            lease_expires_at=seen.expires_at if seen else None,
+            last_scan_at=last,
+            result=self._scan.result,
+            detail=self._scan.detail,
+            next_scan_at=last + self.config.tick_period if last and self._running else None,
+            counts=dict(self._scan.counts),
+            coalesced=self._coalesced,
+            was_standby=self._was_standby,
+        )
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._running:
+            return
+        self._running = True
+        self._reconciler = asyncio.create_task(self._reconcile_loop(), name="tickui-reconcile")
+        await self.tick(self.clock.now())
+
+    async def stop(self, grace: float | None = None) -> None:
+        """End scanning, let active runs finish (bounded), cancel the rest, free the lease."""
+        if not self._running:
+            return
+        self._running = False
+        async with self._scanning:
+            pass
+        await self.dispatcher.shutdown(self.config.stop_grace if grace is None else grace)
+        await self.reconcile()
+        if self._reconciler is not None:
+            self._reconciler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconciler
+            self._reconciler = None
+        if self._lease.token is not None:
+            with contextlib.suppress(Exception):
+                await self.store.release_lease(self.owner, self._lease.token, self.clock.now())
+        self._lease = _LeaseView()
+        self._notify(EngineChange(status=True))
+
+    # ---- the scan ------------------------------------------------------------------------
+
+    async def tick(self, now: int) -> None:
+        """Scan once at `now`. A tick that arrives while a scan runs is coalesced."""
+        if not self._running:
+            return
+        if self._scanning.locked():
+            self._coalesced += 1
+            return
+        async with self._scanning:
+            try:
+                if await self._hold_lease(now):
+                    await self._handle_requests(now)
+                    await self._scan_due(now)
+                    await self.reconcile()
+                    await self._maybe_prune(now)
+                    self._set_result(now, "ok", None)
+                else:
+                    holder = self._lease.seen
+                    who = f"lease held by {holder.owner}" if holder else "lease unavailable"
+                    self._set_result(now, "standby", who)
+            except LeaseLost as exc:
+                self._lease.token = None
+                self._set_result(now, "standby", str(exc))
+            except Exception as exc:
+                log.exception("scan failed")
+                self._set_result(now, "error", redact(f"{type(exc).__name__}: {exc}")[:512])
+            await self._refresh_counts()
+        self._notify(EngineChange(status=True))
+
+    def _set_result(self, now: int, result: str, detail: str | None) -> None:
+        self._scan.at, self._scan.result, self._scan.detail = now, result, detail
+
+    async def _refresh_counts(self) -> None:
+        with contextlib.suppress(Exception):
+            self._scan.counts = Counter(await self.store.state_counts())
+
+    async def _hold_lease(self, now: int) -> bool:
+        view = self._lease
+        if view.token is not None and now < view.renew_at:
+            return True
+        ttl = round(self.config.lease_ttl * self.clock.scale)
+        result = await self.store.acquire_lease(self.owner, now, ttl, self._identity, _holder_gone)
+        view.seen = result.lease
+        if not result.held:
+            if view.token is not None:
+                log.warning("lost the lease to %s", result.lease.owner if result.lease else "?")
+            view.token, view.state, self._was_standby = None, "standby", True
+            return False
+        assert result.lease is not None
+        view.token, view.state = result.lease.token, "held"
+        view.renew_at = now + ttl // 2
+        if result.new:
+            log.info("holding the lease (token %s)", view.token)
+            await self._recover(now)
+        return True
+
+    async def _scan_due(self, now: int) -> None:
+        due = await self.store.due_tasks(now)
+        if not due:
+            return
+        active: dict[int, list[Occurrence]] = {}
+        for occ in await self.store.active_occurrences():
+            active.setdefault(occ.task_id, []).append(occ)
+        for start in range(0, len(due), self.config.batch):
+            chunk = due[start : start + self.config.batch]
+            plans = [self._plan(task, now, bool(active.get(task.id))) for task in chunk]
+            await self._claim_and_dispatch({t.id: t for t in chunk}, plans, active, now)
+            await asyncio.sleep(0)
+
+    def _plan(self, task: Task, now: int, active: bool) -> Plan:
+        spec = task.spec
+        due = DueTask(
+            task.id,
+            task.name,
+            task.schedule,
+            task.next_run_at or 0,
+            spec.misfire,
+            spec.concurrency,
+            spec.jitter,
+            task.generation,
+        )
+        return plan_task(due, now, self.grace, active)
+
+    async def _claim_and_dispatch(
+        self,
+        by_id: dict[int, Task],
+        plans: list[Plan],
+        active: dict[int, list[Occurrence]],
+        now: int,
+    ) -> None:
+        assert self._lease.token is not None
+        claimed = await self.store.claim(plans, self.owner, self._lease.token, now)
+        for plan in plans:
+            if plan.cancel_active:
+                for occ in active.get(plan.task.id, []):
+                    await self.dispatcher.cancel(occ.id, "replaced")
+        to_run = [occ for occ in claimed if occ.state == "claimed"]
+        await self._dispatch([Job(by_id[occ.task_id], occ) for occ in to_run])
+        for occ in to_run:
+            active.setdefault(occ.task_id, []).append(occ)
+        self._notify(EngineChange(frozenset(by_id), frozenset(o.id for o in claimed)))
+
+    async def _dispatch(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        results = await self.dispatcher.dispatch(jobs)
+        now = self.clock.now()
+        accepted, failed = [], []
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, DispatchFailure):
+                failed.append((job.occurrence.id, result.code, redact(result.detail)))
+            else:
+                accepted.append((job.occurrence.id, result.command_id, result.log_path))
+        await self.store.mark_accepted(accepted, now)
+        await self.store.fail_occurrences(failed, now, states=("claimed",))
+
+    # ---- run now, cancel -------------------------------------------------------------
+
+    async def run_now(self, name: str) -> Occurrence:
+        """Start a manual occurrence now; the schedule does not move. Refusals are stored."""
+        now = self.clock.now()
+        task = await self.store.get_task(name)
+        request = await self.store.add_request(task, "run_now", now)
+        return await self._run_now(task, request, now)
+
+    async def _run_now(self, task: Task, request: int, now: int) -> Occurrence:
+        active = [o for o in await self.store.active_occurrences() if o.task_id == task.id]
+        refusal = run_now_refusal(task.enabled, task.spec.concurrency, bool(active))
+        if refusal is None and self._lease.token is None:
+            refusal = ("STANDBY", "this engine does not hold the lease")
+        if refusal is not None:
+            await self.store.finish_request(
+                request, now, "refused", None, f"{refusal[0]}: {refusal[1]}"
+            )
+            raise RunNowRefused(*refusal)
+        occ = await self.store.claim_manual(task, self.owner, self._lease.token, now)
+        await self.store.finish_request(request, now, "started", occ.id, None)
+        if task.spec.concurrency == "replace":
+            for old in active:
+                await self.dispatcher.cancel(old.id, "replaced")
+        await self._dispatch([Job(task, occ)])
+        await self.reconcile()
+        self._notify(EngineChange(frozenset({task.id}), frozenset({occ.id})))
+        return await self.store.get_occurrence(occ.id)
+
+    async def _handle_requests(self, now: int) -> None:
+        for request in await self.store.pending_requests():
+            task = await self.store.find_task(request.task)
+            if task is None or task.id != request.task_id:
+                await self.store.finish_request(
+                    request.id, now, "refused", None, "TASK_GONE: the task was removed"
+                )
+                continue
+            with contextlib.suppress(RunNowRefused):
+                await self._run_now(task, request.id, now)
+
+    async def cancel(self, occurrence_id: int) -> bool:
+        """Cancel a running occurrence this engine started."""
+        done = await self.dispatcher.cancel(occurrence_id, "cancelled_by_user")
+        await self.reconcile()
+        return done
+
+    # ---- settlement ----------------------------------------------------------------------
+
+    async def reconcile(self) -> list[int]:
+        """Move active occurrences by the runtime events after their cursors."""
+        async with self._reconciling:
+            pending = await self.store.unreconciled()
+            changes = [c for p, events in pending if (c := fold_events(p, events)) is not None]
+            await self.store.apply_changes(changes)
+        changed = [c.id for c in changes if c.state]
+        if changed:
+            self._notify(EngineChange(occurrences=frozenset(changed)))
+        return changed
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.reconcile()
+            except Exception:
+                log.exception("reconcile failed")
+
+    # ---- recovery and pruning ------------------------------------------------------------
+
+    async def _recover(self, now: int) -> None:
+        """Runs left active by an engine that is gone end failed/INTERRUPTED, orphans killed."""
+        await self.reconcile()
+        assert self._lease.token is not None
+        orphans = await self.store.foreign_active(self._lease.token)
+        failed = []
+        for occ in orphans:
+            killed = await _kill_orphan(occ)
+            detail = f"engine {occ.owner} is gone" + (
+                "; its process group was killed" if killed else ""
+            )
+            failed.append((occ.id, "INTERRUPTED", detail))
+        await self.store.fail_occurrences(failed, now)
+        if failed:
+            log.warning("recovered %d interrupted occurrence(s)", len(failed))
+            self._notify(EngineChange(occurrences=frozenset(o.id for o in orphans)))
+
+    async def _maybe_prune(self, now: int) -> None:
+        if now - self._last_prune < self.config.prune_every:
+            return
+        self._last_prune = now
+        for path in await self.store.prune(self.config.keep):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _holder_gone(host: str | None, pid: int | None, pid_start: int | None) -> bool:
+    """A holder on this host whose process is gone cannot renew: no need to wait out its TTL."""
+    return host == procs.host() and pid is not None and not procs.alive(pid, pid_start)
+
+
+async def _kill_orphan(occ: Occurrence) -> bool:
+    same_leader = procs.alive(occ.pid, occ.pid_start)
+    if not occ.pgid or not (same_leader or (occ.pid and procs.start_ticks(occ.pid) is None)):
+        return False
+    if not procs.group_alive(occ.pgid):
+        return False
+    procs.signal_group(occ.pgid, signal.SIGTERM)
+    for _ in range(20):
+        await asyncio.sleep(0.1)
+        if not procs.group_alive(occ.pgid):
+            return True
+    return procs.signal_group(occ.pgid, signal.SIGKILL)

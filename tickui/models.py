@@ -1,0 +1,185 @@
+"""Rows as the rest of tickui sees them, and their public JSON form (DESIGN 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tickui.occurrence import ACTIVE
+from tickui.schedules import Schedule
+from tickui.spec import TaskSpec
+from tickui.timeutil import format_duration, iso
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    """What the history says of a task: its last run and how many runs it missed or skipped."""
+
+    last_state: str | None = None
+    last_scheduled_for: int | None = None
+    last_started_at: int | None = None
+    last_finished_at: int | None = None
+    missed: int = 0
+    skipped: int = 0
+    active: int = 0
+
+
+@dataclass(frozen=True)
+class Task:
+    id: int
+    name: str
+    spec: TaskSpec
+    source: str
+    enabled: bool
+    note: str | None
+    generation: int
+    created_at: int
+    updated_at: int
+    anchor: int
+    next_run_at: int | None
+    due_at: int | None
+    stats: TaskStats = field(default_factory=TaskStats)
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.spec.schedule(self.anchor)
+
+    def to_json(self) -> dict[str, Any]:
+        spec = self.spec
+        return {
+            "name": self.name,
+            "schedule": spec.schedule_text(),
+            "kind": spec.kind,
+            "tz": spec.tz,
+            "enabled": self.enabled,
+            "note": self.note,
+            "next_run_at": iso(self.next_run_at) if self.enabled else None,
+            "due_at": iso(self.due_at) if self.enabled else None,
+            "misfire": spec.misfire,
+            "concurrency": spec.concurrency,
+            "timeout": format_duration(spec.timeout) if spec.timeout else None,
+            "jitter": format_duration(spec.jitter) if spec.jitter else None,
+            "command": list(spec.command),
+            "cwd": spec.cwd,
+            "source": self.source,
+            "generation": self.generation,
+            "created_at": iso(self.created_at),
+            "last_state": self.stats.last_state,
+            "last_scheduled_for": iso(self.stats.last_scheduled_for),
+            "last_started_at": iso(self.stats.last_started_at),
+            "missed": self.stats.missed,
+            "skipped": self.stats.skipped,
+        }
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    id: int
+    task_id: int
+    task: str
+    kind: str
+    scheduled_for: int
+    state: str
+    claimed_at: int
+    covers: int = 1
+    missed: int = 0
+    accepted_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    exit_code: int | None = None
+    error_code: str | None = None
+    detail: str | None = None
+    command_id: str | None = None
+    run_id: str | None = None
+    owner: str | None = None
+    lease_token: int | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    pid_start: int | None = None
+    event_cursor: int = 0
+    generation: int = 0
+    log_path: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "task": self.task,
+            "kind": self.kind,
+            "scheduled_for": iso(self.scheduled_for),
+            "state": self.state,
+            "claimed_at": iso(self.claimed_at),
+            "accepted_at": iso(self.accepted_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "exit_code": self.exit_code,
+            "error_code": self.error_code,
+            "detail": self.detail,
+            "covers": self.covers,
+            "missed": self.missed,
+            "run_id": self.run_id,
+            "log_path": self.log_path,
+        }
+
+
+OCCURRENCE_COLUMNS = (
+    "id",
+    "task_id",
+    "task",
+    "kind",
+    "scheduled_for",
+    "state",
+    "claimed_at",
+    "covers",
+    "missed",
+    "accepted_at",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "error_code",
+    "detail",
+    "command_id",
+    "run_id",
+    "owner",
+    "lease_token",
+    "pid",
+    "pgid",
+    "pid_start",
+    "event_cursor",
+    "generation",
+    "log_path",
+)
+
+
+def occurrence_from_row(row: Any) -> Occurrence:
+    return Occurrence(*row)
+
+
+@dataclass(frozen=True)
+class Lease:
+    owner: str
+    token: int
+    expires_at: int
+    host: str | None = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    """Outcome of trying to take or renew the lease: held (with token) or standby."""
+
+    held: bool
+    lease: Lease | None
+    new: bool = False
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    id: int
+    task_id: int
+    task: str
+    kind: str
+    created_at: int

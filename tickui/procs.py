@@ -1,0 +1,58 @@
+"""Process identity and process-group signals, so a reused PID is never killed by mistake."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+
+def host() -> str:
+    return socket.gethostname()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    if fields and fields[0] == b"Z":
+        return None  # a zombie has finished
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def alive(pid: int | None, started: int | None) -> bool:
+    """True when `pid` runs and is the same process that was recorded (same start time)."""
+    if not pid:
+        return False
+    now_start = start_ticks(pid)
+    if now_start is None:
+        return False
+    return started is None or now_start == started
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_group(pgid: int | None, sig: signal.Signals) -> bool:
+    """Send `sig` to a process group; False when the group no longer exists."""
+    if not pgid or pgid <= 1:
+        return False
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

@@ -1,0 +1,93 @@
+"""The SQLite schema as numbered migrations; `PRAGMA user_version` says which have run."""
+
+from __future__ import annotations
+
+APPLICATION_ID = 0x7469636B  # "tick": marks a file as tickui's
+
+MIGRATIONS: list[tuple[str, ...]] = [
+    (  # 1: tasks, occurrences, the runtime event log and the lease
+        """CREATE TABLE tasks (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            spec TEXT NOT NULL,
+            definition_hash TEXT NOT NULL,
+            source TEXT NOT NULL DEFAULT 'cli',
+            enabled INTEGER NOT NULL DEFAULT 1,
+            note TEXT,
+            generation INTEGER NOT NULL DEFAULT 1,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            anchor INTEGER NOT NULL,
+            next_run_at INTEGER,
+            due_at INTEGER
+        )""",
+        "CREATE INDEX tasks_due ON tasks(due_at) WHERE enabled = 1 AND due_at IS NOT NULL",
+        """CREATE TABLE occurrences (
+            id INTEGER PRIMARY KEY,
+            task_id INTEGER NOT NULL,
+            task TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('scheduled', 'manual')),
+            scheduled_for INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            claimed_at INTEGER NOT NULL,
+            covers INTEGER NOT NULL DEFAULT 1,
+            missed INTEGER NOT NULL DEFAULT 0,
+            accepted_at INTEGER,
+            started_at INTEGER,
+            finished_at INTEGER,
+            exit_code INTEGER,
+            error_code TEXT,
+            detail TEXT,
+            command_id TEXT,
+            run_id TEXT,
+            owner TEXT,
+            lease_token INTEGER,
+            pid INTEGER,
+            pgid INTEGER,
+            pid_start INTEGER,
+            event_cursor INTEGER NOT NULL DEFAULT 0,
+            generation INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE UNIQUE INDEX occurrences_slot ON occurrences(task_id, scheduled_for)
+            WHERE kind = 'scheduled'""",
+        """CREATE INDEX occurrences_active ON occurrences(state)
+            WHERE state IN ('claimed', 'accepted', 'running')""",
+        "CREATE INDEX occurrences_task ON occurrences(task_id, id)",
+        """CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            at INTEGER NOT NULL,
+            command_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            payload TEXT NOT NULL DEFAULT '{}'
+        )""",
+        "CREATE INDEX events_command ON events(command_id, seq)",
+        "CREATE INDEX events_run ON events(run_id, seq)",
+        """CREATE TABLE lease (
+            name TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            token INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            host TEXT,
+            pid INTEGER,
+            pid_start INTEGER
+        )""",
+    ),
+    (  # 2: run-now requests from other processes, per-occurrence log files
+        """CREATE TABLE requests (
+            id INTEGER PRIMARY KEY,
+            task_id INTEGER NOT NULL,
+            task TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            handled_at INTEGER,
+            outcome TEXT,
+            occurrence_id INTEGER,
+            reason TEXT
+        )""",
+        "CREATE INDEX requests_pending ON requests(id) WHERE handled_at IS NULL",
+        "ALTER TABLE occurrences ADD COLUMN log_path TEXT",
+    ),
+]
+
+VERSION = len(MIGRATIONS)

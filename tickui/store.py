@@ -1,0 +1,787 @@
+"""The SQLite store: tasks, occurrences, the runtime event log, the lease and requests.
+
+All I/O goes through aiosqlite so the event loop never waits on the disk. Hot paths
+(claims, acceptances, settlements, event appends) are batched: a handful of calls per
+transaction, whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from tickui import schema
+from tickui.errors import NotFound, StoreError
+from tickui.models import (
+    OCCURRENCE_COLUMNS,
+    Lease,
+    LeaseResult,
+    Occurrence,
+    RunRequest,
+    Task,
+    TaskStats,
+    occurrence_from_row,
+)
+from tickui.occurrence import ACTIVE, Change, Progress, RuntimeEvent
+from tickui.planning import Plan, due_time
+from tickui.schedules import jitter_offset
+from tickui.spec import TaskSpec
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 5000
+DEFAULT_KEEP = 1000
+_OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
+_ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
+
+
+class LeaseLost(StoreError):
+    """A claim was made with a token that no longer holds the lease (fencing)."""
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    at: int
+    type: str
+    command_id: str | None
+    run_id: str | None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def inspect_file(path: Path) -> int | None:
+    """Check a database file before writing to it; return its schema version.
+
+    None means the file is new or empty. A file that is not SQLite, belongs to another
+    program, or was written by a newer tickui raises StoreError and is left untouched.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    if path.is_dir():
+        raise StoreError(f"database {path} is a directory")
+    with open(path, "rb") as handle:
+        header = handle.read(len(SQLITE_MAGIC))
+    if header != SQLITE_MAGIC:
+        raise StoreError(
+            f"database {path} is not a SQLite file (corrupt or foreign); left untouched"
+        )
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = [
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            ]
+            conn.execute("PRAGMA quick_check(1)").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"database {path} is unreadable ({exc}); left untouched") from None
+    if app_id != schema.APPLICATION_ID:
+        if not tables and app_id == 0:
+            return None
+        shown = ", ".join(tables[:4]) or "none"
+        raise StoreError(
+            f"database {path} belongs to another program (tables: {shown}); left untouched"
+        )
+    if version > schema.VERSION:
+        raise StoreError(
+            f"database {path} has schema {version}, newer than this tickui's {schema.VERSION}; "
+            "upgrade tickui (the file was left untouched)"
+        )
+    return version
+
+
+def _create_private(path: Path) -> None:
+    """Create the file readable and writable by its owner only: it decides what runs."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
+class Store:
+    """One connection to one tickui database file."""
+
+    def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
+        self.path = path
+        self._conn = conn
+        self._lock = asyncio.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self.log_dir = path.with_name(path.name + ".logs")
+
+    # ---- opening -------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str]) -> Store:
+        db = Path(path).expanduser()
+        version = await asyncio.to_thread(inspect_file, db)
+        if version is None:
+            await asyncio.to_thread(_create_private, db)
+        conn = await aiosqlite.connect(db, isolation_level=None)
+        try:
+            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await conn.execute("PRAGMA journal_mode = WAL")
+            await conn.execute("PRAGMA synchronous = NORMAL")
+            store = cls(db, conn)
+            await store._migrate()
+        except sqlite3.DatabaseError as exc:
+            await conn.close()
+            raise StoreError(f"database {db} cannot be opened: {exc}") from None
+        except BaseException:
+            await conn.close()
+            raise
+        return store
+
+    async def _migrate(self) -> None:
+        async with self._write():
+            version = (await self._one("PRAGMA user_version"))[0]
+            if version > schema.VERSION:
+                raise StoreError(
+                    f"database {self.path} has schema {version}, newer than this tickui's"
+                )
+            for step in schema.MIGRATIONS[version:]:
+                for statement in step:
+                    await self._conn.execute(statement)
+            await self._conn.execute(f"PRAGMA user_version = {schema.VERSION}")
+            await self._conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    # ---- plumbing --------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _write(self):
+        """One write transaction at a time on this connection, taken eagerly (IMMEDIATE)."""
+        async with self._lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            await self._conn.execute("COMMIT")
+
+    async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        async with self._conn.execute(sql, params) as cursor:
+            return await cursor.fetchone()
+
+    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        async with self._conn.execute(sql, params) as cursor:
+            return list(await cursor.fetchall())
+
+    async def data_version(self) -> int:
+        """Changes whenever another connection commits: a cheap 'has anything changed'."""
+        return (await self._one("PRAGMA data_version"))[0]
+
+    def on_events(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (in the loop) after runtime events are appended through this store."""
+        self._listeners.append(listener)
+
+    # ---- tasks -----------------------------------------------------------------------
+
+    _TASK_COLS = (
+        "id, name, spec, source, enabled, note, generation, created_at, updated_at, anchor, "
+        "next_run_at, due_at"
+    )
+
+    @staticmethod
+    def _task(row: Any, stats: TaskStats | None = None) -> Task:
+        spec = TaskSpec.from_json(row[2])
+        return Task(
+            id=row[0],
+            name=row[1],
+            spec=spec,
+            source=row[3],
+            enabled=bool(row[4]),
+            note=row[5],
+            generation=row[6],
+            created_at=row[7],
+            updated_at=row[8],
+            anchor=row[9],
+            next_run_at=row[10],
+            due_at=row[11],
+            stats=stats or TaskStats(),
+        )
+
+    @staticmethod
+    def _next(spec: TaskSpec, name: str, anchor: int, after: int) -> tuple[int | None, int | None]:
+        """The next slot strictly after `after`, and when it is due (with jitter)."""
+        slot = spec.schedule(anchor).next_after(after)
+        if slot is None:
+            return None, None
+        return slot, slot + jitter_offset(name, slot, spec.jitter)
+
+    async def add_task(self, spec: TaskSpec, now: int, source: str = "cli") -> Task:
+        anchor = spec.anchor if spec.anchor is not None else now
+        nxt, due = self._next(spec, spec.name, anchor, now - 1)
+        try:
+            async with self._write():
+                await self._conn.execute(
+                    "INSERT INTO tasks (name, spec, definition_hash, source, enabled, created_at,"
+                    " updated_at, anchor, next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        spec.name,
+                        spec.to_json(),
+                        spec.definition_hash(),
+                        source,
+                        int(spec.enabled),
+                        now,
+                        now,
+                        anchor,
+                        nxt,
+                        due,
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            from tickui.errors import BadInput
+
+            raise BadInput("name", f"a task named {spec.name!r} exists already") from None
+        return await self.get_task(spec.name)
+
+    async def find_task(self, name: str) -> Task | None:
+        row = await self._one(f"SELECT {self._TASK_COLS} FROM tasks WHERE name = ?", (name,))
+        if row is None:
+            return None
+        stats = (await self.task_stats([row[0]])).get(row[0])
+        return self._task(row, stats)
+
+    async def get_task(self, name: str) -> Task:
+        task = await self.find_task(name)
+        if task is None:
+            raise NotFound(f"no task named {name!r}")
+        return task
+
+    async def list_tasks(self, with_stats: bool = True) -> list[Task]:
+        rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks ORDER BY name")
+        stats = await self.task_stats() if with_stats else {}
+        return [self._task(row, stats.get(row[0])) for row in rows]
+
+    async def task_stats(self, ids: Iterable[int] | None = None) -> dict[int, TaskStats]:
+        where, params = "", []
+        if ids is not None:
+            params = list(ids)
+            where = f"WHERE task_id IN ({','.join('?' * len(params))})"
+        rows = await self._all(
+            "SELECT task_id, max(id), sum(missed), sum(state = 'skipped'),"
+            f" sum(state IN {_ACTIVE_SQL}) FROM occurrences {where} GROUP BY task_id",
+            params,
+        )
+        last_ids = [row[1] for row in rows]
+        last: dict[int, Any] = {}
+        for chunk in _chunks(last_ids, 500):
+            marks = ",".join("?" * len(chunk))
+            for r in await self._all(
+                "SELECT task_id, state, scheduled_for, started_at, finished_at FROM occurrences"
+                f" WHERE id IN ({marks})",
+                chunk,
+            ):
+                last[r[0]] = r
+        result = {}
+        for task_id, _, missed, skipped, active in rows:
+            lr = last.get(task_id)
+            result[task_id] = TaskStats(
+                last_state=lr[1] if lr else None,
+                last_scheduled_for=lr[2] if lr else None,
+                last_started_at=lr[3] if lr else None,
+                last_finished_at=lr[4] if lr else None,
+                missed=missed or 0,
+                skipped=skipped or 0,
+                active=active or 0,
+            )
+        return result
+
+    async def set_enabled(
+        self, name: str, enabled: bool, now: int, note: str | None = None
+    ) -> Task:
+        """Disable keeps history; enable schedules the next slot after now (no misfires)."""
+        task = await self.get_task(name)
+        if enabled:
+            nxt, due = self._next(task.spec, name, task.anchor, now)
+            sql = (
+                "UPDATE tasks SET enabled = 1, note = NULL, next_run_at = ?, due_at = ?,"
+                " updated_at = ? WHERE id = ?"
+            )
+            params: tuple[Any, ...] = (nxt, due, now, task.id)
+        else:
+            sql = "UPDATE tasks SET enabled = 0, note = ?, updated_at = ? WHERE id = ?"
+            params = (note, now, task.id)
+        async with self._write():
+            await self._conn.execute(sql, params)
+        return await self.get_task(name)
+
+    async def remove_task(self, name: str) -> None:
+        """Remove the task; its history stays (occurrences keep the task's name)."""
+        task = await self.get_task(name)
+        async with self._write():
+            await self._conn.execute("DELETE FROM tasks WHERE id = ?", (task.id,))
+
+    async def sync_tasks(self, specs: Sequence[TaskSpec], now: int) -> SyncReport:
+        """Make the config-declared tasks match `specs` (DESIGN 6); CLI-made tasks are kept."""
+        report = SyncReport()
+        rows = await self._all("SELECT id, name, definition_hash, source FROM tasks")
+        existing = {row[1]: row for row in rows}
+        wanted = {spec.name for spec in specs}
+        async with self._write():
+            for spec in specs:
+                row = existing.get(spec.name)
+                anchor = spec.anchor if spec.anchor is not None else now
+                if row is None:
+                    nxt, due = self._next(spec, spec.name, anchor, now - 1)
+                    await self._conn.execute(
+                        "INSERT INTO tasks (name, spec, definition_hash, source, enabled,"
+                        " created_at, updated_at, anchor, next_run_at, due_at)"
+                        " VALUES (?,?,?,'config',?,?,?,?,?,?)",
+                        (
+                            spec.name,
+                            spec.to_json(),
+                            spec.definition_hash(),
+                            int(spec.enabled),
+                            now,
+                            now,
+                            anchor,
+                            nxt,
+                            due,
+                        ),
+                    )
+                    report.added.append(spec.name)
+                elif row[2] != spec.definition_hash() or row[3] != "config":
+                    keep_anchor = spec.anchor
+                    if keep_anchor is None:
+                        keep_anchor = (
+                            await self._one("SELECT anchor FROM tasks WHERE id = ?", (row[0],))
+                        )[0]
+                    nxt, due = self._next(spec, spec.name, keep_anchor, now)
+                    await self._conn.execute(
+                        "UPDATE tasks SET spec = ?, definition_hash = ?, source = 'config',"
+                        " enabled = ?, note = NULL, generation = generation + 1, updated_at = ?,"
+                        " anchor = ?, next_run_at = ?, due_at = ? WHERE id = ?",
+                        (
+                            spec.to_json(),
+                            spec.definition_hash(),
+                            int(spec.enabled),
+                            now,
+                            keep_anchor,
+                            nxt,
+                            due,
+                            row[0],
+                        ),
+                    )
+                    report.updated.append(spec.name)
+            for name, row in existing.items():
+                if row[3] == "config" and name not in wanted:
+                    await self._conn.execute("DELETE FROM tasks WHERE id = ?", (row[0],))
+                    report.removed.append(name)
+        return report
+
+    # ---- scanning and claiming -----------------------------------------------------------
+
+    async def due_tasks(self, now: int, limit: int = 100_000) -> list[Task]:
+        rows = await self._all(
+            f"SELECT {self._TASK_COLS} FROM tasks WHERE enabled = 1 AND due_at IS NOT NULL"
+            " AND due_at <= ? ORDER BY due_at LIMIT ?",
+            (now, limit),
+        )
+        return [self._task(row) for row in rows]
+
+    async def active_occurrences(self) -> list[Occurrence]:
+        rows = await self._all(f"{_OCC_SELECT} WHERE state IN {_ACTIVE_SQL} ORDER BY id")
+        return [occurrence_from_row(row) for row in rows]
+
+    async def _check_lease(self, owner: str, token: int, now: int) -> None:
+        cursor = await self._conn.execute(
+            "SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
+            " AND expires_at > ?",
+            (owner, token, now),
+        )
+        if await cursor.fetchone() is None:
+            raise LeaseLost("the lease is no longer held by this engine")
+
+    async def claim(
+        self, plans: Sequence[Plan], owner: str, token: int, now: int
+    ) -> list[Occurrence]:
+        """Advance each task and insert its planned occurrences, in one transaction.
+
+        Each task row moves only if its generation, slot and enabled flag are what the
+        plan was made from, and only while `token` still holds the lease. The unique
+        slot key makes a second claim of a slot impossible whatever process tries.
+        """
+        if not plans:
+            return []
+        try:
+            async with self._write():
+                await self._check_lease(owner, token, now)
+                first = (await self._one("SELECT coalesce(max(id), 0) FROM occurrences"))[0] + 1
+                rows = _occurrence_rows(plans, first, owner, token, now)
+                cursor = await self._conn.executemany(_ADVANCE_TASK, [_advance(p) for p in plans])
+                if cursor.rowcount != len(plans):
+                    raise _SlowPath
+                try:
+                    await self._conn.executemany(_INSERT_OCC, rows)
+                except sqlite3.IntegrityError:
+                    raise _SlowPath from None
+        except _SlowPath:
+            return await self.claim_one_by_one(plans, owner, token, now)
+        ids = [row[0] for row in rows]
+        return await self.occurrences_by_id(ids)
+
+    async def claim_one_by_one(
+        self, plans: Sequence[Plan], owner: str, token: int, now: int
+    ) -> list[Occurrence]:
+        """The careful path: each plan applies alone; stale plans and taken slots drop out."""
+        ids: list[int] = []
+        async with self._write():
+            await self._check_lease(owner, token, now)
+            next_id = (await self._one("SELECT coalesce(max(id), 0) FROM occurrences"))[0] + 1
+            for plan in plans:
+                cursor = await self._conn.execute(_ADVANCE_TASK, _advance(plan))
+                if cursor.rowcount != 1:
+                    continue
+                for row in _occurrence_rows([plan], next_id, owner, token, now):
+                    try:
+                        await self._conn.execute(_INSERT_OCC, row)
+                    except sqlite3.IntegrityError:
+                        continue  # that slot was claimed before: never twice
+                    ids.append(row[0])
+                    next_id += 1
+        return await self.occurrences_by_id(ids)
+
+    async def claim_manual(self, task: Task, owner: str, token: int, now: int) -> Occurrence:
+        async with self._write():
+            await self._check_lease(owner, token, now)
+            cursor = await self._conn.execute(
+                "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at,"
+                " owner, lease_token, generation, command_id)"
+                " VALUES (?, ?, 'manual', ?, 'claimed', ?, ?, ?, ?, ?)",
+                (task.id, task.name, now, now, owner, token, task.generation, None),
+            )
+            occ_id = cursor.lastrowid
+            await self._conn.execute(
+                "UPDATE occurrences SET command_id = ? WHERE id = ?", (f"cmd-{occ_id}", occ_id)
+            )
+        return (await self.occurrences_by_id([occ_id]))[0]
+
+    async def occurrences_by_id(self, ids: Sequence[int]) -> list[Occurrence]:
+        result: list[Occurrence] = []
+        for chunk in _chunks(list(ids), 900):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._all(f"{_OCC_SELECT} WHERE id IN ({marks}) ORDER BY id", chunk)
+            result.extend(occurrence_from_row(row) for row in rows)
+        return result
+
+    async def get_occurrence(self, occ_id: int) -> Occurrence:
+        found = await self.occurrences_by_id([occ_id])
+        if not found:
+            raise NotFound(f"no occurrence {occ_id}")
+        return found[0]
+
+    async def mark_accepted(self, items: Sequence[tuple[int, str, str | None]], now: int) -> None:
+        """Receipts from the dispatcher: (occurrence id, command id, log path)."""
+        if not items:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "UPDATE occurrences SET state = 'accepted', accepted_at = ?, command_id = ?,"
+                " log_path = coalesce(?, log_path) WHERE id = ? AND state = 'claimed'",
+                [(now, command_id, log, occ_id) for occ_id, command_id, log in items],
+            )
+
+    async def fail_occurrences(
+        self, items: Sequence[tuple[int, str, str]], now: int, states: tuple[str, ...] = ACTIVE
+    ) -> None:
+        """Settle directly as failed: (id, error code, detail). Only for non-runtime facts."""
+        if not items:
+            return
+        marks = "('" + "', '".join(states) + "')"
+        async with self._write():
+            await self._conn.executemany(
+                "UPDATE occurrences SET state = 'failed', finished_at = ?, error_code = ?,"
+                f" detail = ? WHERE id = ? AND state IN {marks}",
+                [(now, code, detail, occ_id) for occ_id, code, detail in items],
+            )
+
+    # ---- runtime events and reconcile -------------------------------------------------
+
+    async def append_events(self, events: Sequence[NewEvent]) -> None:
+        if not events:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "INSERT INTO events (at, command_id, run_id, type, payload) VALUES (?,?,?,?,?)",
+                [(e.at, e.command_id, e.run_id, e.type, json.dumps(e.payload)) for e in events],
+            )
+        for listener in list(self._listeners):
+            listener()
+
+    async def unreconciled(self) -> list[tuple[Progress, list[RuntimeEvent]]]:
+        """Accepted or running occurrences with the events after their cursors, in order."""
+        cols = (
+            "o.id, o.state, o.command_id, o.run_id, o.event_cursor,"
+            " e.seq, e.at, e.command_id, e.run_id, e.type, e.payload"
+        )
+        active = "o.state IN ('accepted', 'running') AND e.seq > o.event_cursor"
+        rows = await self._all(
+            f"SELECT {cols} FROM occurrences o JOIN events e ON e.command_id = o.command_id"
+            f" WHERE {active}"
+            f" UNION SELECT {cols} FROM occurrences o JOIN events e ON e.run_id = o.run_id"
+            f" WHERE o.run_id IS NOT NULL AND {active} ORDER BY 1, 6"
+        )
+        grouped: dict[int, tuple[Progress, list[RuntimeEvent]]] = {}
+        for row in rows:
+            entry = grouped.get(row[0])
+            if entry is None:
+                entry = grouped[row[0]] = (Progress(row[0], row[1], row[2], row[3], row[4]), [])
+            entry[1].append(
+                RuntimeEvent(row[5], row[6], row[7], row[8], row[9], json.loads(row[10]))
+            )
+        return list(grouped.values())
+
+    async def apply_changes(self, changes: Sequence[Change]) -> None:
+        """Write reconcile's results; the state guard keeps terminal states immutable."""
+        if not changes:
+            return
+        rows = []
+        for change in changes:
+            f = change.fields
+            rows.append(
+                (
+                    change.state,
+                    change.cursor,
+                    f.get("run_id"),
+                    f.get("started_at"),
+                    f.get("finished_at"),
+                    f.get("exit_code"),
+                    f.get("error_code"),
+                    f.get("detail"),
+                    f.get("pid"),
+                    f.get("pgid"),
+                    f.get("pid_start"),
+                    f.get("log_path"),
+                    change.id,
+                )
+            )
+        async with self._write():
+            await self._conn.executemany(
+                "UPDATE occurrences SET state = coalesce(?, state), event_cursor = ?,"
+                " run_id = coalesce(?, run_id), started_at = coalesce(?, started_at),"
+                " finished_at = coalesce(?, finished_at), exit_code = coalesce(?, exit_code),"
+                " error_code = coalesce(?, error_code), detail = coalesce(?, detail),"
+                " pid = coalesce(?, pid), pgid = coalesce(?, pgid),"
+                " pid_start = coalesce(?, pid_start), log_path = coalesce(?, log_path)"
+                f" WHERE id = ? AND state IN {_ACTIVE_SQL}",
+                rows,
+            )
+
+    async def state_counts(self) -> dict[str, int]:
+        rows = await self._all("SELECT state, count(*) FROM occurrences GROUP BY state")
+        return {state: count for state, count in rows}
+
+    async def last_event_seq(self) -> int:
+        return (await self._one("SELECT coalesce(max(seq), 0) FROM events"))[0]
+
+    # ---- lease ---------------------------------------------------------------------------
+
+    async def lease(self) -> Lease | None:
+        row = await self._one(
+            "SELECT owner, token, expires_at, host, pid FROM lease WHERE name = 'engine'"
+        )
+        return Lease(*row) if row else None
+
+    async def acquire_lease(
+        self,
+        owner: str,
+        now: int,
+        ttl: int,
+        identity: tuple[str, int, int | None],
+        holder_gone: Callable[[str | None, int | None, int | None], bool],
+    ) -> LeaseResult:
+        """Take, renew or fail to get the lease. A holder proven dead loses it at once."""
+        host, pid, pid_start = identity
+        async with self._write():
+            row = await self._one(
+                "SELECT owner, token, expires_at, host, pid, pid_start FROM lease"
+                " WHERE name = 'engine'"
+            )
+            if row is None:
+                token = 1
+                await self._conn.execute(
+                    "INSERT INTO lease (name, owner, token, expires_at, host, pid, pid_start)"
+                    " VALUES ('engine', ?, ?, ?, ?, ?, ?)",
+                    (owner, token, now + ttl, host, pid, pid_start),
+                )
+                return LeaseResult(True, Lease(owner, token, now + ttl, host, pid), new=True)
+            held_by, token, expires_at = row[0], row[1], row[2]
+            if held_by == owner and expires_at > now:
+                await self._conn.execute(
+                    "UPDATE lease SET expires_at = ? WHERE name = 'engine'", (now + ttl,)
+                )
+                return LeaseResult(True, Lease(owner, token, now + ttl, host, pid))
+            if expires_at > now and not holder_gone(row[3], row[4], row[5]):
+                return LeaseResult(False, Lease(held_by, token, expires_at, row[3], row[4]))
+            token += 1
+            await self._conn.execute(
+                "UPDATE lease SET owner = ?, token = ?, expires_at = ?, host = ?, pid = ?,"
+                " pid_start = ? WHERE name = 'engine'",
+                (owner, token, now + ttl, host, pid, pid_start),
+            )
+            return LeaseResult(True, Lease(owner, token, now + ttl, host, pid), new=True)
+
+    async def release_lease(self, owner: str, token: int, now: int) -> None:
+        async with self._write():
+            await self._conn.execute(
+                "UPDATE lease SET expires_at = ? WHERE name = 'engine' AND owner = ? AND token = ?",
+                (now, owner, token),
+            )
+
+    async def foreign_active(self, token: int) -> list[Occurrence]:
+        """Active occurrences claimed under an older lease token: their engine is gone."""
+        rows = await self._all(
+            f"{_OCC_SELECT} WHERE state IN {_ACTIVE_SQL} AND coalesce(lease_token, 0) < ?",
+            (token,),
+        )
+        return [occurrence_from_row(row) for row in rows]
+
+    # ---- run-now requests from other processes ---------------------------------------
+
+    async def add_request(self, task: Task, kind: str, now: int) -> int:
+        async with self._write():
+            cursor = await self._conn.execute(
+                "INSERT INTO requests (task_id, task, kind, created_at) VALUES (?,?,?,?)",
+                (task.id, task.name, kind, now),
+            )
+        return cursor.lastrowid
+
+    async def pending_requests(self) -> list[RunRequest]:
+        rows = await self._all(
+            "SELECT id, task_id, task, kind, created_at FROM requests WHERE handled_at IS NULL"
+            " ORDER BY id"
+        )
+        return [RunRequest(*row) for row in rows]
+
+    async def finish_request(
+        self, req_id: int, now: int, outcome: str, occurrence_id: int | None, reason: str | None
+    ) -> None:
+        async with self._write():
+            await self._conn.execute(
+                "UPDATE requests SET handled_at = ?, outcome = ?, occurrence_id = ?, reason = ?"
+                " WHERE id = ? AND handled_at IS NULL",
+                (now, outcome, occurrence_id, reason, req_id),
+            )
+
+    async def request(self, req_id: int) -> tuple[str | None, int | None, str | None]:
+        row = await self._one(
+            "SELECT outcome, occurrence_id, reason FROM requests WHERE id = ?", (req_id,)
+        )
+        if row is None:
+            raise NotFound(f"no request {req_id}")
+        return row[0], row[1], row[2]
+
+    # ---- history -------------------------------------------------------------------------
+
+    async def history(self, task: str | None = None, limit: int = 50) -> list[Occurrence]:
+        if task is None:
+            rows = await self._all(f"{_OCC_SELECT} ORDER BY id DESC LIMIT ?", (limit,))
+        else:
+            rows = await self._all(
+                f"{_OCC_SELECT} WHERE task = ? ORDER BY id DESC LIMIT ?", (task, limit)
+            )
+        return [occurrence_from_row(row) for row in rows]
+
+    async def prune(self, keep: int = DEFAULT_KEEP) -> list[str]:
+        """Keep the newest `keep` occurrences per task; drop older ones, their events and logs.
+
+        Returns the log paths of pruned occurrences, for the caller to delete.
+        """
+        over = await self._all(
+            "SELECT task_id FROM occurrences GROUP BY task_id HAVING count(*) > ?", (keep,)
+        )
+        logs: list[str] = []
+        for (task_id,) in over:
+            newest = (
+                "SELECT id FROM occurrences WHERE task_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
+            )
+            cutoff = (await self._one(newest, (task_id, keep - 1)))[0]
+            where = f"task_id = ? AND id < ? AND state NOT IN {_ACTIVE_SQL}"
+            async with self._write():
+                rows = await self._all(
+                    f"SELECT command_id, log_path FROM occurrences WHERE {where}", (task_id, cutoff)
+                )
+                commands = [(r[0],) for r in rows if r[0]]
+                await self._conn.executemany("DELETE FROM events WHERE command_id = ?", commands)
+                await self._conn.execute(
+                    f"DELETE FROM occurrences WHERE {where}", (task_id, cutoff)
+                )
+            logs.extend(r[1] for r in rows if r[1])
+        return logs
+
+
+class _SlowPath(Exception):
+    """The batch claim met a stale plan or a taken slot; redo it one plan at a time."""
+
+
+_ADVANCE_TASK = (
+    "UPDATE tasks SET next_run_at = ?, due_at = ? WHERE id = ? AND generation = ?"
+    " AND next_run_at = ? AND enabled = 1"
+)
+_INSERT_OCC = (
+    "INSERT INTO occurrences (id, task_id, task, kind, scheduled_for, state, claimed_at, covers,"
+    " missed, detail, finished_at, owner, lease_token, generation, command_id)"
+    " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _advance(plan: Plan) -> tuple[Any, ...]:
+    task = plan.task
+    due = due_time(task, plan.next_run_at) if plan.next_run_at is not None else None
+    return (plan.next_run_at, due, task.id, task.generation, task.next_run_at)
+
+
+def _occurrence_rows(
+    plans: Sequence[Plan], first_id: int, owner: str, token: int, now: int
+) -> list[tuple[Any, ...]]:
+    rows = []
+    next_id = first_id
+    for plan in plans:
+        task = plan.task
+        for item in plan.occurrences:
+            finished = now if item.state == "skipped" else None
+            rows.append(
+                (
+                    next_id,
+                    task.id,
+                    task.name,
+                    item.scheduled_for,
+                    item.state,
+                    now,
+                    item.covers,
+                    item.missed,
+                    item.detail,
+                    finished,
+                    owner,
+                    token,
+                    task.generation,
+                    f"cmd-{next_id}",
+                )
+            )
+            next_id += 1
+    return rows
+
+
+def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
