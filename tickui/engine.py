@@ -211,6 +211,7 @@ class SchedulerEngine:
             with contextlib.suppress(Exception):
                 await self.store.release_lease(self.owner, self._lease.token, self.clock.now())
         self._lease = _LeaseView()
+        await self._refresh_counts()
         self._notify(EngineChange(status=True))
 
     # ---- the scan ------------------------------------------------------------------------

@@ -82,11 +82,12 @@ def _duration(value: Any, field: str) -> int:
     return parse_duration(value, field)
 
 
-def build_spec(raw: dict[str, Any], now: int) -> TaskSpec:
+def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskSpec:
     """Validate user-given fields (CLI flags or a [[task]] table) into a TaskSpec.
 
     Keys: name, cron | every | at, tz, misfire, concurrency, timeout, jitter,
-    anchor, command (list of strings), cwd, env, disabled.
+    anchor, command (list of strings), cwd, env, disabled. `allow_past` accepts a
+    one-time instant that has passed (a declared task that already ran is simply done).
     """
     known = {
         "name",
@@ -129,7 +130,8 @@ def build_spec(raw: dict[str, Any], now: int) -> TaskSpec:
         kind, expr = "interval", str(every)
     else:
         at = parse_instant(str(raw["at"]), "at")
-        schedules.once(at, now)
+        if not allow_past:
+            schedules.once(at, now)
         kind, expr = "once", str(at)
     command = raw.get("command")
     if (

@@ -35,6 +35,7 @@ from tickui.occurrence import ACTIVE, Change, Progress, RuntimeEvent
 from tickui.planning import Plan, due_time
 from tickui.schedules import jitter_offset
 from tickui.spec import TaskSpec
+from tickui.timeutil import MICROS
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
@@ -105,6 +106,14 @@ def inspect_file(path: Path) -> int | None:
             "upgrade tickui (the file was left untouched)"
         )
     return version
+
+
+def default_anchor(spec: TaskSpec, now: int) -> int:
+    """An interval task's grid starts at its creation, rounded up to a whole second so
+    that slots fall on the ticker's second boundaries."""
+    if spec.anchor is not None:
+        return spec.anchor
+    return -(-now // MICROS) * MICROS
 
 
 def _create_private(path: Path) -> None:
@@ -228,7 +237,7 @@ class Store:
         return slot, slot + jitter_offset(name, slot, spec.jitter)
 
     async def add_task(self, spec: TaskSpec, now: int, source: str = "cli") -> Task:
-        anchor = spec.anchor if spec.anchor is not None else now
+        anchor = default_anchor(spec, now)
         nxt, due = self._next(spec, spec.name, anchor, now - 1)
         try:
             async with self._write():
@@ -340,7 +349,7 @@ class Store:
         async with self._write():
             for spec in specs:
                 row = existing.get(spec.name)
-                anchor = spec.anchor if spec.anchor is not None else now
+                anchor = default_anchor(spec, now)
                 if row is None:
                     nxt, due = self._next(spec, spec.name, anchor, now - 1)
                     await self._conn.execute(

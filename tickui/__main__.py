@@ -1,0 +1,3 @@
+from tickui.cli import main
+
+main()

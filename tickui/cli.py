@@ -1,0 +1,283 @@
+"""The `tickui` command line (DESIGN 5). Exit 0 on success, 2 on bad input, 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from tickui import config as config_mod
+from tickui.clock import SystemClock
+from tickui.errors import BadInput, NotFound, StoreError, TickuiError
+from tickui.redact import redact
+from tickui.schedules import preview
+from tickui.spec import build_spec, check_name
+from tickui.store import Store
+from tickui.timeutil import iso
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(BadInput):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line, with exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError("", message)
+
+
+def _globals() -> argparse.ArgumentParser:
+    shared = _Parser(add_help=False)
+    shared.add_argument("--db", default=argparse.SUPPRESS, help="database file (env TICKUI_DB)")
+    shared.add_argument("--config", default=argparse.SUPPRESS, help="config file (tickui.toml)")
+    return shared
+
+
+def build_parser() -> argparse.ArgumentParser:
+    shared = _globals()
+    parser = _Parser(prog="tickui", parents=[shared], description="A terminal job scheduler.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub.add_parser("demo", parents=[shared], help="the dashboard on a throwaway demo database")
+    run = sub.add_parser("run", parents=[shared], help="run the engine headless")
+    run.add_argument("--for", dest="duration", type=float, metavar="SECONDS")
+    run.add_argument("--time-scale", type=float, default=1.0, metavar="N")
+    run.add_argument("--stop-grace", metavar="DURATION")
+    run.add_argument("--tick-interval", metavar="DURATION")
+
+    task = sub.add_parser("task", parents=[shared], help="add, list, show and change tasks")
+    tsub = task.add_subparsers(dest="action", parser_class=_Parser, required=True)
+    add = tsub.add_parser("add", parents=[shared], help="add a task: ... -- ARGV")
+    add.add_argument("name")
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR")
+    when.add_argument("--every", metavar="DURATION")
+    when.add_argument("--at", metavar="INSTANT")
+    add.add_argument("--tz", metavar="ZONE")
+    add.add_argument("--misfire", metavar="POLICY")
+    add.add_argument("--concurrency", metavar="POLICY")
+    add.add_argument("--timeout", metavar="DURATION")
+    add.add_argument("--jitter", metavar="DURATION")
+    add.add_argument("--anchor", metavar="INSTANT")
+    add.add_argument("--cwd", metavar="DIR")
+    add.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    add.add_argument("--disabled", action="store_true")
+    lst = tsub.add_parser("list", parents=[shared])
+    lst.add_argument("--json", action="store_true")
+    show = tsub.add_parser("show", parents=[shared])
+    show.add_argument("name")
+    show.add_argument("--json", action="store_true")
+    for action in ("enable", "rm", "run-now"):
+        tsub.add_parser(action, parents=[shared]).add_argument("name")
+    disable = tsub.add_parser("disable", parents=[shared])
+    disable.add_argument("name")
+    disable.add_argument("--note")
+
+    hist = sub.add_parser("history", parents=[shared], help="occurrences, newest first")
+    hist.add_argument("name", nargs="?")
+    hist.add_argument("--limit", type=int, default=50)
+    hist.add_argument("--json", action="store_true")
+    return parser
+
+
+def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    args = list(argv)
+    if "--" in args:
+        at = args.index("--")
+        return args[:at], args[at + 1 :]
+    return args, None
+
+
+def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
+    given = getattr(args, "db", None) or os.environ.get("TICKUI_DB")
+    if given:
+        return Path(given)
+    return settings.db or config_mod.default_db()
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+async def _with_store(path: Path, action) -> int:
+    store = await Store.open(path)
+    try:
+        return await action(store)
+    finally:
+        await store.close()
+
+
+def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
+    env = {}
+    for item in args.env:
+        if "=" not in item:
+            raise BadInput("env", f"{item!r} is not NAME=VALUE")
+        key, _, value = item.partition("=")
+        env[key] = value
+    raw = {
+        "name": args.name,
+        "cron": args.cron,
+        "every": args.every,
+        "at": args.at,
+        "tz": args.tz,
+        "misfire": args.misfire,
+        "concurrency": args.concurrency,
+        "timeout": args.timeout,
+        "jitter": args.jitter,
+        "anchor": args.anchor,
+        "cwd": args.cwd,
+        "env": env,
+        "disabled": args.disabled,
+        "command": command,
+    }
+    return {key: value for key, value in raw.items() if value is not None}
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    return "\n".join(lines)
+
+
+async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path) -> int:
+    from tickui import commands
+
+    clock = SystemClock()
+    if args.action == "add":
+        if not command:
+            raise BadInput("command", "give the command to run after --")
+        spec = build_spec(_task_add_raw(args, command), clock.now())
+    else:
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        check_name(args.name) if hasattr(args, "name") and args.name else None
+
+    async def action(store: Store) -> int:
+        if args.action == "add":
+            task = await store.add_task(spec, clock.now())
+            print(
+                f"added {task.name}: {task.spec.schedule_text()}, next run {iso(task.next_run_at)}"
+            )
+            return 0
+        if args.action == "list":
+            tasks = await store.list_tasks()
+            if args.json:
+                _print_json([t.to_json() for t in tasks])
+            else:
+                rows = [
+                    [
+                        t.name,
+                        t.spec.schedule_text(),
+                        iso(t.next_run_at) if t.enabled else "-",
+                        "yes" if t.enabled else f"no {t.note or ''}".strip(),
+                        t.spec.misfire,
+                        t.spec.concurrency,
+                        t.stats.last_state or "-",
+                    ]
+                    for t in tasks
+                ]
+                headers = ["NAME", "SCHEDULE", "NEXT", "ENABLED", "MISFIRE", "OVERLAP", "LAST"]
+                print(_table(rows, headers) if rows else "no tasks")
+            return 0
+        if args.action == "show":
+            task = await store.get_task(args.name)
+            data = task.to_json()
+            data["preview"] = [iso(t) for t in preview(task.schedule, clock.now(), 5)]
+            if args.json:
+                _print_json([data])
+            else:
+                for key, value in data.items():
+                    shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+                    print(f"{key:>18}: {'-' if shown is None else shown}")
+            return 0
+        return await commands.change_task(store, args, clock)
+
+    return await _with_store(path, action)
+
+
+async def cmd_history(args: argparse.Namespace, path: Path) -> int:
+    if args.limit < 1:
+        raise BadInput("limit", f"{args.limit} is below 1")
+    if args.name:
+        check_name(args.name)
+
+    async def action(store: Store) -> int:
+        if (
+            args.name
+            and await store.find_task(args.name) is None
+            and not await store.history(args.name, 1)
+        ):
+            raise NotFound(f"no task named {args.name!r}")
+        occs = await store.history(args.name, args.limit)
+        if args.json:
+            _print_json([o.to_json() for o in occs])
+            return 0
+        rows = [
+            [
+                str(o.id),
+                o.task,
+                o.kind,
+                iso(o.scheduled_for),
+                o.state,
+                iso(o.started_at) or "-",
+                o.error_code or "",
+                (o.detail or "")[:60],
+            ]
+            for o in occs
+        ]
+        headers = ["ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "CODE", "DETAIL"]
+        print(_table(rows, headers) if rows else "no occurrences")
+        return 0
+
+    return await _with_store(path, action)
+
+
+def run(argv: Sequence[str]) -> int:
+    args_part, command = _split_command(argv)
+    args = build_parser().parse_args(args_part)
+    config_path = getattr(args, "config", None)
+    settings = config_mod.load(Path(config_path) if config_path else None, SystemClock().now())
+    path = db_path(args, settings)
+    if args.command in (None, "demo"):
+        print(
+            "tickui: the dashboard is not built yet; use 'tickui run' and 'tickui task'",
+            file=sys.stderr,
+        )
+        return 1
+    if args.command == "run":
+        from tickui.runner import run_headless
+
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        return asyncio.run(run_headless(args, settings, path))
+    if args.command == "task":
+        return asyncio.run(cmd_task(args, command, path))
+    if command is not None:
+        raise UsageError("", "'--' and a command only go with 'task add'")
+    return asyncio.run(cmd_history(args, path))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        code = run(argv)
+    except (BadInput, NotFound, StoreError) as exc:
+        print(f"tickui: {redact(str(exc))}", file=sys.stderr)
+        code = EXIT_BAD_INPUT
+    except TickuiError as exc:
+        print(f"tickui: {redact(str(exc))}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)

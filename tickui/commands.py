@@ -1,0 +1,74 @@
+"""Task changes from the command line: enable, disable, remove and run-now requests."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from tickui import procs
+from tickui.clock import Clock
+from tickui.errors import TickuiError
+from tickui.planning import run_now_refusal
+from tickui.store import Store
+from tickui.timeutil import iso
+
+REQUEST_WAIT = 5.0
+
+
+class Refused(TickuiError):
+    pass
+
+
+async def engine_alive(store: Store, now: int) -> bool:
+    """Whether some engine holds the lease now (and, on this host, is really running)."""
+    lease = await store.lease()
+    if lease is None or lease.expires_at <= now:
+        return False
+    return lease.host != procs.host() or procs.alive(lease.pid, None)
+
+
+async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> int:
+    name = args.name
+    if args.action == "enable":
+        task = await store.set_enabled(name, True, clock.now())
+        print(f"enabled {name}; next run {iso(task.next_run_at)}")
+    elif args.action == "disable":
+        await store.set_enabled(name, False, clock.now(), note=args.note)
+        print(f"disabled {name}" + (f" ({args.note})" if args.note else ""))
+    elif args.action == "rm":
+        await store.remove_task(name)
+        print(f"removed {name}; its history stays")
+    else:
+        return await request_run_now(store, name, clock)
+    return 0
+
+
+async def request_run_now(store: Store, name: str, clock: Clock) -> int:
+    """Ask the lease holder to run a task now; wait briefly for its answer."""
+    task = await store.get_task(name)
+    now = clock.now()
+    active = [o for o in await store.active_occurrences() if o.task_id == task.id]
+    request = await store.add_request(task, "run_now", now)
+    refusal = run_now_refusal(task.enabled, task.spec.concurrency, bool(active))
+    if refusal is not None:
+        reason = f"{refusal[0]}: {refusal[1]}"
+        await store.finish_request(request, now, "refused", None, reason)
+        raise Refused(f"run-now of {name} refused ({reason})")
+    if not await engine_alive(store, now):
+        print(
+            f"queued run-now of {name} (request {request}); no engine is running,"
+            " it runs when one starts"
+        )
+        return 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REQUEST_WAIT
+    while loop.time() < deadline:
+        outcome, occurrence, reason = await store.request(request)
+        if outcome == "started":
+            print(f"started {name}: occurrence {occurrence}")
+            return 0
+        if outcome == "refused":
+            raise Refused(f"run-now of {name} refused ({reason})")
+        await asyncio.sleep(0.1)
+    print(f"queued run-now of {name} (request {request}); the engine has not taken it yet")
+    return 0

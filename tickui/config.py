@@ -1,0 +1,157 @@
+"""Settings from `tickui.toml`, environment variables and flags, in that order of strength.
+
+A bad file is refused as a whole, with its line and field named; nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tickui.errors import BadInput
+from tickui.spec import TaskSpec, build_spec
+from tickui.timeutil import MICROS, parse_duration
+
+DEFAULT_CONFIG = Path("tickui.toml")
+TABLES = ("engine", "ticker", "kafka", "valkey", "task")
+ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep"}
+
+
+class ConfigError(BadInput):
+    """A problem in the config file, located by line where it can be."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    misfire_grace: int = 5 * MICROS
+    lease_ttl: int = 30 * MICROS
+    stop_grace: int = 10 * MICROS
+    keep: int = 1000
+
+
+@dataclass(frozen=True)
+class Settings:
+    path: Path | None = None
+    db: Path | None = None
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    raw: dict[str, Any] = field(default_factory=dict)
+    tasks: list[TaskSpec] | None = None  # None: no file, so no sync
+
+
+def default_db() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(base) / "tickui" / "tickui.db"
+
+
+def _line_of(text: str, table: str, index: int, key: str | None) -> int | None:
+    """Best-effort line number of `key` inside the `index`-th `[table]` / `[[table]]`."""
+    header = re.compile(rf"^\s*\[\[?\s*{re.escape(table)}\s*\]\]?\s*(#.*)?$")
+    any_header = re.compile(r"^\s*\[")
+    seen, inside, header_line = -1, False, None
+    for number, line in enumerate(text.splitlines(), 1):
+        if header.match(line):
+            seen += 1
+            inside = seen == index
+            if inside:
+                header_line = number
+            continue
+        if any_header.match(line):
+            inside = False
+            continue
+        if inside and key and re.match(rf"^\s*{re.escape(key)}\s*=", line):
+            return number
+    return header_line
+
+
+def _fail(path: Path, text: str, table: str, index: int, exc: BadInput, prefix: str) -> ConfigError:
+    key = exc.field.split(".")[-1] if exc.field else None
+    line = _line_of(text, table, index, key)
+    where = f"{path} line {line}" if line else str(path)
+    return ConfigError(f"{where}: {prefix}{exc.field}", exc.message)
+
+
+def _duration(value: Any, name: str) -> int:
+    if not isinstance(value, str):
+        raise BadInput(name, f"{value!r} is not a duration text such as '30s'")
+    return parse_duration(value, name)
+
+
+def _engine(raw: dict[str, Any], env: dict[str, str]) -> EngineSettings:
+    for key in raw:
+        if key not in ENGINE_KEYS:
+            raise BadInput(key, "unknown field")
+    grace = env.get("TICKUI_MISFIRE_GRACE", raw.get("misfire_grace", "5s"))
+    settings = EngineSettings(
+        misfire_grace=_duration(grace, "misfire_grace"),
+        lease_ttl=_duration(raw.get("lease_ttl", "30s"), "lease_ttl"),
+        stop_grace=_duration(raw.get("stop_grace", "10s"), "stop_grace"),
+        keep=raw.get("keep", 1000),
+    )
+    if not isinstance(settings.keep, int) or isinstance(settings.keep, bool) or settings.keep < 1:
+        raise BadInput("keep", f"{settings.keep!r} is not a whole number of at least 1")
+    if not MICROS <= settings.lease_ttl <= 3600 * MICROS:
+        raise BadInput("lease_ttl", "must be between 1s and 1h")
+    return settings
+
+
+def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Settings:
+    """Read and validate the config file (or the default one when it exists)."""
+    env = dict(os.environ) if env is None else env
+    explicit = path is not None
+    path = path or DEFAULT_CONFIG
+    if not path.exists():
+        if explicit:
+            raise ConfigError("config", f"{path} does not exist")
+        return Settings(engine=_engine({}, env))
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError("config", f"{path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}", f"not valid TOML: {exc}") from None
+    for key in data:
+        if key not in TABLES:
+            line = _line_of(text, key, 0, None)
+            where = f"{path} line {line}" if line else str(path)
+            raise ConfigError(where, f"unknown table or key {key!r}")
+    engine_raw = data.get("engine", {})
+    try:
+        engine = _engine(engine_raw, env)
+    except BadInput as exc:
+        raise _fail(path, text, "engine", 0, exc, "engine.") from None
+    tasks = _tasks(path, text, data.get("task", []), now)
+    db = engine_raw.get("db")
+    return Settings(
+        path=path,
+        db=(path.parent / db) if isinstance(db, str) else None,
+        engine=engine,
+        raw=data,
+        tasks=tasks,
+    )
+
+
+def _tasks(path: Path, text: str, raw: Any, now: int) -> list[TaskSpec]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}", "task entries must be [[task]] tables")
+    specs: list[TaskSpec] = []
+    names: set[str] = set()
+    for index, entry in enumerate(raw):
+        try:
+            spec = build_spec(entry, now, allow_past=True)
+        except BadInput as exc:
+            raise _fail(path, text, "task", index, exc, f"task[{index + 1}].") from None
+        if spec.name in names:
+            dup = BadInput("name", f"task {spec.name!r} is declared twice")
+            raise _fail(path, text, "task", index, dup, f"task[{index + 1}].")
+        names.add(spec.name)
+        specs.append(spec)
+    return specs
