@@ -64,6 +64,8 @@ def plan_task(task: DueTask, now: int, grace: int, active: bool) -> Plan:
     late = [slot for slot in due if now - due_time(task, slot) > grace]
     on_time = due[len(late) :]
     missed = older + len(late)
+    if missed and task.misfire == "run_all" and task.concurrency == "forbid":
+        return _catch_up_in_turn(task, late, on_time, missed, next_slot, active)
     planned = (
         _misfire(task, due, late, on_time, missed, window.capped)
         if missed
@@ -113,6 +115,44 @@ def _misfire(
             detail=f"misfire_coalesced: {count} missed",
         )
     ]
+
+
+def _catch_up_in_turn(
+    task: DueTask,
+    late: list[int],
+    on_time: list[int],
+    missed: int,
+    after: int | None,
+    active: bool,
+) -> Plan:
+    """run_all under forbid: missed slots run one after another, never side by side.
+
+    One runs now; the task's next slot stays on the following missed one, so each
+    later scan (once the run has ended) takes the next.
+    """
+    queue = late[-RUN_ALL_CAP:] + on_time
+    planned = []
+    rest = missed - len(late[-RUN_ALL_CAP:])
+    if rest:
+        planned.append(
+            Planned(
+                task.next_run_at,
+                "skipped",
+                covers=rest,
+                missed=rest,
+                detail=f"misfire_run_all_cap: {rest} oldest skipped",
+            )
+        )
+    if active:
+        return Plan(task, queue[0], planned)
+    head = queue[0]
+    late_head = head in late
+    planned.append(
+        Planned(
+            head, "claimed", missed=int(late_head), detail="misfire_late" if late_head else None
+        )
+    )
+    return Plan(task, queue[1] if len(queue) > 1 else after, planned)
 
 
 def _overlap(policy: str, planned: list[Planned], active: bool) -> tuple[list[Planned], bool]:

@@ -1,0 +1,99 @@
+"""Shared helpers for tests: run the real CLI, build an engine on a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tickui.clock import ManualClock
+from tickui.dispatcher import SubprocessDispatcher
+from tickui.engine import EngineConfig, SchedulerEngine
+from tickui.models import Occurrence
+from tickui.spec import build_spec
+from tickui.store import Store
+from tickui.timeutil import MICROS
+
+# A fixed, whole-minute instant for manual clocks: 2027-01-15T08:00:00Z.
+T0 = 1_800_000_000 * MICROS
+
+
+def cli(
+    *args: str,
+    db: Path | None = None,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run `tickui ARGS` as a separate process, as a user would."""
+    full_env = dict(os.environ)
+    full_env.pop("TICKUI_DB", None)
+    if env:
+        full_env.update(env)
+    prefix = ["--db", str(db)] if db is not None else []
+    return subprocess.run(
+        [sys.executable, "-m", "tickui", *prefix, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=timeout,
+    )
+
+
+def cli_json(*args: str, db: Path) -> list[dict]:
+    result = cli(*args, "--json", db=db)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@dataclass
+class Rig:
+    store: Store
+    clock: ManualClock
+    engine: SchedulerEngine
+
+    async def add(self, name: str, **fields) -> None:
+        fields.setdefault("command", ["true"])
+        await self.store.add_task(
+            build_spec({"name": name, **fields}, self.clock.now()), self.clock.now()
+        )
+
+    async def tick(self, seconds: float = 0) -> None:
+        if seconds:
+            self.clock.advance(seconds)
+        await self.engine.tick(self.clock.now())
+
+    async def history(self, task: str | None = None) -> list[Occurrence]:
+        return list(reversed(await self.store.history(task, limit=10_000)))
+
+    async def settle(self, timeout: float = 10.0) -> None:
+        """Wait (in real time) until no occurrence is active, reconciling as events arrive."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            await self.engine.reconcile()
+            if not await self.store.active_occurrences():
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("occurrences still active after %.1fs" % timeout)
+
+
+@asynccontextmanager
+async def rig(db: Path, start: int = T0, **config) -> AsyncIterator[Rig]:
+    """An engine with a manual clock and the real subprocess dispatcher on a real file."""
+    store = await Store.open(db)
+    clock = ManualClock(start)
+    dispatcher = SubprocessDispatcher(store, clock, kill_grace=1.0)
+    engine = SchedulerEngine(store, dispatcher, clock, EngineConfig(**config))
+    try:
+        yield Rig(store, clock, engine)
+    finally:
+        await engine.stop(grace=0)
+        await store.close()
