@@ -82,7 +82,7 @@ class Rig:
             if not await self.store.active_occurrences():
                 return
             await asyncio.sleep(0.02)
-        raise AssertionError("occurrences still active after %.1fs" % timeout)
+        raise AssertionError(f"occurrences still active after {timeout:.1f}s")
 
 
 @asynccontextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import sys
 
@@ -129,7 +130,7 @@ async def test_misfire_after_downtime(tmp_path, policy):
             assert [o.scheduled_for for o in runs] == [T0 + k * 10 * MICROS for k in range(1, 7)]
             assert [o.detail for o in runs[:5]] == ["misfire_late"] * 5
             assert all(o.state == "succeeded" for o in runs)
-            assert all(a.finished_at <= b.started_at for a, b in zip(runs, runs[1:]))
+            assert all(a.finished_at <= b.started_at for a, b in itertools.pairwise(runs))
 
 
 async def test_run_all_caps_at_100(tmp_path):
