@@ -117,13 +117,15 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     except OSError as exc:
         raise ConfigError("config", f"{path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}", f"not valid TOML: {exc}") from None
+        raise _toml_error(path, exc) from None
     for key in data:
         if key not in TABLES:
             line = _line_of(text, key, 0, None)
             where = f"{path} line {line}" if line else str(path)
             raise ConfigError(where, f"unknown table or key {key!r}")
     engine_raw = data.get("engine", {})
+    if not isinstance(engine_raw, dict):
+        raise ConfigError(str(path), "engine must be an [engine] table")
     try:
         engine = _engine(engine_raw, env)
     except BadInput as exc:
@@ -139,12 +141,22 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     )
 
 
+def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> ConfigError:
+    text = str(exc)
+    found = re.search(r"\s*\(at line (\d+), column \d+\)", text)
+    if found:
+        return ConfigError(f"{path} line {found[1]}", f"not valid TOML: {text[: found.start()]}")
+    return ConfigError(str(path), f"not valid TOML: {text}")
+
+
 def _tasks(path: Path, text: str, raw: Any, now: int) -> list[TaskSpec]:
     if not isinstance(raw, list):
         raise ConfigError(f"{path}", "task entries must be [[task]] tables")
     specs: list[TaskSpec] = []
     names: set[str] = set()
     for index, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise ConfigError(str(path), "task entries must be [[task]] tables")
         try:
             spec = build_spec(entry, now, allow_past=True)
         except BadInput as exc:
