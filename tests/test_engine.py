@@ -8,8 +8,8 @@ import os
 import sys
 
 import pytest
-from helpers import T0, rig
 
+from helpers import T0, rig
 from tickui.engine import EngineChange, RunNowRefused
 from tickui.occurrence import RUN_FAILED
 from tickui.planning import DueTask, Plan, Planned
