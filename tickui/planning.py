@@ -62,8 +62,10 @@ def plan_task(task: DueTask, now: int, grace: int, active: bool) -> Plan:
     if next_slot is None:
         next_slot = task.schedule.next_after(now)
     late = [slot for slot in due if now - due_time(task, slot) > grace]
-    on_time = due[len(late) :]
+    on_time = [slot for slot in due if now - due_time(task, slot) <= grace]
     missed = older + len(late)
+    if not due:
+        return Plan(task, task.next_run_at if older else next_slot)
     if missed and task.misfire == "run_all" and task.concurrency == "forbid":
         return _catch_up_in_turn(task, late, on_time, missed, next_slot, active)
     planned = (
@@ -143,8 +145,8 @@ def _catch_up_in_turn(
                 detail=f"misfire_run_all_cap: {rest} oldest skipped",
             )
         )
-    if active:
-        return Plan(task, queue[0], planned)
+    if active or not queue:
+        return Plan(task, queue[0] if queue else after, planned)
     head = queue[0]
     late_head = head in late
     planned.append(

