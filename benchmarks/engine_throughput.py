@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.clock import ManualClock  # noqa: E402
-from tickui.dispatcher import Receipt  # noqa: E402
-from tickui.engine import EngineConfig, SchedulerEngine  # noqa: E402
-from tickui.occurrence import RUN_COMPLETED, RUN_TRANSITION  # noqa: E402
-from tickui.spec import build_spec  # noqa: E402
-from tickui.store import NewEvent, Store  # noqa: E402
-from tickui.timeutil import MICROS  # noqa: E402
+from tickui.clock import ManualClock
+from tickui.dispatcher import Receipt
+from tickui.engine import EngineConfig, SchedulerEngine
+from tickui.occurrence import RUN_COMPLETED
+from tickui.spec import build_spec
+from tickui.store import NewEvent, Store
+from tickui.timeutil import MICROS
 
 T0 = 1_800_000_000 * MICROS
 HISTORY = 100_000
@@ -78,7 +78,6 @@ class InstantDispatcher:
         for job in jobs:
             occ = job.occurrence
             run_id = f"run-{occ.id}"
-            events.append(NewEvent(now, RUN_TRANSITION, occ.command_id, run_id, {"state": "running"}))
             events.append(NewEvent(now, RUN_COMPLETED, occ.command_id, run_id, {"exit_code": 0}))
         await self.store.append_events(events)
         return [Receipt(job.occurrence.command_id or "") for job in jobs]
@@ -102,15 +101,20 @@ def _seed(db: Path, tasks: int) -> None:
         rows.append((spec.name, spec.to_json(), spec.definition_hash(), T0, T0, T0, T0, T0))
     conn.executemany(
         "INSERT INTO tasks (name, spec, definition_hash, created_at, updated_at, anchor,"
-        " next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?)", rows)
+        " next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?)",
+        rows,
+    )
     per_task = HISTORY // tasks
     history = [
         (i + 1, f"job-{i:05d}", T0 - (k + 1) * 3600 * MICROS, T0 - (k + 1) * 3600 * MICROS)
-        for i in range(tasks) for k in range(per_task)
+        for i in range(tasks)
+        for k in range(per_task)
     ]
     conn.executemany(
         "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at)"
-        " VALUES (?, ?, 'scheduled', ?, 'succeeded', ?)", history)
+        " VALUES (?, ?, 'scheduled', ?, 'succeeded', ?)",
+        history,
+    )
     conn.commit()
     conn.close()
 
@@ -137,8 +141,12 @@ async def tickui_side(tasks: int) -> dict:
         counts = await store.state_counts()
         await store.close()
     assert counts.get("succeeded", 0) == HISTORY // tasks * tasks + tasks, counts
-    return {"jobs_per_s": tasks / elapsed, "seconds": elapsed, "loop_lag_p99_ms": probe.p99(),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "jobs_per_s": tasks / elapsed,
+        "seconds": elapsed,
+        "loop_lag_p99_ms": probe.p99(),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 ran = 0
@@ -157,19 +165,21 @@ async def apscheduler_side(tasks: int) -> dict:
     from sqlalchemy import event
 
     with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{Path(tmp) / 'aps.db'}"
-        jobstore = SQLAlchemyJobStore(url=url)
+        path = Path(tmp) / "aps.db"
+        with sqlite3.connect(path) as conn:  # WAL is a property of the file: set it first
+            conn.execute("PRAGMA journal_mode=WAL")
+        jobstore = SQLAlchemyJobStore(url=f"sqlite:///{path}")
 
         @event.listens_for(jobstore.engine, "connect")
-        def _wal(dbapi_conn, _record):
+        def _fast(dbapi_conn, _record):
             dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute("PRAGMA synchronous=NORMAL")
 
         scheduler = AsyncIOScheduler(jobstores={"default": jobstore}, timezone=UTC)
         scheduler.start(paused=True)
         now = datetime.now(UTC)
         for i in range(tasks):
-            scheduler.add_job(_noop, "date", run_date=now, id=f"job-{i}",
-                              misfire_grace_time=3600)
+            scheduler.add_job(_noop, "date", run_date=now, id=f"job-{i}", misfire_grace_time=3600)
         probe = LagProbe()
         probe.start()
         await asyncio.sleep(0.05)
@@ -180,13 +190,24 @@ async def apscheduler_side(tasks: int) -> dict:
         elapsed = time.perf_counter() - start
         await probe.stop()
         scheduler.shutdown(wait=False)
-    return {"jobs_per_s": tasks / elapsed, "seconds": elapsed, "loop_lag_p99_ms": probe.p99(),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        with sqlite3.connect(path) as conn:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal", mode
+    return {
+        "jobs_per_s": tasks / elapsed,
+        "seconds": elapsed,
+        "loop_lag_p99_ms": probe.p99(),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def _child(side: str, tasks: int) -> dict:
-    result = subprocess.run([sys.executable, __file__, "--side", side, "--tasks", str(tasks)],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, __file__, "--side", side, "--tasks", str(tasks)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -205,9 +226,11 @@ def main() -> None:
         for side in ("tickui", "apscheduler"):
             figures = _child(side, args.tasks)
             results[side].append(figures)
-            print(f"round {round_no + 1} {side:>11}: {figures['jobs_per_s']:9.0f} jobs/s  "
-                  f"{figures['seconds']:6.2f} s  loop lag p99 {figures['loop_lag_p99_ms']:7.1f} ms"
-                  f"  peak RSS {figures['peak_rss_mb']:5.0f} MB")
+            print(
+                f"round {round_no + 1} {side:>11}: {figures['jobs_per_s']:9.0f} jobs/s  "
+                f"{figures['seconds']:6.2f} s  loop lag p99 {figures['loop_lag_p99_ms']:7.1f} ms"
+                f"  peak RSS {figures['peak_rss_mb']:5.0f} MB"
+            )
 
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in results[side])
@@ -223,8 +246,10 @@ def main() -> None:
         "apscheduler_loop_lag_p99_ms": round(med("apscheduler", "loop_lag_p99_ms"), 1),
         "peak_rss_mb": round(med("tickui", "peak_rss_mb"), 1),
     }
-    print(f"median tickui {summary['tickui_jobs_per_s']} jobs/s vs APScheduler "
-          f"{summary['apscheduler_jobs_per_s']} jobs/s: ratio {summary['ratio']}")
+    print(
+        f"median tickui {summary['tickui_jobs_per_s']} jobs/s vs APScheduler "
+        f"{summary['apscheduler_jobs_per_s']} jobs/s: ratio {summary['ratio']}"
+    )
     print(json.dumps(summary))
 
 

@@ -33,11 +33,23 @@ def occ(state: str = "accepted", run_id: str | None = None, cursor: int = 0) -> 
     return Progress(id=42, state=state, command_id=CMD, run_id=run_id, cursor=cursor)
 
 
-def event(seq: int, type_: str, payload=None, *, run_id: str | None = RUN,
-          command_id: str | None = CMD, at: int | None = None) -> RuntimeEvent:
-    return RuntimeEvent(seq=seq, at=at if at is not None else 1_000 * seq,
-                        command_id=command_id, run_id=run_id, type=type_,
-                        payload=payload or {})
+def event(
+    seq: int,
+    type_: str,
+    payload=None,
+    *,
+    run_id: str | None = RUN,
+    command_id: str | None = CMD,
+    at: int | None = None,
+) -> RuntimeEvent:
+    return RuntimeEvent(
+        seq=seq,
+        at=at if at is not None else 1_000 * seq,
+        command_id=command_id,
+        run_id=run_id,
+        type=type_,
+        payload=payload or {},
+    )
 
 
 def transition(seq: int = 1, **payload) -> RuntimeEvent:
@@ -111,8 +123,14 @@ class TestTransition:
             42,
             3,
             "running",
-            {"run_id": RUN, "started_at": 3_000, "pid": 100, "pgid": 100,
-             "pid_start": 55, "log_path": "/l/42.log"},
+            {
+                "run_id": RUN,
+                "started_at": 3_000,
+                "pid": 100,
+                "pgid": 100,
+                "pid_start": 55,
+                "log_path": "/l/42.log",
+            },
         )
 
     def test_from_claimed(self):
@@ -167,8 +185,12 @@ class TestSettle:
         after, change = apply_event(self.running(), event(2, RUN_FAILED, payload))
         assert after.state == "failed"
         assert change.state == "failed"
-        assert change.fields == {"exit_code": 3, "error_code": "EXIT_NONZERO",
-                                 "detail": "exit status 3", "finished_at": 2_000}
+        assert change.fields == {
+            "exit_code": 3,
+            "error_code": "EXIT_NONZERO",
+            "detail": "exit status 3",
+            "finished_at": 2_000,
+        }
 
     def test_failed_timeout(self):
         payload = {"error_code": "TIMEOUT", "detail": "killed after 5s"}
@@ -189,9 +211,9 @@ class TestSettle:
         payload = {"exit_code": -15, "detail": "engine_stopped"}
         after, change = apply_event(self.running(), event(2, RUN_CANCELED, payload))
         assert after.state == "cancelled"
-        assert change == Change(42, 2, "cancelled",
-                                {"exit_code": -15, "detail": "engine_stopped",
-                                 "finished_at": 2_000})
+        assert change == Change(
+            42, 2, "cancelled", {"exit_code": -15, "detail": "engine_stopped", "finished_at": 2_000}
+        )
 
     def test_interrupted_is_failed_interrupted(self):
         after, change = apply_event(self.running(), event(2, RUN_INTERRUPTED))
@@ -216,11 +238,15 @@ class TestSettle:
         assert after == Progress(42, "running", CMD, RUN, 7)
         assert change == Change(42, 7)
 
-    def test_settle_before_the_run_is_bound_is_ignored(self):
-        # No run bound yet: a completion cannot be ours.
-        after, change = apply_event(occ("accepted"), event(2, RUN_COMPLETED))
+    def test_settle_before_the_run_is_bound_needs_our_command_id(self):
+        # No run bound yet: a completion for another command cannot be ours...
+        after, change = apply_event(occ("accepted"), event(2, RUN_COMPLETED, command_id="cmd-9"))
         assert after.state == "accepted"
         assert change == Change(42, 2)
+        # ...but one that names our command settles it, and binds the run it names.
+        after, change = apply_event(occ("accepted"), event(3, RUN_COMPLETED))
+        assert after.state == "succeeded" and after.run_id == RUN
+        assert change.state == "succeeded" and change.fields["run_id"] == RUN
 
     @pytest.mark.parametrize("state", TERMINAL)
     def test_terminal_occurrence_is_not_moved(self, state):
@@ -265,9 +291,10 @@ class TestFold:
         events = [transition(1, pid=77), event(2, RUN_COMPLETED, {"exit_code": 0})]
         change = fold_events(occ("accepted"), events)
         assert change == Change(
-            42, 2, "succeeded",
-            {"run_id": RUN, "started_at": 1_000, "pid": 77, "exit_code": 0,
-             "finished_at": 2_000},
+            42,
+            2,
+            "succeeded",
+            {"run_id": RUN, "started_at": 1_000, "pid": 77, "exit_code": 0, "finished_at": 2_000},
         )
 
     def test_stops_at_terminal(self):
@@ -306,11 +333,14 @@ class TestFold:
         assert fold_events(running, events) == Change(42, 9)
 
     def test_bind_then_settle_in_order_matters(self):
-        # The completion comes before the run is bound: it cannot settle the occurrence.
-        events = [event(1, RUN_COMPLETED), transition(2)]
+        # A completion naming only a run that is not bound yet cannot settle the occurrence.
+        events = [event(1, RUN_COMPLETED, command_id=None), transition(2)]
         change = fold_events(occ("accepted"), events)
         assert change.state == "running"
         assert change.cursor == 2
+        # Once settled by our command's completion, a later transition changes nothing.
+        change = fold_events(occ("accepted"), [event(1, RUN_COMPLETED), transition(2)])
+        assert change.state == "succeeded" and change.cursor == 1
 
     def test_already_terminal_consumes_nothing_useful(self):
         done = occ("succeeded", run_id=RUN, cursor=2)

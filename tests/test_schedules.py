@@ -823,8 +823,7 @@ def oracle_fires(zone: str, minutes: set[int], hours: set[int], start: int, end:
     # Wall times reached before `first` must not fire again: start the furthest
     # wall time at the largest wall time seen over the previous hours.
     furthest = max(
-        from_micros(first - k * MINUTE).astimezone(tz).replace(tzinfo=None)
-        for k in range(1, 181)
+        from_micros(first - k * MINUTE).astimezone(tz).replace(tzinfo=None) for k in range(1, 181)
     )
     found: list[int] = []
     moment = first

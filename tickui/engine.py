@@ -14,14 +14,14 @@ import signal
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tickui import procs
 from tickui.clock import Clock
 from tickui.dispatcher import Dispatcher, DispatchFailure, Job
 from tickui.errors import TickuiError
 from tickui.models import Lease, Occurrence, Task
-from tickui.occurrence import fold_events
+from tickui.occurrence import Change, Progress, fold_events
 from tickui.planning import DueTask, Plan, plan_task, run_now_refusal
 from tickui.redact import redact
 from tickui.store import LeaseLost, Store
@@ -138,7 +138,9 @@ class SchedulerEngine:
         self._listeners: list[Callable[[EngineChange], None]] = []
         self._coalesced = 0
         self._was_standby = False
-        self._last_prune = 0
+        self._last_prune: int | None = None
+        self._wake_after_scan = False
+        self._receipts: dict[int, dict] = {}  # occurrence id -> receipt not yet written
         store.on_events(self._wake.set)
 
     # ---- observing -----------------------------------------------------------------
@@ -211,7 +213,7 @@ class SchedulerEngine:
             with contextlib.suppress(Exception):
                 await self.store.release_lease(self.owner, self._lease.token, self.clock.now())
         self._lease = _LeaseView()
-        await self._refresh_counts()
+        await self.refresh_counts()
         self._notify(EngineChange(status=True))
 
     # ---- the scan ------------------------------------------------------------------------
@@ -241,13 +243,17 @@ class SchedulerEngine:
             except Exception as exc:
                 log.exception("scan failed")
                 self._set_result(now, "error", redact(f"{type(exc).__name__}: {exc}")[:512])
-            await self._refresh_counts()
+        if self._wake_after_scan:
+            self._wake_after_scan = False
+            self._wake.set()
         self._notify(EngineChange(status=True))
 
     def _set_result(self, now: int, result: str, detail: str | None) -> None:
         self._scan.at, self._scan.result, self._scan.detail = now, result, detail
 
-    async def _refresh_counts(self) -> None:
+    async def refresh_counts(self) -> None:
+        """Recount occurrences by state for `status()`; a scan of all history, so it is
+        left to whoever shows the counts rather than done on every tick."""
         with contextlib.suppress(Exception):
             self._scan.counts = Counter(await self.store.state_counts())
 
@@ -272,16 +278,17 @@ class SchedulerEngine:
         return True
 
     async def _scan_due(self, now: int) -> None:
-        due = await self.store.due_tasks(now)
+        """Claim and dispatch due tasks a page at a time, yielding between pages."""
+        due = await self.store.due_task_ids(now)
         if not due:
             return
         active: dict[int, list[Occurrence]] = {}
         for occ in await self.store.active_occurrences():
             active.setdefault(occ.task_id, []).append(occ)
         for start in range(0, len(due), self.config.batch):
-            chunk = due[start : start + self.config.batch]
-            plans = [self._plan(task, now, bool(active.get(task.id))) for task in chunk]
-            await self._claim_and_dispatch({t.id: t for t in chunk}, plans, active, now)
+            page = await self.store.tasks_by_id(due[start : start + self.config.batch])
+            plans = [self._plan(task, now, bool(active.get(task.id))) for task in page]
+            await self._claim_and_dispatch({t.id: t for t in page}, plans, active, now)
             await asyncio.sleep(0)
 
     def _plan(self, task: Task, now: int, active: bool) -> Plan:
@@ -322,13 +329,16 @@ class SchedulerEngine:
             return
         results = await self.dispatcher.dispatch(jobs)
         now = self.clock.now()
-        accepted, failed = [], []
+        failed = []
         for job, result in zip(jobs, results, strict=True):
             if isinstance(result, DispatchFailure):
                 failed.append((job.occurrence.id, result.code, redact(result.detail)))
             else:
-                accepted.append((job.occurrence.id, result.command_id, result.log_path))
-        await self.store.mark_accepted(accepted, now)
+                self._receipts[job.occurrence.id] = {
+                    "accepted_at": now,
+                    "command_id": result.command_id,
+                    "log_path": result.log_path,
+                }
         await self.store.fail_occurrences(failed, now, states=("claimed",))
 
     # ---- run now, cancel -------------------------------------------------------------
@@ -380,12 +390,28 @@ class SchedulerEngine:
     # ---- settlement ----------------------------------------------------------------------
 
     async def reconcile(self) -> list[int]:
-        """Move active occurrences by the runtime events after their cursors."""
+        """Move active occurrences by receipts and the runtime events after their cursors.
+
+        Receipts held since dispatch are written here, in the same update as whatever the
+        events already say, so a run that is accepted and finished costs one write.
+        """
+        changed: list[int] = []
         async with self._reconciling:
-            pending = await self.store.unreconciled()
-            changes = [c for p, events in pending if (c := fold_events(p, events)) is not None]
-            await self.store.apply_changes(changes)
-        changed = [c.id for c in changes if c.state]
+            receipts, self._receipts = self._receipts, {}
+            after: int | None = 0
+            while after is not None:
+                pending, after = await self.store.unreconciled(after, self.config.batch)
+                changes = [c for p, events in pending if (c := _fold(p, events, receipts))]
+                await self.store.apply_changes(changes)
+                changed.extend(c.id for c in changes if c.state)
+                if after is not None:
+                    await asyncio.sleep(0)
+            if receipts:  # accepted, nothing heard yet
+                await self.store.mark_accepted(
+                    [(i, r["command_id"], r["log_path"]) for i, r in receipts.items()],
+                    min(r["accepted_at"] for r in receipts.values()),
+                )
+                changed.extend(receipts)
         if changed:
             self._notify(EngineChange(occurrences=frozenset(changed)))
         return changed
@@ -394,6 +420,9 @@ class SchedulerEngine:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._scanning.locked():
+                self._wake_after_scan = True  # the scan reconciles as it ends
+                continue
             try:
                 await self.reconcile()
             except Exception:
@@ -419,12 +448,26 @@ class SchedulerEngine:
             self._notify(EngineChange(occurrences=frozenset(o.id for o in orphans)))
 
     async def _maybe_prune(self, now: int) -> None:
+        if self._last_prune is None:
+            self._last_prune = now - self.config.prune_every // 2  # not in the first scan
         if now - self._last_prune < self.config.prune_every:
             return
         self._last_prune = now
         for path in await self.store.prune(self.config.keep):
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def _fold(progress: Progress, events: list, receipts: dict[int, dict]) -> Change | None:
+    """Events folded into an occurrence, with its dispatch receipt when one is pending."""
+    receipt = receipts.pop(progress.id, None)
+    if receipt is None:
+        return fold_events(progress, events)
+    accepted = progress.state == "claimed"
+    start = replace(progress, state="accepted") if accepted else progress
+    change = fold_events(start, events) or Change(progress.id, progress.cursor)
+    state = change.state or ("accepted" if accepted else None)
+    return Change(change.id, change.cursor, state, {**receipt, **change.fields})
 
 
 def _holder_gone(host: str | None, pid: int | None, pid_start: int | None) -> bool:

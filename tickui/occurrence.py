@@ -107,11 +107,16 @@ def apply_event(occ: Progress, event: RuntimeEvent) -> tuple[Progress, Change]:
         moved = Progress(occ.id, state or occ.state, occ.command_id, event.run_id, event.seq)
         return moved, Change(occ.id, event.seq, state, fields)
     same_run = occ.run_id is not None and event.run_id == occ.run_id
-    settled = _settle(event) if same_run else None
+    # A runtime may report an outcome with the command id before (or without) a transition.
+    unbound = occ.run_id is None and event.command_id == occ.command_id
+    settled = _settle(event) if same_run or unbound else None
     if settled and can_move(occ.state, settled[0]):
         state, fields = settled
         fields["finished_at"] = event.at
-        moved = Progress(occ.id, state, occ.command_id, occ.run_id, event.seq)
+        run_id = occ.run_id or event.run_id
+        if unbound and event.run_id:
+            fields["run_id"] = event.run_id
+        moved = Progress(occ.id, state, occ.command_id, run_id, event.seq)
         return moved, Change(occ.id, event.seq, state, fields)
     return Progress(occ.id, occ.state, occ.command_id, occ.run_id, event.seq), Change(
         occ.id, event.seq

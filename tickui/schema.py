@@ -50,9 +50,10 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         """CREATE UNIQUE INDEX occurrences_slot ON occurrences(task_id, scheduled_for)
             WHERE kind = 'scheduled'""",
-        """CREATE INDEX occurrences_active ON occurrences(state)
+        # Keyed on id, not state: moving between active states leaves the index alone.
+        """CREATE INDEX occurrences_active ON occurrences(id)
             WHERE state IN ('claimed', 'accepted', 'running')""",
-        "CREATE INDEX occurrences_task ON occurrences(task_id, id)",
+        "CREATE INDEX occurrences_task ON occurrences(task, id)",
         """CREATE TABLE events (
             seq INTEGER PRIMARY KEY AUTOINCREMENT,
             at INTEGER NOT NULL,
@@ -62,7 +63,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
             payload TEXT NOT NULL DEFAULT '{}'
         )""",
         "CREATE INDEX events_command ON events(command_id, seq)",
-        "CREATE INDEX events_run ON events(run_id, seq)",
+        # Events that name only a run (a remote worker's) are found by run id.
+        "CREATE INDEX events_run ON events(run_id, seq) WHERE command_id IS NULL",
         """CREATE TABLE lease (
             name TEXT PRIMARY KEY,
             owner TEXT NOT NULL,

@@ -132,6 +132,7 @@ class Store:
         self._lock = asyncio.Lock()
         self._listeners: list[Callable[[], None]] = []
         self.log_dir = path.with_name(path.name + ".logs")
+        self._specs: dict[str, TaskSpec] = {}  # parsed definitions by their JSON text
 
     # ---- opening -------------------------------------------------------------------
 
@@ -146,6 +147,8 @@ class Store:
             await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             await conn.execute("PRAGMA journal_mode = WAL")
             await conn.execute("PRAGMA synchronous = NORMAL")
+            await conn.execute("PRAGMA cache_size = -32000")
+            await conn.execute("PRAGMA temp_store = MEMORY")
             store = cls(db, conn)
             await store._migrate()
         except sqlite3.DatabaseError as exc:
@@ -209,9 +212,10 @@ class Store:
         "next_run_at, due_at"
     )
 
-    @staticmethod
-    def _task(row: Any, stats: TaskStats | None = None) -> Task:
-        spec = TaskSpec.from_json(row[2])
+    def _task(self, row: Any, stats: TaskStats | None = None) -> Task:
+        spec = self._specs.get(row[2])
+        if spec is None:
+            spec = self._specs[row[2]] = TaskSpec.from_json(row[2])
         return Task(
             id=row[0],
             name=row[1],
@@ -400,13 +404,21 @@ class Store:
 
     # ---- scanning and claiming -----------------------------------------------------------
 
-    async def due_tasks(self, now: int, limit: int = 100_000) -> list[Task]:
+    async def due_task_ids(self, now: int) -> list[int]:
+        """Ids of the enabled tasks due at `now`: a snapshot, so a task a scan moves to a
+        slot that is still due is not visited twice in that scan."""
         rows = await self._all(
-            f"SELECT {self._TASK_COLS} FROM tasks WHERE enabled = 1 AND due_at IS NOT NULL"
-            " AND due_at <= ? ORDER BY due_at LIMIT ?",
-            (now, limit),
+            "SELECT id FROM tasks WHERE enabled = 1 AND due_at IS NOT NULL AND due_at <= ?"
+            " ORDER BY due_at, id",
+            (now,),
         )
-        return [self._task(row) for row in rows]
+        return [row[0] for row in rows]
+
+    async def tasks_by_id(self, ids: Sequence[int]) -> list[Task]:
+        marks = ",".join("?" * len(ids))
+        rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks WHERE id IN ({marks})", ids)
+        order = {task_id: index for index, task_id in enumerate(ids)}
+        return sorted((self._task(row) for row in rows), key=lambda t: order[t.id])
 
     async def active_occurrences(self) -> list[Occurrence]:
         rows = await self._all(f"{_OCC_SELECT} WHERE state IN {_ACTIVE_SQL} ORDER BY id")
@@ -446,8 +458,7 @@ class Store:
                     raise _SlowPath from None
         except _SlowPath:
             return await self.claim_one_by_one(plans, owner, token, now)
-        ids = [row[0] for row in rows]
-        return await self.occurrences_by_id(ids)
+        return [_claimed(row) for row in rows]
 
     async def claim_one_by_one(
         self, plans: Sequence[Plan], owner: str, token: int, now: int
@@ -537,64 +548,56 @@ class Store:
         for listener in list(self._listeners):
             listener()
 
-    async def unreconciled(self) -> list[tuple[Progress, list[RuntimeEvent]]]:
-        """Accepted or running occurrences with the events after their cursors, in order."""
-        cols = (
-            "o.id, o.state, o.command_id, o.run_id, o.event_cursor,"
-            " e.seq, e.at, e.command_id, e.run_id, e.type, e.payload"
+    async def unreconciled(
+        self, after_id: int = 0, limit: int = 500
+    ) -> tuple[list[tuple[Progress, list[RuntimeEvent]]], int | None]:
+        """One page of active occurrences (ids above `after_id`), each with the
+        events after its cursor, in order; and the id to continue after (None at the end)."""
+        page = await self._all(
+            "SELECT id, state, command_id, run_id, event_cursor FROM occurrences"
+            f" WHERE state IN {_ACTIVE_SQL} AND id > ? ORDER BY id LIMIT ?",
+            (after_id, limit),
         )
-        active = "o.state IN ('accepted', 'running') AND e.seq > o.event_cursor"
+        if not page:
+            return [], None
+        progress = {row[0]: (Progress(*row), []) for row in page}
+        cols = "o.id, e.seq, e.at, e.command_id, e.run_id, e.type, e.payload"
+        scope = (
+            "WITH o AS (SELECT id, command_id, run_id, event_cursor FROM occurrences"
+            f" WHERE state IN {_ACTIVE_SQL} AND id BETWEEN ? AND ?)"
+        )
         rows = await self._all(
-            f"SELECT {cols} FROM occurrences o JOIN events e ON e.command_id = o.command_id"
-            f" WHERE {active}"
-            f" UNION SELECT {cols} FROM occurrences o JOIN events e ON e.run_id = o.run_id"
-            f" WHERE o.run_id IS NOT NULL AND {active} ORDER BY 1, 6"
+            f"{scope} SELECT {cols} FROM o JOIN events e"
+            " ON e.command_id = o.command_id AND e.seq > o.event_cursor"
+            f" UNION ALL SELECT {cols} FROM o JOIN events e ON e.run_id = o.run_id"
+            " AND e.seq > o.event_cursor AND e.command_id IS NULL"
+            " ORDER BY 1, 2",
+            (page[0][0], page[-1][0]),
         )
-        grouped: dict[int, tuple[Progress, list[RuntimeEvent]]] = {}
         for row in rows:
-            entry = grouped.get(row[0])
-            if entry is None:
-                entry = grouped[row[0]] = (Progress(row[0], row[1], row[2], row[3], row[4]), [])
-            entry[1].append(
-                RuntimeEvent(row[5], row[6], row[7], row[8], row[9], json.loads(row[10]))
-            )
-        return list(grouped.values())
+            entry = progress.get(row[0])
+            if entry is not None:
+                entry[1].append(RuntimeEvent(*row[1:6], json.loads(row[6])))
+        found = [entry for entry in progress.values() if entry[1]]
+        return found, page[-1][0] if len(page) == limit else None
 
     async def apply_changes(self, changes: Sequence[Change]) -> None:
         """Write reconcile's results; the state guard keeps terminal states immutable."""
-        if not changes:
-            return
-        rows = []
+        shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         for change in changes:
-            f = change.fields
-            rows.append(
-                (
-                    change.state,
-                    change.cursor,
-                    f.get("run_id"),
-                    f.get("started_at"),
-                    f.get("finished_at"),
-                    f.get("exit_code"),
-                    f.get("error_code"),
-                    f.get("detail"),
-                    f.get("pid"),
-                    f.get("pgid"),
-                    f.get("pid_start"),
-                    f.get("log_path"),
-                    change.id,
-                )
-            )
+            keys = tuple(sorted(change.fields))
+            values = tuple(change.fields[k] for k in keys)
+            shapes.setdefault(keys, []).append((change.state, change.cursor, *values, change.id))
+        if not shapes:
+            return
         async with self._write():
-            await self._conn.executemany(
-                "UPDATE occurrences SET state = coalesce(?, state), event_cursor = ?,"
-                " run_id = coalesce(?, run_id), started_at = coalesce(?, started_at),"
-                " finished_at = coalesce(?, finished_at), exit_code = coalesce(?, exit_code),"
-                " error_code = coalesce(?, error_code), detail = coalesce(?, detail),"
-                " pid = coalesce(?, pid), pgid = coalesce(?, pgid),"
-                " pid_start = coalesce(?, pid_start), log_path = coalesce(?, log_path)"
-                f" WHERE id = ? AND state IN {_ACTIVE_SQL}",
-                rows,
-            )
+            for keys, rows in shapes.items():
+                sets = "".join(f", {key} = ?" for key in keys)
+                await self._conn.executemany(
+                    f"UPDATE occurrences SET state = coalesce(?, state), event_cursor = ?{sets}"
+                    f" WHERE id = ? AND state IN {_ACTIVE_SQL}",
+                    rows,
+                )
 
     async def state_counts(self) -> dict[str, int]:
         rows = await self._all("SELECT state, count(*) FROM occurrences GROUP BY state")
@@ -752,6 +755,27 @@ _INSERT_OCC = (
     " missed, detail, finished_at, owner, lease_token, generation, command_id)"
     " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def _claimed(row: tuple[Any, ...]) -> Occurrence:
+    """The Occurrence an _INSERT_OCC row makes, without reading it back."""
+    return Occurrence(
+        id=row[0],
+        task_id=row[1],
+        task=row[2],
+        kind="scheduled",
+        scheduled_for=row[3],
+        state=row[4],
+        claimed_at=row[5],
+        covers=row[6],
+        missed=row[7],
+        detail=row[8],
+        finished_at=row[9],
+        owner=row[10],
+        lease_token=row[11],
+        generation=row[12],
+        command_id=row[13],
+    )
 
 
 def _advance(plan: Plan) -> tuple[Any, ...]:
