@@ -14,7 +14,7 @@ import signal
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from tickui import procs
 from tickui.clock import Clock
@@ -464,7 +464,11 @@ def _fold(progress: Progress, events: list, receipts: dict[int, dict]) -> Change
     if receipt is None:
         return fold_events(progress, events)
     accepted = progress.state == "claimed"
-    start = replace(progress, state="accepted") if accepted else progress
+    start = (
+        Progress(progress.id, "accepted", progress.command_id, progress.run_id, progress.cursor)
+        if accepted
+        else progress
+    )
     change = fold_events(start, events) or Change(progress.id, progress.cursor)
     state = change.state or ("accepted" if accepted else None)
     return Change(change.id, change.cursor, state, {**receipt, **change.fields})

@@ -11,7 +11,7 @@ from tickui.spec import TaskSpec
 from tickui.timeutil import format_duration, iso
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TaskStats:
     """What the history says of a task: its last run and how many runs it missed or skipped."""
 
@@ -24,7 +24,7 @@ class TaskStats:
     active: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Task:
     id: int
     name: str
@@ -72,7 +72,7 @@ class Task:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Occurrence:
     id: int
     task_id: int
@@ -158,7 +158,7 @@ def occurrence_from_row(row: Any) -> Occurrence:
     return Occurrence(*row)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Lease:
     owner: str
     token: int
@@ -167,7 +167,7 @@ class Lease:
     pid: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class LeaseResult:
     """Outcome of trying to take or renew the lease: held (with token) or standby."""
 
@@ -176,7 +176,7 @@ class LeaseResult:
     new: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RunRequest:
     id: int
     task_id: int

@@ -36,7 +36,7 @@ def bound(detail: str | None) -> str | None:
     return detail if len(detail) <= DETAIL_MAX else detail[: DETAIL_MAX - 1] + "…"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RuntimeEvent:
     """One appended fact about a run, as stored in the event log."""
 
@@ -48,7 +48,7 @@ class RuntimeEvent:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Progress:
     """Where an active occurrence stands, as reconcile sees it."""
 
@@ -59,7 +59,7 @@ class Progress:
     cursor: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Change:
     """What one event does to an occurrence: a new state and fields, or only the cursor."""
 

@@ -11,7 +11,7 @@ RUN_ALL_CAP = 100
 WINDOW = 250
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DueTask:
     """What a scan needs to know of a task that is due."""
 
@@ -25,7 +25,7 @@ class DueTask:
     generation: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Planned:
     """An occurrence a scan will create: to run (`claimed`) or recorded `skipped`."""
 
@@ -36,7 +36,7 @@ class Planned:
     detail: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Plan:
     task: DueTask
     next_run_at: int | None
@@ -50,8 +50,33 @@ def due_time(task: DueTask, slot: int) -> int:
 
 def plan_task(task: DueTask, now: int, grace: int, active: bool) -> Plan:
     """Decide what the due slots of one task become (DESIGN 3, late runs and overlap)."""
+    if due_time(task, task.next_run_at) > now:
+        return Plan(task, task.next_run_at)
+    following = task.schedule.next_after(task.next_run_at)
+    capped = False
+    if following is None or following > now:
+        due, older, next_slot = [task.next_run_at], 0, following  # the usual case: one slot
+    else:
+        due, older, next_slot, capped = _due_window(task, now)
+    late = [slot for slot in due if now - due_time(task, slot) > grace]
+    on_time = [slot for slot in due if now - due_time(task, slot) <= grace]
+    missed = older + len(late)
+    if not due:
+        return Plan(task, task.next_run_at if older else next_slot)
+    if missed and task.misfire == "run_all" and task.concurrency == "forbid":
+        return _catch_up_in_turn(task, late, on_time, missed, next_slot, active)
+    planned = (
+        _misfire(task, due, late, on_time, missed, capped)
+        if missed
+        else [Planned(slot, "claimed") for slot in on_time]
+    )
+    planned, cancel = _overlap(task.concurrency, planned, active)
+    return Plan(task, next_slot, planned, cancel)
+
+
+def _due_window(task: DueTask, now: int) -> tuple[list[int], int, int | None, bool]:
+    """Several slots have passed: the newest due ones, how many older, and the next slot."""
     window = task.schedule.slots(task.next_run_at, now, WINDOW)
-    older = window.count - len(window.newest)
     due: list[int] = []
     next_slot: int | None = None
     for slot in window.newest:
@@ -61,20 +86,7 @@ def plan_task(task: DueTask, now: int, grace: int, active: bool) -> Plan:
         due.append(slot)
     if next_slot is None:
         next_slot = task.schedule.next_after(now)
-    late = [slot for slot in due if now - due_time(task, slot) > grace]
-    on_time = [slot for slot in due if now - due_time(task, slot) <= grace]
-    missed = older + len(late)
-    if not due:
-        return Plan(task, task.next_run_at if older else next_slot)
-    if missed and task.misfire == "run_all" and task.concurrency == "forbid":
-        return _catch_up_in_turn(task, late, on_time, missed, next_slot, active)
-    planned = (
-        _misfire(task, due, late, on_time, missed, window.capped)
-        if missed
-        else [Planned(slot, "claimed") for slot in on_time]
-    )
-    planned, cancel = _overlap(task.concurrency, planned, active)
-    return Plan(task, next_slot, planned, cancel)
+    return due, window.count - len(window.newest), next_slot, window.capped
 
 
 def _misfire(

@@ -27,7 +27,7 @@ MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", 
 COUNT_CAP = 10_000
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SlotWindow:
     """Fire times in a closed range: how many, and the newest few of them (ascending)."""
 
@@ -60,7 +60,7 @@ def preview(schedule: Schedule, after: int, n: int) -> list[int]:
     return times
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class IntervalSchedule:
     """Fires at anchor + k*every, so restarts never shift the grid."""
 
@@ -90,7 +90,7 @@ class IntervalSchedule:
         return SlotWindow(count, [self.anchor + k * self.every for k in range(lo, last + 1)])
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class OnceSchedule:
     at: int
     kind: str = "once"
@@ -107,7 +107,7 @@ class OnceSchedule:
         return SlotWindow(int(inside), [self.at] if inside and keep > 0 else [])
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CronSchedule:
     """A cron expression (5 fields, 6 with seconds first, or a macro) in an IANA zone."""
 

@@ -19,7 +19,7 @@ OVERLAP_POLICIES = ("forbid", "allow", "replace")
 MAX_JITTER = 86400 * 1_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TaskSpec:
     """What a task is, independent of its run-time state (enabled, next run, history)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -48,7 +49,7 @@ class LeaseLost(StoreError):
     """A claim was made with a token that no longer holds the lease (fencing)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NewEvent:
     at: int
     type: str
@@ -57,7 +58,7 @@ class NewEvent:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SyncReport:
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
@@ -577,7 +578,7 @@ class Store:
         for row in rows:
             entry = progress.get(row[0])
             if entry is not None:
-                entry[1].append(RuntimeEvent(*row[1:6], json.loads(row[6])))
+                entry[1].append(RuntimeEvent(*row[1:6], _payload(row[6])))
         found = [entry for entry in progress.values() if entry[1]]
         return found, page[-1][0] if len(page) == limit else None
 
@@ -755,6 +756,12 @@ _INSERT_OCC = (
     " missed, detail, finished_at, owner, lease_token, generation, command_id)"
     " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+@functools.lru_cache(maxsize=4096)
+def _payload(text: str) -> dict[str, Any]:
+    """Event payloads repeat (`{"exit_code": 0}`); parse each text once. Read-only."""
+    return json.loads(text)
 
 
 def _claimed(row: tuple[Any, ...]) -> Occurrence:
