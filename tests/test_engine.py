@@ -26,13 +26,18 @@ async def test_each_slot_runs_once_and_settles_from_events(tmp_path):
             "hello", every="1s", command=["sh", "-c", f"echo $TICKUI_SCHEDULED_FOR >> {out}"]
         )
         await r.engine.start()
+        await r.settle()
         for _ in range(4):
             await r.tick(1)
             await r.settle()
         runs = await r.history("hello")
         assert [o.scheduled_for for o in runs] == [T0 + k * MICROS for k in range(5)]
-        assert all(o.state == "succeeded" and o.exit_code == 0 for o in runs)
-        assert all(o.claimed_at <= o.accepted_at <= o.started_at <= o.finished_at for o in runs)
+        assert all(o.state == "succeeded" and o.exit_code == 0 for o in runs), [
+            (o.state, o.exit_code, o.error_code, o.detail) for o in runs
+        ]
+        assert all(o.claimed_at <= o.accepted_at <= o.started_at <= o.finished_at for o in runs), [
+            (o.claimed_at, o.accepted_at, o.started_at, o.finished_at) for o in runs
+        ]
         assert len(out.read_text().splitlines()) == 5
         task = await r.store.get_task("hello")
         assert task.next_run_at == T0 + 5 * MICROS
@@ -373,6 +378,7 @@ async def test_history_is_pruned_with_events_and_logs(tmp_path):
     async with rig(tmp_path / "t.db", keep=3, prune_every=0) as r:
         await r.add("job", every="1s", command=["sh", "-c", "echo hi"])
         await r.engine.start()
+        await r.settle()
         for _ in range(6):
             await r.tick(1)
             await r.settle()

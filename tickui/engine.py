@@ -36,7 +36,7 @@ class EngineConfig:
     lease_ttl: int = 30 * MICROS
     stop_grace: float = 10.0
     keep: int = 1000
-    batch: int = 500
+    batch: int = 1000
     tick_period: int = MICROS
     prune_every: int = 60 * MICROS
     owner: str | None = None
@@ -140,7 +140,9 @@ class SchedulerEngine:
         self._was_standby = False
         self._last_prune: int | None = None
         self._wake_after_scan = False
-        self._receipts: dict[int, dict] = {}  # occurrence id -> receipt not yet written
+        self._receipts: dict[
+            int, dict[str, object]
+        ] = {}  # occurrence id -> receipt not yet written
         store.on_events(self._wake.set)
 
     # ---- observing -----------------------------------------------------------------
@@ -334,11 +336,12 @@ class SchedulerEngine:
             if isinstance(result, DispatchFailure):
                 failed.append((job.occurrence.id, result.code, redact(result.detail)))
             else:
-                self._receipts[job.occurrence.id] = {
-                    "accepted_at": now,
-                    "command_id": result.command_id,
-                    "log_path": result.log_path,
-                }
+                receipt: dict[str, object] = {"accepted_at": now}
+                if result.command_id != job.occurrence.command_id:
+                    receipt["command_id"] = result.command_id
+                if result.log_path is not None:
+                    receipt["log_path"] = result.log_path
+                self._receipts[job.occurrence.id] = receipt
         await self.store.fail_occurrences(failed, now, states=("claimed",))
 
     # ---- run now, cancel -------------------------------------------------------------
@@ -408,7 +411,7 @@ class SchedulerEngine:
                     await asyncio.sleep(0)
             if receipts:  # accepted, nothing heard yet
                 await self.store.mark_accepted(
-                    [(i, r["command_id"], r["log_path"]) for i, r in receipts.items()],
+                    [(i, r.get("command_id"), r.get("log_path")) for i, r in receipts.items()],
                     min(r["accepted_at"] for r in receipts.values()),
                 )
                 changed.extend(receipts)

@@ -511,13 +511,16 @@ class Store:
             raise NotFound(f"no occurrence {occ_id}")
         return found[0]
 
-    async def mark_accepted(self, items: Sequence[tuple[int, str, str | None]], now: int) -> None:
+    async def mark_accepted(
+        self, items: Sequence[tuple[int, str | None, str | None]], now: int
+    ) -> None:
         """Receipts from the dispatcher: (occurrence id, command id, log path)."""
         if not items:
             return
         async with self._write():
             await self._conn.executemany(
-                "UPDATE occurrences SET state = 'accepted', accepted_at = ?, command_id = ?,"
+                "UPDATE occurrences SET state = 'accepted', accepted_at = ?,"
+                " command_id = coalesce(?, command_id),"
                 " log_path = coalesce(?, log_path) WHERE id = ? AND state = 'claimed'",
                 [(now, command_id, log, occ_id) for occ_id, command_id, log in items],
             )
