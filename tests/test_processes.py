@@ -67,6 +67,8 @@ def test_two_engines_run_every_slot_exactly_once(tmp_path):
     assert [p.returncode for p in (first, second)] == [0, 0], outputs
     finals = [json.loads(err.strip().splitlines()[-1])["engine"] for _, err in outputs]
     assert sorted(f["was_standby"] for f in finals) == [False, True]
+    standby_err = outputs[[f["was_standby"] for f in finals].index(True)][1]
+    assert "standby: lease held by" in standby_err
 
     lines = out.read_text().split()
     assert len(lines) == len(set(lines)), "a slot ran twice"

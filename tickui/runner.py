@@ -112,7 +112,9 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
                     report.removed,
                 )
         clock: Clock = ScaledClock(opts.scale) if opts.scale != 1 else SystemClock()
-        engine = build_engine(store, clock, settings, opts.tick_interval)
+        period = max(MIN_REAL_PERIOD, opts.tick_interval / MICROS / opts.scale)
+        # Between two ticks this much engine time passes: at high scales, more than asked.
+        engine = build_engine(store, clock, settings, round(period * opts.scale * MICROS))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -125,7 +127,6 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
             log.info("standby: lease held by %s", status.holder)
         else:
             log.info("running on %s as %s", db, engine.owner)
-        period = max(MIN_REAL_PERIOD, opts.tick_interval / MICROS / opts.scale)
         await drive(engine, clock, period, stop)
         log.info("stopping")
         await engine.stop(opts.stop_grace / MICROS)

@@ -38,6 +38,7 @@ from tickui.schedules import jitter_offset
 from tickui.spec import TaskSpec
 from tickui.timeutil import MICROS
 
+NO_STATS = TaskStats()
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 DEFAULT_KEEP = 1000
@@ -230,7 +231,7 @@ class Store:
             anchor=row[9],
             next_run_at=row[10],
             due_at=row[11],
-            stats=stats or TaskStats(),
+            stats=stats or NO_STATS,
         )
 
     @staticmethod

@@ -1,0 +1,94 @@
+"""`tickui run` as a process: time-lapse, signals, and secrets kept out of what it prints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+from helpers import cli, cli_json
+from tickui.redact import RedactingFilter, redact
+
+
+def test_time_lapse_runs_an_hour_of_minutes_on_time(tmp_path):
+    db = tmp_path / "t.db"
+    assert cli("task", "add", "minutely", "--every", "1m", "--", "true", db=db).returncode == 0
+    run = cli("run", "--for", "4", "--time-scale", "900", db=db)
+    assert run.returncode == 0, run.stderr
+    history = sorted(
+        cli_json("history", "minutely", "--limit", "500", db=db), key=lambda o: o["scheduled_for"]
+    )
+    slots = [datetime.fromisoformat(o["scheduled_for"]) for o in history]
+    assert len(slots) >= 30, f"only {len(slots)} minutes ran in 4 s at 900x"
+    gaps = [(b - a).total_seconds() for a, b in zip(slots, slots[1:], strict=False)]
+    assert set(gaps) == {60}, gaps
+    assert {o["state"] for o in history} == {"succeeded"}
+    assert [o["missed"] for o in history] == [0] * len(history)
+    lateness = [
+        (datetime.fromisoformat(o["started_at"]) - s).total_seconds()
+        for o, s in zip(history, slots, strict=True)
+    ]
+    assert max(lateness) < 60, lateness  # late by less than one slot, in engine time
+
+
+def test_sigterm_stops_gracefully_and_cancels_what_still_runs(tmp_path):
+    db = tmp_path / "t.db"
+    cli(
+        "task",
+        "add",
+        "sleepy",
+        "--every",
+        "1h",
+        "--",
+        sys.executable,
+        "-c",
+        "import time; time.sleep(60)",
+        db=db,
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TICKUI_DB"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tickui", "--db", str(db), "run", "--stop-grace", "300ms"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        rows = cli_json("history", "sleepy", db=db)
+        if rows and rows[0]["state"] == "running":
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    final = json.loads(err.strip().splitlines()[-1])["engine"]
+    assert final["running"] is False
+    (occ,) = cli_json("history", "sleepy", db=db)
+    assert occ["state"] == "cancelled" and occ["detail"] == "engine_stopped"
+
+
+def test_redact_hides_passwords_in_urls_and_pairs():
+    text = "redis://app:s3cret@cache:6379/0 and kafka://user:pa%40ss@h:9092 password=hunter2"
+    cleaned = redact(text)
+    assert "s3cret" not in cleaned and "pa%40ss" not in cleaned and "hunter2" not in cleaned
+    assert "redis://app:***@cache:6379/0" in cleaned
+    assert redact("redis://cache:6379/0") == "redis://cache:6379/0"
+
+
+def test_logging_filter_redacts_arguments_and_tracebacks():
+    record = logging.LogRecord(
+        "tickui", logging.ERROR, __file__, 1, "cannot reach %s", ("redis://u:topsecret@h:1",), None
+    )
+    try:
+        raise ConnectionError("auth failed for redis://u:topsecret@h:1")
+    except ConnectionError:
+        record.exc_info = sys.exc_info()
+    assert RedactingFilter().filter(record)
+    formatted = logging.Formatter().format(record)
+    assert "topsecret" not in formatted and "***" in formatted
