@@ -128,12 +128,13 @@ async def tickui_side(tasks: int) -> dict:
         await store.close()
         _seed(db, tasks)
         store = await Store.open(db)
-        clock = ManualClock(T0 + 1000)
+        clock = ManualClock(T0 - MICROS)
         engine = SchedulerEngine(store, InstantDispatcher(store, clock), clock, EngineConfig())
-        engine._running = True
+        await engine.start()  # running, holding the lease, nothing due yet
         probe = LagProbe()
         probe.start()
         await asyncio.sleep(0.05)
+        clock.advance(0.001 + 1)  # every task falls due at once
         start = time.perf_counter()
         await engine.tick(clock.now())
         while await store.active_occurrences():
@@ -141,6 +142,7 @@ async def tickui_side(tasks: int) -> dict:
         elapsed = time.perf_counter() - start
         await probe.stop()
         counts = await store.state_counts()
+        await engine.stop()
         await store.close()
     assert counts.get("succeeded", 0) == HISTORY // tasks * tasks + tasks, counts
     return {

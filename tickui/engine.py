@@ -194,6 +194,7 @@ class SchedulerEngine:
         if self._running:
             return
         self._running = True
+        await self.store.list_tasks(with_stats=False)  # parses every definition once, up front
         self._reconciler = asyncio.create_task(self._reconcile_loop(), name="tickui-reconcile")
         await self.tick(self.clock.now())
 
