@@ -39,6 +39,7 @@ from tickui.spec import TaskSpec
 from tickui.timeutil import MICROS
 
 NO_STATS = TaskStats()
+SPEC_CACHE_MAX = 100_000
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 DEFAULT_KEEP = 1000
@@ -217,6 +218,8 @@ class Store:
     def _task(self, row: Any, stats: TaskStats | None = None) -> Task:
         spec = self._specs.get(row[2])
         if spec is None:
+            if len(self._specs) > SPEC_CACHE_MAX:
+                self._specs.clear()
             spec = self._specs[row[2]] = TaskSpec.from_json(row[2])
         return Task(
             id=row[0],
