@@ -68,6 +68,16 @@ class LagProbe:
         return statistics.quantiles(self.lags, n=100, method="inclusive")[98]
 
 
+def _figures(tasks: int, elapsed: float, probe: LagProbe) -> dict:
+    return {
+        "jobs_per_s": tasks / elapsed,
+        "seconds": elapsed,
+        "loop_lag_p99_ms": probe.p99(),
+        "loop_lag_max_ms": probe.worst(),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
 class InstantDispatcher:
     """Accepts every job and records its start and completion at once, in one batch."""
 
@@ -145,13 +155,7 @@ async def tickui_side(tasks: int) -> dict:
         await engine.stop()
         await store.close()
     assert counts.get("succeeded", 0) == HISTORY // tasks * tasks + tasks, counts
-    return {
-        "jobs_per_s": tasks / elapsed,
-        "seconds": elapsed,
-        "loop_lag_p99_ms": probe.p99(),
-        "loop_lag_max_ms": probe.worst(),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
+    return _figures(tasks, elapsed, probe)
 
 
 ran = 0
@@ -198,13 +202,7 @@ async def apscheduler_side(tasks: int) -> dict:
         with sqlite3.connect(path) as conn:
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal", mode
-    return {
-        "jobs_per_s": tasks / elapsed,
-        "seconds": elapsed,
-        "loop_lag_p99_ms": probe.p99(),
-        "loop_lag_max_ms": probe.worst(),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
+    return _figures(tasks, elapsed, probe)
 
 
 def _child(side: str, tasks: int) -> dict:

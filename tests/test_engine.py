@@ -177,6 +177,12 @@ async def test_overlap_policies(tmp_path, policy):
             assert not _alive(first.pid)
 
 
+def _claim_plan(task, slot: int) -> Plan:
+    """A plan to run `slot` of `task`, made from the task as it was read."""
+    due = DueTask(task.id, task.name, task.schedule, slot, "run_once", "forbid", 0, task.generation)
+    return Plan(due, slot + MICROS, [Planned(slot, "claimed")])
+
+
 def _alive(pid: int | None) -> bool:
     try:
         os.kill(pid, 0)
@@ -262,20 +268,7 @@ async def test_second_engine_is_standby_and_fencing_rejects_old_tokens(tmp_path)
         assert b.engine.status().lease_state == "held"
         assert b.engine._lease.token == old_token + 1
         task = await a.store.get_task("job")
-        plan = Plan(
-            DueTask(
-                task.id,
-                task.name,
-                task.schedule,
-                task.next_run_at,
-                "run_once",
-                "forbid",
-                0,
-                task.generation,
-            ),
-            task.next_run_at + MICROS,
-            [Planned(task.next_run_at, "claimed")],
-        )
+        plan = _claim_plan(task, task.next_run_at)
         with pytest.raises(LeaseLost):
             await a.store.claim([plan], a.engine.owner, old_token, b.clock.now())
 
@@ -293,13 +286,7 @@ async def test_a_slot_is_never_claimed_twice(tmp_path):
                 "UPDATE tasks SET next_run_at = ?, due_at = ? WHERE id = ?", (T0, T0, task.id)
             )
         stale = await r.store.get_task("job")
-        plan = Plan(
-            DueTask(
-                stale.id, stale.name, stale.schedule, T0, "run_once", "forbid", 0, stale.generation
-            ),
-            T0 + MICROS,
-            [Planned(T0, "claimed")],
-        )
+        plan = _claim_plan(stale, T0)
         claimed = await r.store.claim([plan], r.engine.owner, token, r.clock.now())
         assert claimed == []
         assert [o.scheduled_for for o in await r.history("job")] == [T0]
@@ -315,20 +302,7 @@ async def test_a_generation_bump_voids_a_stale_plan(tmp_path):
             await r.store._conn.execute(
                 "UPDATE tasks SET generation = generation + 1 WHERE id = ?", (task.id,)
             )
-        plan = Plan(
-            DueTask(
-                task.id,
-                task.name,
-                task.schedule,
-                task.next_run_at,
-                "run_once",
-                "forbid",
-                0,
-                task.generation,
-            ),
-            task.next_run_at + MICROS,
-            [Planned(task.next_run_at, "claimed")],
-        )
+        plan = _claim_plan(task, task.next_run_at)
         assert (
             await r.store.claim([plan], r.engine.owner, r.engine._lease.token, r.clock.now()) == []
         )

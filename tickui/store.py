@@ -245,27 +245,31 @@ class Store:
             return None, None
         return slot, slot + jitter_offset(name, slot, spec.jitter)
 
-    async def add_task(self, spec: TaskSpec, now: int, source: str = "cli") -> Task:
+    async def _insert_task(self, spec: TaskSpec, now: int, source: str) -> None:
+        """Insert a new task row, its first slot computed from its anchor (in a write)."""
         anchor = default_anchor(spec, now)
         nxt, due = self._next(spec, spec.name, anchor, now - 1)
+        await self._conn.execute(
+            "INSERT INTO tasks (name, spec, definition_hash, source, enabled, created_at,"
+            " updated_at, anchor, next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                spec.name,
+                spec.to_json(),
+                spec.definition_hash(),
+                source,
+                int(spec.enabled),
+                now,
+                now,
+                anchor,
+                nxt,
+                due,
+            ),
+        )
+
+    async def add_task(self, spec: TaskSpec, now: int, source: str = "cli") -> Task:
         try:
             async with self._write():
-                await self._conn.execute(
-                    "INSERT INTO tasks (name, spec, definition_hash, source, enabled, created_at,"
-                    " updated_at, anchor, next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        spec.name,
-                        spec.to_json(),
-                        spec.definition_hash(),
-                        source,
-                        int(spec.enabled),
-                        now,
-                        now,
-                        anchor,
-                        nxt,
-                        due,
-                    ),
-                )
+                await self._insert_task(spec, now, source)
         except sqlite3.IntegrityError:
             from tickui.errors import BadInput
 
@@ -352,38 +356,17 @@ class Store:
     async def sync_tasks(self, specs: Sequence[TaskSpec], now: int) -> SyncReport:
         """Make the config-declared tasks match `specs` (DESIGN 6); CLI-made tasks are kept."""
         report = SyncReport()
-        rows = await self._all("SELECT id, name, definition_hash, source FROM tasks")
+        rows = await self._all("SELECT id, name, definition_hash, source, anchor FROM tasks")
         existing = {row[1]: row for row in rows}
         wanted = {spec.name for spec in specs}
         async with self._write():
             for spec in specs:
                 row = existing.get(spec.name)
-                anchor = default_anchor(spec, now)
                 if row is None:
-                    nxt, due = self._next(spec, spec.name, anchor, now - 1)
-                    await self._conn.execute(
-                        "INSERT INTO tasks (name, spec, definition_hash, source, enabled,"
-                        " created_at, updated_at, anchor, next_run_at, due_at)"
-                        " VALUES (?,?,?,'config',?,?,?,?,?,?)",
-                        (
-                            spec.name,
-                            spec.to_json(),
-                            spec.definition_hash(),
-                            int(spec.enabled),
-                            now,
-                            now,
-                            anchor,
-                            nxt,
-                            due,
-                        ),
-                    )
+                    await self._insert_task(spec, now, "config")
                     report.added.append(spec.name)
                 elif row[2] != spec.definition_hash() or row[3] != "config":
-                    keep_anchor = spec.anchor
-                    if keep_anchor is None:
-                        keep_anchor = (
-                            await self._one("SELECT anchor FROM tasks WHERE id = ?", (row[0],))
-                        )[0]
+                    keep_anchor = spec.anchor if spec.anchor is not None else row[4]
                     nxt, due = self._next(spec, spec.name, keep_anchor, now)
                     await self._conn.execute(
                         "UPDATE tasks SET spec = ?, definition_hash = ?, source = 'config',"
