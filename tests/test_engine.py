@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -363,3 +364,39 @@ async def test_history_is_pruned_with_events_and_logs(tmp_path):
         assert logs == sorted(f"{o.id}.log" for o in runs)
         commands = {row[0] for row in await r.store._all("SELECT DISTINCT command_id FROM events")}
         assert commands == {o.command_id for o in runs}
+
+
+async def test_runs_get_cwd_env_and_a_private_log_file(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    script = 'pwd; echo "$GREETING $TICKUI_TASK $TICKUI_KIND $TICKUI_SCHEDULED_FOR"'
+    async with rig(tmp_path / "t.db") as r:
+        await r.add(
+            "env",
+            every="1h",
+            cwd=str(work),
+            env={"GREETING": "hello"},
+            command=["sh", "-c", script],
+        )
+        await r.engine.start()
+        await r.settle()
+        (occ,) = await r.history("env")
+        log = occ.log_path
+        assert log and os.stat(log).st_mode & 0o077 == 0
+        lines = Path(log).read_text().splitlines()
+        assert lines == [str(work), "hello env scheduled 2027-01-15T08:00:00+00:00"]
+
+
+async def test_a_user_can_cancel_a_running_occurrence(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("slow", every="1h", command=SLOW)
+        await r.engine.start()
+        await asyncio.sleep(0.2)
+        await r.engine.reconcile()
+        (occ,) = await r.history("slow")
+        assert occ.state == "running"
+        assert await r.engine.cancel(occ.id) is True
+        (occ,) = await r.history("slow")
+        assert occ.state == "cancelled" and occ.detail == "cancelled_by_user"
+        assert not _alive(occ.pid)
+        assert await r.engine.cancel(occ.id) is False  # nothing left to cancel
