@@ -51,6 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--time-scale", type=float, default=1.0, metavar="N")
     run.add_argument("--stop-grace", metavar="DURATION")
     run.add_argument("--tick-interval", metavar="DURATION")
+    run.add_argument("--kafka", metavar="BOOTSTRAP", help="publish ticks to Kafka")
+    run.add_argument("--topic", metavar="NAME", help="tick topic (runtime.tick.v1)")
+    run.add_argument("--valkey", metavar="URL", help="keep tick sequence numbers in Valkey")
+
+    ticks = sub.add_parser("ticks", parents=[shared], help="follow ticks on Kafka")
+    ticks.add_argument("--kafka", metavar="BOOTSTRAP")
+    ticks.add_argument("--topic", metavar="NAME")
+    ticks.add_argument("--json", action="store_true", help="one JSON object per line")
+    ticks.add_argument("--for", dest="duration", type=float, metavar="SECONDS")
+    ticks.add_argument("--count", type=int, metavar="N")
+    ticks.add_argument("--from-beginning", action="store_true")
 
     task = sub.add_parser("task", parents=[shared], help="add, list, show and change tasks")
     tsub = task.add_subparsers(dest="action", parser_class=_Parser, required=True)
@@ -243,6 +254,20 @@ async def cmd_history(args: argparse.Namespace, path: Path) -> int:
     return await _with_store(path, action)
 
 
+def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
+    from tickui.tail import main_sync
+
+    bootstrap = args.kafka or settings.ticker.kafka_bootstrap
+    if not bootstrap:
+        raise BadInput("kafka", "give --kafka BOOTSTRAP (or TICKUI_KAFKA_BOOTSTRAP)")
+    if args.count is not None and args.count < 1:
+        raise BadInput("count", f"{args.count} is below 1")
+    if args.duration is not None and args.duration <= 0:
+        raise BadInput("for", f"{args.duration:g} is not a positive number of seconds")
+    topic = args.topic or settings.ticker.topic
+    return main_sync(bootstrap, topic, args.json, args.duration, args.count, args.from_beginning)
+
+
 def run(argv: Sequence[str]) -> int:
     args_part, command = _split_command(argv)
     args = build_parser().parse_args(args_part)
@@ -261,6 +286,8 @@ def run(argv: Sequence[str]) -> int:
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
         return asyncio.run(run_headless(args, settings, path))
+    if args.command == "ticks":
+        return cmd_ticks(args, settings)
     if args.command == "task":
         return asyncio.run(cmd_task(args, command, path))
     if command is not None:

@@ -14,6 +14,8 @@ from typing import Any
 
 from tickui.errors import BadInput
 from tickui.spec import TaskSpec, build_spec
+from tickui.ticker_config import TickerConfig
+from tickui.ticker_config import build as build_ticker
 from tickui.timeutil import MICROS, parse_duration
 
 DEFAULT_CONFIG = Path("tickui.toml")
@@ -40,6 +42,8 @@ class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     raw: dict[str, Any] = field(default_factory=dict)
     tasks: list[TaskSpec] | None = None  # None: no file, so no sync
+    ticker: TickerConfig = field(default_factory=TickerConfig)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def default_db() -> Path:
@@ -108,7 +112,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     if not path.exists():
         if explicit:
             raise ConfigError("config", f"{path} does not exist")
-        return Settings(engine=_engine({}, env))
+        return Settings(engine=_engine({}, env), ticker=build_ticker({}, env), env=env)
     try:
         text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text)
@@ -131,6 +135,15 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     except BadInput as exc:
         raise _fail(path, text, "engine", 0, exc, "engine.") from None
     tasks = _tasks(path, text, data.get("task", []), now)
+    try:
+        ticker = build_ticker(data, env)
+    except BadInput as exc:
+        table, _, key = exc.field.partition(".")
+        if table in ("ticker", "kafka", "valkey") and key:
+            line = _line_of(text, table, 0, key)
+            where = f"{path} line {line}" if line else str(path)
+            raise ConfigError(f"{where}: {exc.field}", exc.message) from None
+        raise
     db = engine_raw.get("db")
     return Settings(
         path=path,
@@ -138,6 +151,8 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         engine=engine,
         raw=data,
         tasks=tasks,
+        ticker=ticker,
+        env=env,
     )
 
 

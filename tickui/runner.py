@@ -1,10 +1,10 @@
-"""`tickui run`: the engine driven by ticks, headless, until a signal or `--for` ends it."""
+"""`tickui run`: the engine driven by the ticker, headless, until a signal or `--for`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -12,25 +12,30 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tickui.bus import KafkaBus
 from tickui.clock import Clock, ScaledClock, SystemClock
 from tickui.config import Settings
 from tickui.dispatcher import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.errors import BadInput
 from tickui.redact import RedactingFilter
+from tickui.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
 from tickui.store import Store
+from tickui.ticker import RuntimeScheduler, Tick
+from tickui.ticker_config import TickerConfig
+from tickui.ticker_config import build as build_ticker
 from tickui.timeutil import MICROS, parse_duration
 
-MIN_REAL_PERIOD = 0.01
-TICK_OFFSET = 0.002
+MIN_INTERVAL_MS = 10
+SEQUENCE_BLOCK_SECONDS = 10  # reserve about this much ticking ahead
 
 
 @dataclass(frozen=True)
 class RunOptions:
     duration: float | None
     scale: float
-    tick_interval: int
     stop_grace: int
+    ticker: TickerConfig
 
 
 def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
@@ -38,13 +43,20 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
         raise BadInput("for", f"{args.duration:g} is not a positive number of seconds")
     if not 1 <= args.time_scale <= 3600:
         raise BadInput("time-scale", f"{args.time_scale:g} is out of range (1 to 3600)")
-    tick = parse_duration(args.tick_interval, "tick-interval") if args.tick_interval else MICROS
-    if not 10_000 <= tick <= 60 * MICROS:
-        raise BadInput("tick-interval", "must be between 10ms and 60s")
+    interval = None
+    if args.tick_interval:
+        interval = parse_duration(args.tick_interval, "tick-interval") / 1000
+    flags = {
+        "interval_ms": (interval, "--tick-interval"),
+        "kafka_bootstrap": (args.kafka, "--kafka"),
+        "topic": (args.topic, "--topic"),
+        "valkey_url": (args.valkey, "--valkey"),
+    }
+    ticker = build_ticker(settings.raw, settings.env, flags)
     grace = settings.engine.stop_grace
     if args.stop_grace:
         grace = parse_duration(args.stop_grace, "stop-grace")
-    return RunOptions(args.duration, args.time_scale, tick, grace)
+    return RunOptions(args.duration, args.time_scale, grace, ticker)
 
 
 def setup_logging() -> None:
@@ -55,6 +67,15 @@ def setup_logging() -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
     root.propagate = False
+
+
+def real_ticker_config(config: TickerConfig, scale: float) -> TickerConfig:
+    """Under time-lapse the ticker ticks `scale` times as often, down to 10 ms."""
+    if scale == 1:
+        return config
+    interval = max(MIN_INTERVAL_MS, round(config.interval_ms / scale))
+    jitter = min(config.jitter_ms, interval - 1) if config.jitter_ms else 0
+    return dataclasses.replace(config, interval_ms=interval, jitter_ms=jitter)
 
 
 def build_engine(store: Store, clock: Clock, settings: Settings, tick: int) -> SchedulerEngine:
@@ -69,31 +90,22 @@ def build_engine(store: Store, clock: Clock, settings: Settings, tick: int) -> S
     return SchedulerEngine(store, SubprocessDispatcher(store, clock), clock, config)
 
 
-async def drive(engine: SchedulerEngine, clock: Clock, period: float, stop: asyncio.Event) -> None:
-    """Tick at fixed deadlines on the monotonic clock (no drift); a busy engine coalesces."""
-    loop = asyncio.get_running_loop()
-    start = loop.time() + _to_boundary(clock, period)
-    beat = -1
-    scan: asyncio.Task[None] | None = None
-    while not stop.is_set():
-        beat = max(beat + 1, int((loop.time() - start) / period))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), max(0.0, start + beat * period - loop.time()))
-        if stop.is_set():
-            break
-        if scan is None or scan.done():
-            scan = asyncio.create_task(engine.tick(clock.now()))
+def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> RuntimeScheduler:
+    """The ticker with its sequence store (Valkey if configured, else the database) and bus."""
+    sequence_store = None
+    if config.persist_sequence:
+        if config.valkey_url:
+            sequence_store = ValkeySequenceStore(
+                config.valkey_url, config.valkey_timeout_s, config.valkey_retries
+            )
         else:
-            await engine.tick(clock.now())  # counted as coalesced by the engine
-    if scan is not None:
-        await scan
-
-
-def _to_boundary(clock: Clock, period: float) -> float:
-    """Seconds from now to just past the next wall-clock multiple of the tick period, so
-    ticks land right after whole-second slots instead of up to a tick before them."""
-    step = period * clock.scale
-    return ((-clock.now() / MICROS) % step) / clock.scale + TICK_OFFSET
+            sequence_store = SqliteSequenceStore(store)
+    block = max(10, SEQUENCE_BLOCK_SECONDS * 1000 // config.interval_ms)
+    sequence = SequenceAllocator(sequence_store, config.sequence_key, block)
+    bus = None
+    if config.kafka_bootstrap:
+        bus = KafkaBus(config.kafka_bootstrap, request_timeout=config.publish_timeout_s)
+    return RuntimeScheduler(config, clock, bus, sequence)
 
 
 async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -> int:
@@ -112,9 +124,17 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
                     report.removed,
                 )
         clock: Clock = ScaledClock(opts.scale) if opts.scale != 1 else SystemClock()
-        period = max(MIN_REAL_PERIOD, opts.tick_interval / MICROS / opts.scale)
+        tick_config = real_ticker_config(opts.ticker, opts.scale)
         # Between two ticks this much engine time passes: at high scales, more than asked.
-        engine = build_engine(store, clock, settings, round(period * opts.scale * MICROS))
+        engine = build_engine(
+            store, clock, settings, round(tick_config.interval_ms * 1000 * opts.scale)
+        )
+        ticker = build_ticker_for(store, clock, tick_config)
+
+        async def scan(tick: Tick) -> None:
+            await engine.tick(tick.now)
+
+        ticker.subscribe(scan)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -127,10 +147,13 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
             log.info("standby: lease held by %s", status.holder)
         else:
             log.info("running on %s as %s", db, engine.owner)
-        await drive(engine, clock, period, stop)
+        await ticker.start()
+        await stop.wait()
         log.info("stopping")
+        await ticker.stop()
         await engine.stop(opts.stop_grace / MICROS)
-        print(json.dumps({"engine": engine.status().to_json()}), file=sys.stderr)
+        metrics = ticker.metrics().to_json()
+        print(json.dumps({"engine": engine.status().to_json(), "ticker": metrics}), file=sys.stderr)
     finally:
         await store.close()
     return 0

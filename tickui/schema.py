@@ -90,6 +90,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX requests_pending ON requests(id) WHERE handled_at IS NULL",
         "ALTER TABLE occurrences ADD COLUMN log_path TEXT",
     ),
+    (  # 3: the ticker's reserved sequence numbers
+        "CREATE TABLE sequences (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)

@@ -659,6 +659,25 @@ class Store:
         )
         return [occurrence_from_row(row) for row in rows]
 
+    # ---- tick sequence numbers ------------------------------------------------------
+
+    async def reserve_sequence(self, key: str, floor: int, block: int) -> int:
+        """Raise the stored value to max(stored, floor) + block and return it."""
+        async with self._write():
+            row = await self._one(
+                "INSERT INTO sequences (key, value) VALUES (?, ? + ?) ON CONFLICT (key)"
+                " DO UPDATE SET value = max(value, ?) + ? RETURNING value",
+                (key, floor, block, floor, block),
+            )
+        return row[0]
+
+    async def release_sequence(self, key: str, expected: int, value: int) -> None:
+        async with self._write():
+            await self._conn.execute(
+                "UPDATE sequences SET value = ? WHERE key = ? AND value = ?",
+                (value, key, expected),
+            )
+
     # ---- run-now requests from other processes ---------------------------------------
 
     async def add_request(self, task: Task, kind: str, now: int) -> int:

@@ -1,0 +1,153 @@
+"""Where ticks go beyond this process: nowhere, an in-memory bus, or Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from tickui.redact import redact
+
+log = logging.getLogger("tickui.bus")
+Headers = Sequence[tuple[str, bytes]]
+
+
+class PublishError(Exception):
+    """A publish that did not reach the bus; the message names the cause, redacted."""
+
+
+class EventBus(Protocol):
+    name: str
+    attempts: int  # publishes that reached the network layer: a fail-fast breaker adds none
+
+    async def start(self) -> None: ...
+
+    async def publish(self, topic: str, key: bytes, value: bytes, headers: Headers) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class MemoryBus:
+    """Keeps what is published in a list; can be slowed down or made to fail."""
+
+    name = "memory"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.fail_with: str | None = None
+        self.messages: list[tuple[str, bytes, bytes, Headers]] = []
+        self.attempts = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def publish(self, topic: str, key: bytes, value: bytes, headers: Headers) -> None:
+        self.attempts += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail_with:
+            raise PublishError(self.fail_with)
+        self.messages.append((topic, key, value, headers))
+
+    async def stop(self) -> None:
+        return None
+
+
+class KafkaBus:
+    """aiokafka producer with acks=all, short request timeouts and the topic made on demand.
+
+    After any failure the topic is (re)created before the next publish: a broker that
+    kept topics in memory comes back without them, and auto-creation would race.
+    """
+
+    name = "kafka"
+
+    def __init__(self, bootstrap: str, request_timeout: float = 1.0, partitions: int = 1) -> None:
+        self.bootstrap = bootstrap
+        self.request_timeout_ms = max(100, int(request_timeout * 1000))
+        self.partitions = partitions
+        self.attempts = 0
+        self._producer = None
+        self._topics_ready: set[str] = set()
+
+    async def start(self) -> None:
+        """Connect if the broker answers; if not, the first publish tries again."""
+        try:
+            await self._ensure_producer()
+        except PublishError as exc:
+            log.warning("kafka not reachable yet: %s", exc)
+
+    async def _ensure_producer(self) -> None:
+        if self._producer is not None:
+            return
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks="all",
+            enable_idempotence=False,
+            request_timeout_ms=self.request_timeout_ms,
+            retry_backoff_ms=100,
+            linger_ms=0,
+        )
+        try:
+            await producer.start()
+        except Exception as exc:
+            await _quietly_stop(producer)
+            raise PublishError(
+                redact(f"kafka {self.bootstrap}: {type(exc).__name__}: {exc}")
+            ) from None
+        self._producer = producer
+
+    async def _ensure_topic(self, topic: str) -> None:
+        if topic in self._topics_ready:
+            return
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap, request_timeout_ms=self.request_timeout_ms
+        )
+        try:
+            await admin.start()
+            response = await admin.create_topics([NewTopic(topic, self.partitions, 1)])
+            for _, code, *_ in getattr(response, "topic_errors", []):
+                if code not in (0, 36):  # 36: it exists already
+                    raise PublishError(f"kafka: creating topic {topic} failed (error {code})")
+        except PublishError:
+            raise
+        except Exception as exc:
+            raise PublishError(
+                redact(f"kafka {self.bootstrap}: {type(exc).__name__}: {exc}")
+            ) from None
+        finally:
+            await _quietly_stop(admin, "close")
+        self._topics_ready.add(topic)
+
+    async def publish(self, topic: str, key: bytes, value: bytes, headers: Headers) -> None:
+        self.attempts += 1
+        try:
+            await self._ensure_producer()
+            await self._ensure_topic(topic)
+            assert self._producer is not None
+            await self._producer.send_and_wait(topic, value, key=key, headers=list(headers))
+        except PublishError:
+            self._topics_ready.discard(topic)
+            raise
+        except Exception as exc:
+            self._topics_ready.discard(topic)
+            raise PublishError(
+                redact(f"kafka {self.bootstrap}: {type(exc).__name__}: {exc}")
+            ) from None
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await _quietly_stop(producer)
+
+
+async def _quietly_stop(client, method: str = "stop", timeout: float = 3.0) -> None:
+    try:
+        await asyncio.wait_for(getattr(client, method)(), timeout)
+    except Exception:
+        log.debug("stopping a kafka client failed", exc_info=True)

@@ -1,0 +1,171 @@
+"""The ticker's settings, from [ticker], [kafka] and [valkey], TICKUI_* variables and flags.
+
+Each value is checked against its range; a bad one, from whichever source, is an
+error naming where it came from, never a silent default.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from tickui import procs
+from tickui.errors import BadInput
+from tickui.timeutil import parse_duration
+
+ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+@dataclass(slots=True)
+class TickerConfig:
+    interval_ms: int = 1000
+    jitter_ms: int = 0
+    breaker_threshold: int = 5
+    breaker_reset_s: float = 60.0
+    publish_timeout_s: float = 1.0
+    scheduler_id: str = ""
+    topic: str = "runtime.tick.v1"
+    persist_sequence: bool = True
+    sequence_key: str = ""
+    kafka_bootstrap: str | None = None
+    valkey_url: str | None = None
+    valkey_timeout_s: float = 1.0
+    valkey_retries: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.scheduler_id:
+            self.scheduler_id = f"tickui-{procs.host()}"
+        if not self.sequence_key:
+            self.sequence_key = f"tickui:sequence:{self.scheduler_id}"
+
+
+# source key -> (field, kind); kinds: ms (duration in ms), s (duration in s), int, bool, str
+FILE_KEYS: dict[str, dict[str, tuple[str, str]]] = {
+    "ticker": {
+        "interval": ("interval_ms", "ms"),
+        "jitter": ("jitter_ms", "ms"),
+        "breaker_threshold": ("breaker_threshold", "int"),
+        "breaker_reset": ("breaker_reset_s", "s"),
+        "publish_timeout": ("publish_timeout_s", "s"),
+        "scheduler_id": ("scheduler_id", "str"),
+        "topic": ("topic", "str"),
+        "persist_sequence": ("persist_sequence", "bool"),
+        "sequence_key": ("sequence_key", "str"),
+    },
+    "kafka": {"bootstrap": ("kafka_bootstrap", "str"), "topic": ("topic", "str")},
+    "valkey": {
+        "url": ("valkey_url", "str"),
+        "timeout": ("valkey_timeout_s", "s"),
+        "retries": ("valkey_retries", "int"),
+    },
+}
+ENV_KEYS: dict[str, tuple[str, str]] = {
+    "TICKUI_TICK_INTERVAL": ("interval_ms", "ms"),
+    "TICKUI_TICK_JITTER": ("jitter_ms", "ms"),
+    "TICKUI_BREAKER_THRESHOLD": ("breaker_threshold", "int"),
+    "TICKUI_BREAKER_RESET": ("breaker_reset_s", "s"),
+    "TICKUI_PUBLISH_TIMEOUT": ("publish_timeout_s", "s"),
+    "TICKUI_SCHEDULER_ID": ("scheduler_id", "str"),
+    "TICKUI_TOPIC": ("topic", "str"),
+    "TICKUI_PERSIST_SEQUENCE": ("persist_sequence", "bool"),
+    "TICKUI_SEQUENCE_KEY": ("sequence_key", "str"),
+    "TICKUI_KAFKA_BOOTSTRAP": ("kafka_bootstrap", "str"),
+    "TICKUI_VALKEY_URL": ("valkey_url", "str"),
+    "TICKUI_VALKEY_TIMEOUT": ("valkey_timeout_s", "s"),
+    "TICKUI_VALKEY_RETRIES": ("valkey_retries", "int"),
+}
+
+
+def _convert(value: Any, kind: str, name: str, from_text: bool) -> Any:
+    if kind in ("ms", "s"):
+        if isinstance(value, bool) or not isinstance(value, str):
+            raise BadInput(name, f"{value!r} is not a duration such as '500ms'")
+        micros = parse_duration(value, name)
+        return micros / 1000 if kind == "ms" else micros / 1_000_000
+    if kind == "int":
+        if from_text and isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BadInput(name, f"{value!r} is not a whole number")
+        return value
+    if kind == "bool":
+        if from_text and isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+        if not isinstance(value, bool):
+            raise BadInput(name, f"{value!r} is not true or false")
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise BadInput(name, f"{value!r} is not a non-empty text")
+    return value.strip()
+
+
+def _check(cfg: TickerConfig, origin: dict[str, str]) -> None:
+    def bad(field: str, message: str) -> BadInput:
+        return BadInput(origin.get(field, field), message)
+
+    if cfg.interval_ms != int(cfg.interval_ms) or not 10 <= cfg.interval_ms <= 60_000:
+        raise bad("interval_ms", "must be a whole number of ms from 10ms to 60s")
+    cfg.interval_ms = int(cfg.interval_ms)
+    if not 0 <= cfg.jitter_ms <= 10_000:
+        raise bad("jitter_ms", "must be from 0 to 10s")
+    if cfg.jitter_ms and cfg.jitter_ms >= cfg.interval_ms:
+        raise bad("jitter_ms", "must be shorter than the tick interval")
+    if not 1 <= cfg.breaker_threshold <= 100:
+        raise bad("breaker_threshold", "must be from 1 to 100")
+    if not 1 <= cfg.breaker_reset_s <= 3600:
+        raise bad("breaker_reset_s", "must be from 1s to 1h")
+    if not 0.01 <= cfg.publish_timeout_s <= 60:
+        raise bad("publish_timeout_s", "must be from 10ms to 60s")
+    if not 0.1 <= cfg.valkey_timeout_s <= 60:
+        raise bad("valkey_timeout_s", "must be from 100ms to 60s")
+    if not 0 <= cfg.valkey_retries <= 10:
+        raise bad("valkey_retries", "must be from 0 to 10")
+    if not ID.match(cfg.scheduler_id):
+        raise bad("scheduler_id", f"{cfg.scheduler_id!r} is not a valid id")
+    if not TOPIC.match(cfg.topic):
+        raise bad("topic", f"{cfg.topic!r} is not a valid Kafka topic name")
+    if cfg.valkey_url and not re.match(r"^(redis|rediss|valkey|unix)://", cfg.valkey_url):
+        raise bad("valkey_url", "must start with redis://, rediss:// or unix://")
+    if cfg.kafka_bootstrap and not re.fullmatch(
+        r"[\w.\-\[\]:]+(,[\w.\-\[\]:]+)*", cfg.kafka_bootstrap
+    ):
+        raise bad("kafka_bootstrap", f"{cfg.kafka_bootstrap!r} is not host:port[,host:port]")
+
+
+def build(
+    tables: dict[str, Any], env: dict[str, str], flags: dict[str, tuple[Any, str]] | None = None
+) -> TickerConfig:
+    """File tables, then environment, then flags, each overriding the one before.
+
+    `flags` maps a field to (converted value or None, the flag's name for messages)."""
+    flags = flags or {}
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for table, keys in FILE_KEYS.items():
+        raw = tables.get(table, {})
+        if not isinstance(raw, dict):
+            raise BadInput(table, f"[{table}] must be a table")
+        for key, value in raw.items():
+            if key not in keys:
+                raise BadInput(f"{table}.{key}", "unknown field")
+            name, kind = keys[key]
+            values[name] = _convert(value, kind, f"{table}.{key}", from_text=False)
+            origin[name] = f"{table}.{key}"
+    for var, (name, kind) in ENV_KEYS.items():
+        if var in env:
+            values[name] = _convert(env[var], kind, var, from_text=True)
+            origin[name] = var
+    for name, (value, flag) in flags.items():
+        if value is not None:
+            values[name] = value
+            origin[name] = flag
+    known = {f.name for f in fields(TickerConfig)}
+    cfg = TickerConfig(**{k: v for k, v in values.items() if k in known})
+    _check(cfg, origin)
+    return cfg
