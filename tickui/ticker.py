@@ -34,6 +34,7 @@ WINDOW = 1000  # lateness samples kept for percentiles
 SPARK = 120  # samples kept for sparklines
 BACKLOG = 1000  # ticks waiting to be published before new ones are dropped
 WATCH = 0.1  # how often a sleeping ticker looks for a wall-clock jump (seconds)
+SPIN = 0.0015  # the last stretch before a deadline, waited out by yielding
 
 
 @dataclass(slots=True)
@@ -281,13 +282,16 @@ class RuntimeScheduler:
         return ((-self.clock.now() / MICROS) % step) / self.clock.scale + 0.002
 
     async def _sleep_until(self, deadline: float, offset: float, interval: float) -> float | None:
-        """Sleep to `deadline`, looking for a wall-clock jump meanwhile; return the jump."""
+        """Sleep to `deadline`, looking for a wall-clock jump meanwhile; return the jump.
+
+        The selector sleeps in whole milliseconds (rounded up), so the last stretch is
+        waited out by yielding to the loop instead: ticks land within a fraction of a ms.
+        """
         loop = asyncio.get_running_loop()
         while (left := deadline - loop.time()) > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), min(left, WATCH))
             if self._stopping.is_set():
                 return None
+            await asyncio.sleep(min(left - SPIN, WATCH) if left > SPIN else 0)
             jump = clock_jump(offset, self._offset(loop), interval)
             if jump is not None:
                 self._counts.jumps += 1
