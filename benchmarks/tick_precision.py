@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -76,10 +77,8 @@ async def reference_loop(ticks: int, interval: float) -> dict:
     times: list[float] = []
     start = loop.time()
     while len(times) < ticks:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval)
-        except TimeoutError:
-            pass
         times.append(loop.time())
         await bus.publish("runtime.tick.v1", b"ref", b"{}", [])
     deadlines = [start + (k + 1) * interval for k in range(ticks)]
