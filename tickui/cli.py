@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -297,6 +298,9 @@ def run(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # aiokafka logs every failed connection; tickui reports outages itself, in one line,
+    # through the breaker's transitions and the metrics.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         code = run(argv)
     except (BadInput, NotFound, StoreError) as exc:

@@ -1,0 +1,263 @@
+"""Ticks on a real Kafka-compatible broker (Tansu): the contract, an outage, kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import services
+from helpers import cli
+from tickui.bus import KafkaBus
+from tickui.clock import SystemClock
+from tickui.dispatcher import SubprocessDispatcher
+from tickui.engine import EngineConfig, SchedulerEngine
+from tickui.sequence import SequenceAllocator
+from tickui.spec import build_spec
+from tickui.store import Store
+from tickui.ticker import RuntimeScheduler
+from tickui.ticker_config import TickerConfig
+from tickui.timeutil import MICROS
+
+
+async def _consume(bootstrap: str, topic: str, want: int, timeout: float = 15.0) -> list:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=5000
+    )
+    await consumer.start()
+    records = []
+    try:
+        deadline = time.monotonic() + timeout
+        found = None
+        while not found and time.monotonic() < deadline:
+            await consumer.topics()
+            found = consumer.partitions_for_topic(topic)
+            if not found:
+                await asyncio.sleep(0.2)
+        # After a broker restart the topic may have been auto-created with more partitions.
+        parts = [TopicPartition(topic, p) for p in sorted(found or [0])]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        while len(records) < want and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=300)).values():
+                records.extend(batch)
+    finally:
+        await asyncio.wait_for(consumer.stop(), 5)
+    return records
+
+
+async def _until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def _ticker(bootstrap: str, topic: str) -> tuple[RuntimeScheduler, KafkaBus]:
+    config = TickerConfig(
+        interval_ms=100,
+        breaker_threshold=3,
+        breaker_reset_s=2,
+        publish_timeout_s=0.5,
+        topic=topic,
+        scheduler_id="kafka-test",
+    )
+    bus = KafkaBus(bootstrap, request_timeout=0.5)
+    ticker = RuntimeScheduler(
+        config, SystemClock(), bus, SequenceAllocator(None, "k", 10), align=False
+    )
+    return ticker, bus
+
+
+async def test_ticks_arrive_with_json_key_and_headers(kafka_bootstrap):
+    topic = f"ticks.{uuid.uuid4().hex[:8]}"
+    ticker, _ = _ticker(kafka_bootstrap, topic)
+    await ticker.start()
+    await _until(lambda: ticker.metrics().ticks_published >= 10, 15, "10 published ticks")
+    await ticker.stop()
+    records = await _consume(kafka_bootstrap, topic, 10)
+    assert len(records) >= 10
+    bodies = [json.loads(r.value) for r in records]
+    assert all(r.key == b"kafka-test" for r in records)
+    assert set(bodies[0]) == {
+        "now",
+        "tick_id",
+        "sequence_number",
+        "scheduled_at",
+        "correlation_id",
+        "scheduler_id",
+        "tick_interval_ms",
+    }
+    headers = dict(records[0].headers)
+    assert headers["event_type"] == b"runtime.tick.v1"
+    assert headers["message_id"] == bodies[0]["tick_id"].encode()
+    assert headers["correlation_id"] == bodies[0]["correlation_id"].encode()
+    assert headers["source"] == b"tickui.kafka-test" and headers["timestamp"]
+    numbers = [b["sequence_number"] for b in bodies]
+    assert numbers == sorted(set(numbers)), "sequence not strictly increasing"
+
+
+async def test_broker_outage_breaker_cycle_while_the_engine_stays_on_time(tmp_path):
+    store = await Store.open(tmp_path / "t.db")
+    clock = SystemClock()
+    engine = SchedulerEngine(
+        store, SubprocessDispatcher(store, clock), clock, EngineConfig(tick_period=100_000)
+    )
+    spec = build_spec({"name": "beat", "every": "1s", "command": ["true"]}, clock.now())
+    await store.add_task(spec, clock.now())
+    topic = "ticks.outage"
+    with services.private_tansu() as broker:
+        ticker, bus = _ticker(broker.bootstrap, topic)
+
+        async def scan(tick) -> None:
+            await engine.tick(tick.now)
+
+        ticker.subscribe(scan)
+        await engine.start()
+        await ticker.start()
+        try:
+            await _until(lambda: ticker.metrics().ticks_published >= 5, 15, "first publishes")
+            broker.kill()
+            await _until(lambda: ticker.breaker.state == "OPEN", 15, "the breaker to open")
+            attempts = bus.attempts
+            await asyncio.sleep(1.0)
+            assert ticker.breaker.state == "OPEN"
+            assert bus.attempts == attempts, "a publish was attempted while the breaker was open"
+            broker.restart()
+            await _until(lambda: ticker.breaker.state == "CLOSED", 20, "the breaker to close")
+            published = ticker.metrics().ticks_published
+            await _until(
+                lambda: ticker.metrics().ticks_published >= published + 5,
+                10,
+                "publishing to resume",
+            )
+        finally:
+            await ticker.stop()
+            await engine.stop(grace=2)
+        moves = [(t["from"], t["to"]) for t in ticker.metrics().transitions]
+        assert ("CLOSED", "OPEN") in moves and ("OPEN", "HALF_OPEN") in moves
+        assert moves[-1] == ("HALF_OPEN", "CLOSED")
+        # Reading the ticks back from the restarted broker is not asserted here yet: see the
+        # closing note of this session (the producer's acks say they were written).
+    runs = await store.history("beat", limit=100)
+    await store.close()
+    assert len(runs) >= 4
+    assert {o.state for o in runs} == {"succeeded"}
+    assert all(o.missed == 0 for o in runs)
+    assert all(o.started_at - o.scheduled_for < 1.5 * MICROS for o in runs)
+
+
+def _spawn_run(db, bootstrap, topic, *extra) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TICKUI_DB"}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tickui",
+            "--db",
+            str(db),
+            "run",
+            "--kafka",
+            bootstrap,
+            "--topic",
+            topic,
+            "--tick-interval",
+            "100ms",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_kill_9_restart_never_repeats_and_tickui_ticks_flags_the_gap(tmp_path, kafka_bootstrap):
+    db = tmp_path / "t.db"
+    topic = f"ticks.{uuid.uuid4().hex[:8]}"
+    first = _spawn_run(db, kafka_bootstrap, topic)
+    time.sleep(3)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    second = _spawn_run(db, kafka_bootstrap, topic, "--for", "2")
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    final = json.loads(err.strip().splitlines()[-1])["ticker"]
+    assert final["sequence_store"] == "sqlite" and final["ticks_failed"] == 0
+    records = asyncio.run(_consume(kafka_bootstrap, topic, 30))
+    numbers = [json.loads(r.value)["sequence_number"] for r in records]
+    assert len(numbers) >= 30
+    assert numbers == sorted(set(numbers)), "a number repeated or went down after kill -9"
+
+    tail = cli(
+        "ticks",
+        "--kafka",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+        "--json",
+        "--from-beginning",
+        "--count",
+        str(len(numbers)),
+        "--for",
+        "20",
+    )
+    assert tail.returncode == 0, tail.stderr
+    lines = [json.loads(line) for line in tail.stdout.splitlines()]
+    assert [x["tick"]["sequence_number"] for x in lines] == numbers
+    assert [x["flag"] for x in lines].count("gap") == 1  # the reserved block lost in the crash
+    assert "restart" not in [x["flag"] for x in lines]
+
+
+def test_tickui_ticks_flags_a_sequence_that_goes_down(kafka_bootstrap):
+    from aiokafka import AIOKafkaProducer
+
+    topic = f"ticks.{uuid.uuid4().hex[:8]}"
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=False
+        )
+        await producer.start()
+        try:
+            for seq in (5, 6, 7, 2, 3):
+                body = {
+                    "now": "2026-12-02T00:00:00+00:00",
+                    "sequence_number": seq,
+                    "scheduler_id": "other",
+                }
+                await producer.send_and_wait(topic, json.dumps(body).encode(), key=b"other")
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    tail = cli(
+        "ticks",
+        "--kafka",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--count",
+        "5",
+        "--for",
+        "20",
+    )
+    assert tail.returncode == 0, tail.stderr
+    lines = tail.stdout.splitlines()
+    assert len(lines) == 5
+    assert "RESTART" in lines[3] and "RESTART" not in "".join(lines[:3] + lines[4:])
+
+
+def test_tickui_ticks_with_a_dead_broker_is_one_line_and_exit_1():
+    port = services.free_port()
+    result = cli("ticks", "--kafka", f"127.0.0.1:{port}", "--for", "2", timeout=60)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "not reachable" in result.stderr
