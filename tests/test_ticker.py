@@ -5,12 +5,30 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
 
 from tickui.bus import MemoryBus
 from tickui.clock import SystemClock
-from tickui.sequence import SequenceAllocator
+from tickui.sequence import SequenceAllocator, SequenceStoreError
 from tickui.ticker import RuntimeScheduler
 from tickui.ticker_config import TickerConfig
+from tickui.timeutil import iso
+
+_LIVE: list[RuntimeScheduler] = []
+
+
+@pytest.fixture(autouse=True)
+async def _stop_leftover_tickers():
+    """Stop every ticker a test made, so a failing assertion reports instead of hanging
+    the event loop's teardown (see test_an_abandoned_ticker_does_not_hang_the_exit)."""
+    yield
+    while _LIVE:
+        await _LIVE.pop().stop(timeout=1)
 
 
 def _ticker(bus=None, **config) -> RuntimeScheduler:
@@ -22,9 +40,11 @@ def _ticker(bus=None, **config) -> RuntimeScheduler:
         "scheduler_id": "test-ticker",
     }
     base.update(config)
-    return RuntimeScheduler(
+    ticker = RuntimeScheduler(
         TickerConfig(**base), SystemClock(), bus, SequenceAllocator(None, "k", 10), align=False
     )
+    _LIVE.append(ticker)
+    return ticker
 
 
 async def _until(predicate, timeout: float = 5.0) -> None:
@@ -158,3 +178,554 @@ async def test_emit_tick_uses_the_given_now_and_reports_metrics():
     assert metrics.status == "running" and metrics.ticks_emitted >= 1
     assert metrics.lateness_p99_ms is not None and metrics.success_rate == 1.0
     assert any(json.loads(m[2])["now"] == "2027-01-15T08:00:00+00:00" for m in bus.messages)
+
+
+# ---- more, in the same style ---------------------------------------------------------------
+
+T_X = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z in microseconds
+
+
+class FakeSeqStore:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.value: dict[str, int] = {}
+        self.down = False
+        self.calls = 0
+
+    async def reserve(self, key: str, floor: int, block: int) -> int:
+        self.calls += 1
+        if self.down:
+            raise SequenceStoreError("fake store is down")
+        self.value[key] = max(self.value.get(key, 0), floor) + block
+        return self.value[key]
+
+    async def release(self, key: str, expected: int, value: int) -> None:
+        if self.down:
+            raise SequenceStoreError("fake store is down")
+        if self.value.get(key) == expected:
+            self.value[key] = value
+
+    async def close(self) -> None:
+        return None
+
+
+class ShiftedClock:
+    """The system clock plus an offset a test can step, as NTP or a resume would."""
+
+    scale = 1.0
+
+    def __init__(self) -> None:
+        self.shift = 0
+        self._base = SystemClock()
+
+    def now(self) -> int:
+        return self._base.now() + self.shift
+
+    def monotonic(self) -> float:
+        return self._base.monotonic()
+
+
+def _make(bus=None, sequence=None, clock=None, **config) -> RuntimeScheduler:
+    base = {
+        "interval_ms": 20,
+        "breaker_threshold": 3,
+        "breaker_reset_s": 1,
+        "publish_timeout_s": 0.2,
+        "scheduler_id": "test-ticker",
+    }
+    base.update(config)
+    ticker = RuntimeScheduler(
+        TickerConfig(**base),
+        clock or SystemClock(),
+        bus,
+        sequence or SequenceAllocator(None, "k", 10),
+        align=False,
+    )
+    _LIVE.append(ticker)
+    return ticker
+
+
+async def test_start_and_stop_are_idempotent_and_a_second_start_adds_no_loop():
+    ticker = _make()
+    assert not ticker.is_running and ticker.metrics().status == "stopped"
+    await ticker.stop()  # stopping a ticker that never started is harmless
+    await ticker.start()
+    assert ticker.is_running and ticker.metrics().status == "running"
+    loop_task = ticker._loop_task
+    await ticker.start()
+    assert ticker._loop_task is loop_task  # no second tick loop
+    await asyncio.sleep(0.4)
+    emitted = ticker.metrics().ticks_emitted
+    missed = ticker.metrics().ticks_missed
+    # one loop: about 20 slots in 0.4 s, not 40
+    assert 10 <= emitted + missed <= 24, (emitted, missed)
+    await ticker.stop()
+    assert not ticker.is_running
+    after = ticker.metrics().ticks_emitted
+    await ticker.stop()
+    await asyncio.sleep(0.1)
+    assert ticker.metrics().ticks_emitted == after  # stopped means no more ticks
+    assert ticker.metrics().status == "stopped"
+
+
+async def test_a_restart_continues_the_sequence():
+    ticker = _make()
+    seen = []
+
+    async def record(tick) -> None:
+        seen.append(tick.sequence_number)
+
+    ticker.subscribe(record)
+    await ticker.start()
+    await _until(lambda: len(seen) >= 3)
+    await ticker.stop()
+    before = list(seen)
+    await ticker.start()
+    await _until(lambda: len(seen) >= len(before) + 3)
+    await ticker.stop()
+    assert seen == sorted(set(seen))
+    assert seen[len(before)] == before[-1] + 1
+
+
+async def test_subscribers_see_the_tick_before_it_is_published():
+    bus = MemoryBus()
+    ticker = _make(bus)
+    published_at_call = []
+
+    async def check(tick) -> None:
+        ids = {json.loads(m[2])["tick_id"] for m in bus.messages}
+        published_at_call.append(tick.tick_id in ids)
+
+    ticker.subscribe(check)
+    await ticker.start()
+    await _until(lambda: len(published_at_call) >= 10)
+    tick = await ticker.emit_tick()
+    await ticker.stop()
+    assert published_at_call and not any(published_at_call)
+    # emit_tick waited for its publish
+    assert any(json.loads(m[2])["tick_id"] == tick.tick_id for m in bus.messages)
+
+
+async def test_the_published_event_matches_its_tick():
+    bus = MemoryBus()
+    ticker = _make(bus)
+    ticks = {}
+
+    async def record(tick) -> None:
+        ticks[tick.tick_id] = tick
+
+    ticker.subscribe(record)
+    await ticker.start()
+    await _until(lambda: len(bus.messages) >= 5)
+    await ticker.stop()
+    for topic, key, value, headers in bus.messages:
+        body = json.loads(value)
+        tick = ticks[body["tick_id"]]
+        assert topic == ticker.config.topic
+        assert key == ticker.scheduler_id.encode() == b"test-ticker"
+        assert body["sequence_number"] == tick.sequence_number
+        assert body["now"] == iso(tick.now)
+        assert body["scheduled_at"] == iso(tick.scheduled_at)
+        assert tick.scheduled_at <= tick.now
+        assert tick.now - tick.scheduled_at < 1_000_000  # lateness, not garbage
+        named = dict(headers)
+        assert [name for name, _ in headers] == [
+            "correlation_id",
+            "message_id",
+            "timestamp",
+            "source",
+            "event_type",
+        ]
+        assert all(isinstance(v, bytes) for v in named.values())
+        assert named["timestamp"] == body["now"].encode()
+        assert named["message_id"] == body["tick_id"].encode()
+        assert named["correlation_id"] == body["correlation_id"].encode()
+        assert named["event_type"] == b"runtime.tick.v1"
+        assert body["tick_id"] != body["correlation_id"]
+    ids = [json.loads(m[2])["tick_id"] for m in bus.messages]
+    assert len(ids) == len(set(ids))
+
+
+async def test_a_custom_topic_is_used():
+    bus = MemoryBus()
+    ticker = _make(bus, topic="other.ticks")
+    await ticker.start()
+    await _until(lambda: len(bus.messages) >= 2)
+    await ticker.stop()
+    assert {m[0] for m in bus.messages} == {"other.ticks"}
+
+
+async def test_no_drift_in_the_real_loop_despite_emit_costs():
+    """Each emit costs 5 ms of blocking work (a synchronous listener). The reference
+    loop would lose a quarter of the slots; ours stays on the 20 ms grid."""
+    ticker = _make()
+    loop = asyncio.get_running_loop()
+    scheduled = []
+
+    async def record(tick) -> None:
+        scheduled.append(tick.scheduled_at)
+
+    ticker.subscribe(record)
+    ticker.on_change(lambda: time.sleep(0.005))
+    began = loop.time()
+    await ticker.start()
+    await asyncio.sleep(1.0)
+    await ticker.stop()
+    elapsed = loop.time() - began
+    m = ticker.metrics()
+    slots = m.ticks_emitted + m.ticks_missed
+    assert abs(slots - elapsed / 0.02) <= 3, (slots, elapsed)
+    # every tick's scheduled time is on the grid started by the first one
+    phases = [((at - scheduled[0]) / 1000) % 20 for at in scheduled]  # ms past a slot
+    off_grid = [p for p in phases if min(p, 20 - p) > 3]
+    assert len(off_grid) <= 2, off_grid
+
+
+async def test_a_blocked_loop_counts_missed_slots_and_does_not_burst():
+    ticker = _make()
+    loop = asyncio.get_running_loop()
+    times = []
+
+    async def record(tick) -> None:
+        times.append(loop.time())
+
+    ticker.subscribe(record)
+    await ticker.start()
+    await _until(lambda: len(times) >= 3)
+    time.sleep(0.3)  # the whole loop is stuck for 15 slots
+    unblocked = loop.time()
+    await asyncio.sleep(0.2)
+    await ticker.stop()
+    m = ticker.metrics()
+    assert m.ticks_missed >= 8, m.ticks_missed
+    assert m.lateness_max_ms is not None and m.lateness_max_ms >= 150
+    burst = [t for t in times if unblocked <= t < unblocked + 0.03]
+    assert len(burst) <= 3, burst  # a catch-up would be ~15 ticks at once
+    assert len([t for t in times if t >= unblocked]) <= 0.2 / 0.02 + 3
+
+
+async def test_while_open_only_one_probe_per_reset_period_reaches_the_bus():
+    bus = MemoryBus()
+    ticker = _make(bus)
+    await ticker.start()
+    bus.fail_with = "down"
+    await _until(lambda: ticker.breaker.state == "OPEN")
+    attempts = bus.attempts
+    assert attempts == 3  # the threshold, and not one more
+    m = ticker.metrics()
+    assert m.consecutive_failures == 3 and m.breaker_state == "OPEN"
+    assert m.breaker_retry_in_s is not None and 0 < m.breaker_retry_in_s <= 1
+    assert m.is_healthy is False
+    await asyncio.sleep(1.5)  # one reset period passes: exactly one probe, which fails
+    await ticker.stop()
+    assert bus.attempts == attempts + 1
+    moves = [(t["from"], t["to"]) for t in ticker.metrics().transitions]
+    assert moves == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "OPEN")]
+    assert "probe failed: down" in ticker.metrics().transitions[-1]["reason"]
+    assert all(t["at"] for t in ticker.metrics().transitions)
+
+
+async def test_local_ticks_continue_at_full_rate_while_the_breaker_is_open():
+    bus = MemoryBus()
+    bus.fail_with = "down"
+    ticker = _make(bus)
+    seen = []
+
+    async def record(tick) -> None:
+        seen.append(tick.sequence_number)
+
+    ticker.subscribe(record)
+    await ticker.start()
+    await _until(lambda: ticker.breaker.state == "OPEN")
+    count = len(seen)
+    await asyncio.sleep(0.4)
+    await ticker.stop()
+    assert len(seen) - count >= 10  # ~20 expected: the outage does not slow ticking
+    m = ticker.metrics()
+    assert m.ticks_published == 0 and m.ticks_failed >= len(seen) - 5
+    assert m.success_rate == 0.0
+
+
+async def test_a_hung_bus_keeps_the_interval_and_times_publishes_out():
+    bus = MemoryBus(delay=5)
+    ticker = _make(bus)
+    loop = asyncio.get_running_loop()
+    times = []
+
+    async def record(tick) -> None:
+        times.append(loop.time())
+
+    ticker.subscribe(record)
+    await ticker.start()
+    await asyncio.sleep(0.8)
+    await ticker.stop(timeout=1)
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    median = gaps[len(gaps) // 2]
+    assert 0.015 <= median <= 0.03, median
+    assert len(times) >= 25  # ~40 expected
+    m = ticker.metrics()
+    assert m.ticks_published == 0 and bus.messages == []
+    assert m.breaker_state == "OPEN"  # three timeouts of 0.2 s opened it
+    assert "timed out after 0.2s" in (m.transitions[0]["reason"] or "")
+
+
+async def test_simulated_failures_do_not_reach_the_bus_and_can_be_switched_off():
+    bus = MemoryBus()
+    ticker = _make(bus)
+    ticker.simulate_failures = True
+    await ticker.start()
+    await _until(lambda: ticker.breaker.state == "OPEN")
+    assert bus.attempts == 0 and bus.messages == []
+    assert "simulated" in (ticker.metrics().last_error or "")
+    assert ticker.metrics().ticks_failed >= 3
+    ticker.simulate_failures = False
+    await _until(lambda: ticker.breaker.state == "CLOSED", timeout=3)
+    await _until(lambda: len(bus.messages) >= 2)
+    await ticker.stop()
+    assert ticker.metrics().simulating_failures is False
+    assert bus.attempts == len(bus.messages)  # only real publishes reached it
+
+
+async def test_emit_tick_with_a_given_now():
+    ticker = _make()  # no bus: nothing to wait for
+    seen = []
+
+    async def record(tick) -> None:
+        seen.append(tick)
+
+    ticker.subscribe(record)
+    tick = await ticker.emit_tick(now=T_X)
+    await asyncio.sleep(0)
+    assert tick.now == T_X and tick.scheduled_at == T_X  # emitted at once: no lateness
+    assert tick.scheduler_id == "test-ticker" and tick.tick_interval_ms == 20
+    assert tick.sequence_number == ticker.current_sequence_number == 1
+    assert seen == [tick]
+    assert tick.to_json()["now"] == "2027-01-15T08:00:00+00:00"
+    other = await ticker.emit_tick(now=T_X + 1)
+    assert other.now == T_X + 1 and other.sequence_number == 2
+
+
+async def test_emit_tick_with_a_failing_bus_returns_and_counts_a_failure():
+    bus = MemoryBus()
+    bus.fail_with = "nope"
+    ticker = _make(bus, interval_ms=60_000)  # the loop stays out of the way
+    await ticker.start()
+    await asyncio.sleep(0.05)
+    before = ticker.metrics().ticks_failed
+    tick = await ticker.emit_tick(now=T_X)
+    m = await ticker.get_metrics()
+    await ticker.stop()
+    assert tick.now == T_X
+    assert m.ticks_failed == before + 1 and m.last_error == "nope"
+
+
+async def test_metrics_while_healthy_and_after_failures():
+    bus = MemoryBus()
+    ticker = _make(bus, interval_ms=50)
+    await ticker.start()
+    await _until(lambda: ticker.metrics().ticks_published >= 5)
+    m = await ticker.get_metrics()
+    assert m.status == "running" and m.is_healthy is True
+    assert m.success_rate == 1.0 and m.ticks_failed == 0
+    assert m.publish_last_ms is not None and m.publish_avg_ms is not None
+    assert 0 <= m.publish_avg_ms <= m.publish_max_ms
+    assert m.lateness_p50_ms is not None and m.lateness_p99_ms is not None
+    assert 0 <= m.lateness_p50_ms <= m.lateness_p99_ms <= m.lateness_max_ms
+    assert m.started_at is not None and m.started_at.endswith("+00:00")
+    assert m.uptime_s > 0
+    assert m.bus == "memory" and m.sequence_store == "memory" and m.sequence_state == "off"
+    assert m.breaker_state == "CLOSED" and m.breaker_retry_in_s is None
+    assert m.current_sequence == ticker.current_sequence_number >= 5
+    assert m.lateness_recent_ms and m.publish_recent_ms
+    data = m.to_json()
+    json.dumps(data)  # serialisable
+    assert "lateness_recent_ms" not in data
+    for name in ("ticks_emitted", "ticks_missed", "breaker_state", "is_healthy", "uptime_s"):
+        assert name in data
+    bus.fail_with = "x"
+    await _until(lambda: ticker.metrics().ticks_failed >= 2)
+    m = ticker.metrics()
+    assert m.success_rate == round(m.ticks_published / (m.ticks_published + m.ticks_failed), 4)
+    assert m.success_rate < 1.0
+    await ticker.stop()
+    assert ticker.metrics().is_healthy is False  # stopped is not healthy
+    assert ticker.metrics().status == "stopped"
+
+
+async def test_stop_waits_for_the_tick_in_flight_and_persists_the_sequence():
+    store = FakeSeqStore()
+    ticker = _make(sequence=SequenceAllocator(store, "seq", 10))
+    state = {"started": 0, "finished": 0}
+
+    async def slow(tick) -> None:
+        state["started"] += 1
+        await asyncio.sleep(0.15)
+        state["finished"] += 1
+
+    ticker.subscribe(slow)
+    await ticker.start()
+    await _until(lambda: state["started"] >= 2)
+    await ticker.stop()
+    assert state["finished"] == state["started"]
+    assert store.value["seq"] == ticker.current_sequence_number  # unused block given back
+    m = ticker.metrics()
+    assert m.last_persisted_sequence == m.current_sequence
+    assert m.sequence_store == "fake"
+    # a new ticker on the same store continues right after
+    again = _make(sequence=SequenceAllocator(store, "seq", 10), interval_ms=60_000)
+    seen = []
+
+    async def record(tick) -> None:
+        seen.append(tick.sequence_number)
+
+    again.subscribe(record)
+    await again.start()
+    await _until(lambda: seen)
+    await again.stop()
+    assert seen[0] == m.current_sequence + 1
+
+
+async def test_a_crashed_ticker_restarts_above_every_number_it_used():
+    store = FakeSeqStore()
+    ticker = _make(sequence=SequenceAllocator(store, "seq", 10))
+    await ticker.start()
+    await _until(lambda: ticker.current_sequence_number >= 25)
+    used = ticker.current_sequence_number
+    ticker._stopping.set()  # "kill -9": no stop(), no giving back
+    await asyncio.sleep(0.05)
+    used = max(used, ticker.current_sequence_number)
+    assert store.value["seq"] >= used
+    again = _make(sequence=SequenceAllocator(store, "seq", 10))
+    await again.start()
+    first = await again.emit_tick()
+    await again.stop()
+    assert first.sequence_number > used
+
+
+async def test_a_dead_sequence_store_does_not_stop_ticking_and_is_shown():
+    store = FakeSeqStore()
+    store.down = True
+    ticker = _make(sequence=SequenceAllocator(store, "seq", 4), interval_ms=50)
+    seen = []
+
+    async def record(tick) -> None:
+        seen.append(tick.sequence_number)
+
+    ticker.subscribe(record)
+    await ticker.start()
+    await _until(lambda: len(seen) >= 4)
+    m = ticker.metrics()
+    assert m.sequence_state == "unreachable" and "down" in (m.sequence_error or "")
+    assert m.is_healthy is False
+    calls = store.calls
+    assert calls <= 3  # backing off, not one attempt per tick
+    store.down = False
+    await _until(lambda: ticker.metrics().sequence_state == "ok", timeout=3)
+    await _until(lambda: len(seen) >= 30 or store.value.get("seq", 0) >= max(seen))
+    await ticker.stop()
+    assert seen == list(range(1, len(seen) + 1))
+    assert store.value["seq"] >= max(seen)
+    assert ticker.metrics().sequence_error is None
+
+
+async def test_a_failing_subscriber_does_not_stop_the_others_or_the_loop():
+    ticker = _make()
+    seen = []
+
+    async def broken(tick) -> None:
+        raise RuntimeError("subscriber bug")
+
+    async def record(tick) -> None:
+        seen.append(tick.sequence_number)
+
+    ticker.subscribe(broken)
+    ticker.subscribe(record)
+    await ticker.start()
+    await _until(lambda: len(seen) >= 10)
+    await ticker.stop()
+    assert seen == sorted(seen) and ticker.metrics().ticks_coalesced == 0
+
+
+async def test_on_change_listeners_are_told_about_ticks():
+    ticker = _make()
+    calls = []
+    ticker.on_change(lambda: calls.append(1))
+    ticker.on_change(lambda: 1 / 0)  # a broken listener does not hurt
+    await ticker.start()
+    await _until(lambda: len(calls) >= 5)
+    await ticker.stop()
+    assert ticker.metrics().ticks_emitted >= 5
+
+
+@pytest.mark.parametrize("shift_s", [3600, -3600])
+async def test_a_wall_clock_jump_is_recorded_and_ticks_at_once(shift_s):
+    clock = ShiftedClock()
+    ticker = _make(clock=clock, interval_ms=1000)
+    loop = asyncio.get_running_loop()
+    seen = []
+
+    async def record(tick) -> None:
+        seen.append((loop.time(), tick))
+
+    ticker.subscribe(record)
+    await ticker.start()
+    await _until(lambda: len(seen) >= 1)  # tick 0, at once
+    await asyncio.sleep(0.2)
+    clock.shift = shift_s * 1_000_000
+    stepped = loop.time()
+    await _until(lambda: len(seen) >= 2, timeout=2)
+    at, tick = seen[1]
+    assert at - stepped < 0.5  # not at the next slot, 0.8 s away
+    assert abs(tick.now - (SystemClock().now() + clock.shift)) < 500_000
+    assert tick.now == tick.scheduled_at  # a jump tick is not "late"
+    m = ticker.metrics()
+    assert m.clock_jumps == 1
+    assert m.last_clock_jump_s == pytest.approx(shift_s, abs=0.1)
+    await ticker.stop()
+
+
+async def test_without_a_jump_no_jump_is_recorded():
+    ticker = _make(clock=ShiftedClock(), interval_ms=20)
+    await ticker.start()
+    await asyncio.sleep(0.3)
+    await ticker.stop()
+    m = ticker.metrics()
+    assert m.clock_jumps == 0 and m.last_clock_jump_s is None
+
+
+_ABANDON = textwrap.dedent(
+    """
+    import asyncio
+
+    from tickui.bus import MemoryBus
+    from tickui.clock import SystemClock
+    from tickui.sequence import SequenceAllocator
+    from tickui.ticker import RuntimeScheduler
+    from tickui.ticker_config import TickerConfig
+
+
+    async def main():
+        config = TickerConfig(interval_ms=20, scheduler_id="x")
+        alloc = SequenceAllocator(None, "k", 10)
+        ticker = RuntimeScheduler(config, SystemClock(), MemoryBus(), alloc, align=False)
+        await ticker.start()
+        await ticker.emit_tick()
+        # returning without stop(): an exception path; asyncio.run cancels what is left
+
+
+    asyncio.run(main())
+    print("exited")
+    """
+)
+
+
+def test_an_abandoned_ticker_does_not_hang_the_exit():
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _ABANDON], capture_output=True, text=True, timeout=5
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("asyncio.run did not return within 5 s: the publish task ignored cancel()")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "exited"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from helpers import cli
@@ -96,3 +98,307 @@ def test_bad_ticker_tables_name_file_line_and_field(tmp_path, text, named):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert named in result.stderr and "tickui.toml" in result.stderr
     assert not (tmp_path / "t.db").exists()
+
+
+# ---- range edges: the last good value and the first bad one ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ticker", "check"),
+    [
+        ({"interval": "10ms"}, lambda c: c.interval_ms == 10),
+        ({"interval": "60s"}, lambda c: c.interval_ms == 60_000),
+        ({"interval": "1m"}, lambda c: c.interval_ms == 60_000),
+        ({"interval": "250ms", "jitter": "0ms"}, lambda c: c.jitter_ms == 0),
+        ({"interval": "250ms", "jitter": "249ms"}, lambda c: c.jitter_ms == 249),
+        ({"interval": "60s", "jitter": "10s"}, lambda c: c.jitter_ms == 10_000),
+        ({"breaker_threshold": 1}, lambda c: c.breaker_threshold == 1),
+        ({"breaker_threshold": 100}, lambda c: c.breaker_threshold == 100),
+        ({"breaker_reset": "1s"}, lambda c: c.breaker_reset_s == 1),
+        ({"breaker_reset": "1h"}, lambda c: c.breaker_reset_s == 3600),
+        ({"publish_timeout": "10ms"}, lambda c: c.publish_timeout_s == 0.01),
+        ({"publish_timeout": "60s"}, lambda c: c.publish_timeout_s == 60),
+        ({"scheduler_id": "node-1.a_b:c"}, lambda c: c.scheduler_id == "node-1.a_b:c"),
+        ({"scheduler_id": "n1"}, lambda c: c.sequence_key == "tickui:sequence:n1"),
+        ({"scheduler_id": "a" * 128}, lambda c: len(c.scheduler_id) == 128),
+        ({"topic": "a" * 249}, lambda c: len(c.topic) == 249),
+        ({"topic": "Ticks_v2.x-y"}, lambda c: c.topic == "Ticks_v2.x-y"),
+        ({"persist_sequence": False}, lambda c: c.persist_sequence is False),
+        ({"sequence_key": "my:key"}, lambda c: c.sequence_key == "my:key"),
+    ],
+)
+def test_good_ticker_values_at_the_edges(ticker, check):
+    assert check(build({"ticker": ticker}, {}))
+
+
+@pytest.mark.parametrize(
+    ("tables", "check"),
+    [
+        ({"valkey": {"timeout": "100ms"}}, lambda c: c.valkey_timeout_s == 0.1),
+        ({"valkey": {"timeout": "60s"}}, lambda c: c.valkey_timeout_s == 60),
+        ({"valkey": {"retries": 0}}, lambda c: c.valkey_retries == 0),
+        ({"valkey": {"retries": 10}}, lambda c: c.valkey_retries == 10),
+        ({"valkey": {"url": "redis://h:6379/0"}}, lambda c: c.valkey_url == "redis://h:6379/0"),
+        ({"valkey": {"url": "rediss://u:p@h:1"}}, lambda c: c.valkey_url.startswith("rediss")),
+        ({"valkey": {"url": "valkey://h"}}, lambda c: c.valkey_url == "valkey://h"),
+        ({"valkey": {"url": "unix:///tmp/r.sock"}}, lambda c: c.valkey_url.startswith("unix")),
+        ({"kafka": {"bootstrap": "127.0.0.1:9092"}}, lambda c: c.kafka_bootstrap),
+        ({"kafka": {"bootstrap": "a:1,b.example:2"}}, lambda c: c.kafka_bootstrap),
+        ({"kafka": {"bootstrap": "[::1]:9092"}}, lambda c: c.kafka_bootstrap == "[::1]:9092"),
+        ({"kafka": {"topic": "from.kafka"}}, lambda c: c.topic == "from.kafka"),
+    ],
+)
+def test_good_valkey_and_kafka_values(tables, check):
+    assert check(build(tables, {}))
+
+
+@pytest.mark.parametrize(
+    ("ticker", "field"),
+    [
+        ({"interval": "9ms"}, "ticker.interval"),
+        ({"interval": "60001ms"}, "ticker.interval"),
+        ({"interval": "0ms"}, "ticker.interval"),
+        ({"interval": "10.5ms"}, "ticker.interval"),  # not a whole number of ms
+        ({"interval": 1000}, "ticker.interval"),  # a number, not a duration text
+        ({"interval": "1000"}, "ticker.interval"),  # no unit
+        ({"interval": "250ms", "jitter": "250ms"}, "ticker.jitter"),  # equal to the interval
+        ({"interval": "60s", "jitter": "10001ms"}, "ticker.jitter"),
+        ({"breaker_threshold": "5"}, "ticker.breaker_threshold"),  # TOML text, not a number
+        ({"breaker_threshold": True}, "ticker.breaker_threshold"),
+        ({"breaker_threshold": 2.5}, "ticker.breaker_threshold"),
+        ({"breaker_reset": "999ms"}, "ticker.breaker_reset"),
+        ({"breaker_reset": "3601s"}, "ticker.breaker_reset"),
+        ({"publish_timeout": "9ms"}, "ticker.publish_timeout"),
+        ({"publish_timeout": "61s"}, "ticker.publish_timeout"),
+        ({"scheduler_id": "a" * 129}, "ticker.scheduler_id"),
+        ({"scheduler_id": "has space"}, "ticker.scheduler_id"),
+        ({"scheduler_id": "bad/slash"}, "ticker.scheduler_id"),
+        ({"scheduler_id": ""}, "ticker.scheduler_id"),
+        ({"topic": "a" * 250}, "ticker.topic"),
+        ({"topic": "ticks/all"}, "ticker.topic"),
+        ({"topic": ""}, "ticker.topic"),
+    ],
+)
+def test_bad_ticker_values_at_the_edges(ticker, field):
+    with pytest.raises(BadInput) as caught:
+        build({"ticker": ticker}, {})
+    assert caught.value.field == field
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("tables", "field"),
+    [
+        ({"valkey": {"timeout": "99ms"}}, "valkey.timeout"),
+        ({"valkey": {"timeout": "61s"}}, "valkey.timeout"),
+        ({"valkey": {"retries": -1}}, "valkey.retries"),
+        ({"valkey": {"url": "http://x"}}, "valkey.url"),
+        ({"valkey": {"url": "localhost:6379"}}, "valkey.url"),
+        ({"valkey": {"pasword": "x"}}, "valkey.pasword"),
+        ({"kafka": {"bootstrap": "host:1, other:2"}}, "kafka.bootstrap"),
+        ({"kafka": {"bootstrap": "a:1,"}}, "kafka.bootstrap"),
+        ({"kafka": {"bootstrap": "kafka://h:1"}}, "kafka.bootstrap"),
+        ({"kafka": {"topic": "no spaces"}}, "kafka.topic"),
+        ({"kafka": {"acks": "all"}}, "kafka.acks"),
+        ({"ticker": "1s"}, "ticker"),  # not a table
+    ],
+)
+def test_bad_valkey_and_kafka_values(tables, field):
+    with pytest.raises(BadInput) as caught:
+        build(tables, {})
+    assert caught.value.field == field
+
+
+# ---- the environment -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "check"),
+    [
+        ("TICKUI_TICK_INTERVAL", "250ms", lambda c: c.interval_ms == 250),
+        ("TICKUI_TICK_JITTER", "5ms", lambda c: c.jitter_ms == 5),
+        ("TICKUI_BREAKER_THRESHOLD", " 7 ", lambda c: c.breaker_threshold == 7),
+        ("TICKUI_BREAKER_RESET", "2m", lambda c: c.breaker_reset_s == 120),
+        ("TICKUI_PUBLISH_TIMEOUT", "500ms", lambda c: c.publish_timeout_s == 0.5),
+        ("TICKUI_SCHEDULER_ID", "node-7", lambda c: c.scheduler_id == "node-7"),
+        ("TICKUI_TOPIC", "t.x", lambda c: c.topic == "t.x"),
+        ("TICKUI_PERSIST_SEQUENCE", "off", lambda c: c.persist_sequence is False),
+        ("TICKUI_PERSIST_SEQUENCE", "YES", lambda c: c.persist_sequence is True),
+        ("TICKUI_SEQUENCE_KEY", "k:1", lambda c: c.sequence_key == "k:1"),
+        ("TICKUI_KAFKA_BOOTSTRAP", "h:9092", lambda c: c.kafka_bootstrap == "h:9092"),
+        ("TICKUI_VALKEY_URL", "redis://h:1", lambda c: c.valkey_url == "redis://h:1"),
+        ("TICKUI_VALKEY_TIMEOUT", "2s", lambda c: c.valkey_timeout_s == 2),
+        ("TICKUI_VALKEY_RETRIES", "3", lambda c: c.valkey_retries == 3),
+    ],
+)
+def test_every_environment_variable_is_read(var, value, check):
+    assert check(build({}, {var: value}))
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("TICKUI_TICK_INTERVAL", "9ms"),
+        ("TICKUI_TICK_INTERVAL", "1000"),
+        ("TICKUI_TICK_INTERVAL", ""),
+        ("TICKUI_TICK_JITTER", "2s"),  # not below the default 1 s interval
+        ("TICKUI_BREAKER_THRESHOLD", "101"),
+        ("TICKUI_BREAKER_THRESHOLD", "3.5"),
+        ("TICKUI_BREAKER_RESET", "0s"),
+        ("TICKUI_PUBLISH_TIMEOUT", "2m"),
+        ("TICKUI_SCHEDULER_ID", "white space"),
+        ("TICKUI_TOPIC", "a/b"),
+        ("TICKUI_SEQUENCE_KEY", "   "),
+        ("TICKUI_KAFKA_BOOTSTRAP", "no spaces:1"),
+        ("TICKUI_VALKEY_URL", "http://h"),
+        ("TICKUI_VALKEY_TIMEOUT", "10ms"),
+        ("TICKUI_VALKEY_RETRIES", "11"),
+        ("TICKUI_VALKEY_RETRIES", "many"),
+    ],
+)
+def test_an_invalid_environment_value_is_an_error_not_a_default(var, value):
+    with pytest.raises(BadInput) as caught:
+        build({}, {var: value})
+    assert caught.value.field == var
+
+
+def test_a_bad_environment_value_is_an_error_even_when_the_file_is_good():
+    tables = {"ticker": {"breaker_threshold": 7}}
+    with pytest.raises(BadInput) as caught:
+        build(tables, {"TICKUI_BREAKER_THRESHOLD": "zero"})
+    assert caught.value.field == "TICKUI_BREAKER_THRESHOLD"
+
+
+def test_unrelated_environment_is_ignored():
+    cfg = build({}, {"TICKUI_DB": "/x", "TICKUI_COLOUR": "red", "PATH": "/bin"})
+    assert cfg.interval_ms == 1000
+
+
+# ---- precedence and naming --------------------------------------------------------------------
+
+
+def test_each_layer_overrides_the_one_below_field_by_field():
+    tables = {
+        "ticker": {"interval": "2s", "breaker_threshold": 9, "topic": "file.t"},
+        "valkey": {"url": "redis://file:1", "retries": 2},
+    }
+    env = {"TICKUI_BREAKER_THRESHOLD": "8", "TICKUI_VALKEY_URL": "redis://env:1"}
+    flags = {
+        "valkey_url": ("redis://flag:1", "--valkey"),
+        "kafka_bootstrap": (None, "--kafka"),  # a flag not given overrides nothing
+        "topic": (None, "--topic"),
+    }
+    cfg = build(tables, env, flags)
+    assert cfg.interval_ms == 2000  # file only
+    assert cfg.breaker_threshold == 8  # env over file
+    assert cfg.valkey_retries == 2  # file only
+    assert cfg.valkey_url == "redis://flag:1"  # flag over env over file
+    assert cfg.topic == "file.t"
+    assert cfg.kafka_bootstrap is None
+
+
+def test_a_good_override_rescues_a_bad_lower_value_only_after_range_checks():
+    # the file's interval is in range on its own, the env one replaces it: no error
+    cfg = build({"ticker": {"interval": "2s"}}, {"TICKUI_TICK_INTERVAL": "20ms"})
+    assert cfg.interval_ms == 20
+    # an out-of-range value is blamed on the layer it finally came from
+    with pytest.raises(BadInput) as caught:
+        build({"ticker": {"interval": "2s"}}, {"TICKUI_TICK_INTERVAL": "70s"})
+    assert caught.value.field == "TICKUI_TICK_INTERVAL"
+
+
+def test_jitter_is_checked_against_the_final_interval_and_blamed_on_jitter():
+    with pytest.raises(BadInput) as caught:
+        build({"ticker": {"jitter": "100ms"}}, {}, {"interval_ms": (50, "--tick-interval")})
+    assert caught.value.field == "ticker.jitter"
+    ok = build({"ticker": {"jitter": "100ms"}}, {}, {"interval_ms": (500, "--tick-interval")})
+    assert (ok.interval_ms, ok.jitter_ms) == (500, 100)
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        ({"interval_ms": (60_001, "--tick-interval")}, "--tick-interval"),
+        ({"interval_ms": (9.5, "--tick-interval")}, "--tick-interval"),
+        ({"valkey_url": ("http://x", "--valkey")}, "--valkey"),
+        ({"kafka_bootstrap": ("a b", "--kafka")}, "--kafka"),
+        ({"topic": ("bad topic", "--topic")}, "--topic"),
+    ],
+)
+def test_bad_flags_are_named_as_the_flag(flags, field):
+    with pytest.raises(BadInput) as caught:
+        build({"ticker": {"interval": "1s"}}, {"TICKUI_TOPIC": "ok.topic"}, flags)
+    assert caught.value.field == field
+
+
+# ---- the command line, exactly as in issue 3 ---------------------------------------------------
+
+
+def _one_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+def test_cli_tick_interval_too_short(tmp_path):
+    line = _one_line(cli("run", "--for", "1", "--tick-interval", "5ms", db=tmp_path / "t.db"))
+    assert "tick-interval" in line
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_cli_tick_interval_not_a_duration(tmp_path):
+    line = _one_line(cli("run", "--for", "1", "--tick-interval", "fast", db=tmp_path / "t.db"))
+    assert "tick-interval" in line
+
+
+def test_cli_breaker_threshold_zero_in_env(tmp_path):
+    result = cli(
+        "run", "--for", "1", db=tmp_path / "t.db", cwd=tmp_path,
+        env={"TICKUI_BREAKER_THRESHOLD": "0"},
+    )  # fmt: skip
+    line = _one_line(result)
+    assert "TICKUI_BREAKER_THRESHOLD" in line
+
+
+def test_cli_interval_in_file_names_file_line_and_field(tmp_path):
+    (tmp_path / "tickui.toml").write_text('[ticker]\ninterval = "70s"\n')
+    line = _one_line(cli("run", "--for", "1", db=tmp_path / "t.db", cwd=tmp_path))
+    assert "tickui.toml" in line
+    assert "line 2" in line
+    assert "ticker.interval" in line
+    assert not (tmp_path / "t.db").exists()  # nothing written
+
+
+def test_cli_valkey_http_url_in_file(tmp_path):
+    (tmp_path / "tickui.toml").write_text('[valkey]\nurl = "http://x"\n')
+    line = _one_line(cli("run", "--for", "1", db=tmp_path / "t.db", cwd=tmp_path))
+    assert "tickui.toml line 2" in line and "valkey.url" in line
+
+
+def test_cli_unknown_key_in_kafka(tmp_path):
+    (tmp_path / "tickui.toml").write_text('[kafka]\nbootstrap = "h:1"\nlinger = 5\n')
+    line = _one_line(cli("run", "--for", "1", db=tmp_path / "t.db", cwd=tmp_path))
+    assert "kafka.linger" in line and "line 3" in line
+
+
+def test_cli_explicit_config_path_is_named(tmp_path):
+    conf = tmp_path / "elsewhere.toml"
+    conf.write_text('\n\n[ticker]\nbreaker_reset = "2h"\n')
+    line = _one_line(cli("--config", str(conf), "run", "--for", "1", db=tmp_path / "t.db"))
+    assert "elsewhere.toml line 4" in line and "ticker.breaker_reset" in line
+
+
+def test_cli_good_settings_run_and_report_them(tmp_path):
+    """The control for the cases above: valid settings from all three layers run."""
+    (tmp_path / "tickui.toml").write_text('[ticker]\ninterval = "2s"\nbreaker_threshold = 9\n')
+    result = cli(
+        "run", "--for", "0.5", "--tick-interval", "50ms", db=tmp_path / "t.db", cwd=tmp_path,
+        env={"TICKUI_BREAKER_THRESHOLD": "4"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(result.stderr.strip().splitlines()[-1])["ticker"]
+    assert metrics["interval_ms"] == 50  # flag over file
+    assert metrics["breaker_threshold"] == 4  # env over file
+    assert metrics["ticks_emitted"] >= 3

@@ -126,19 +126,22 @@ class KafkaBus:
 
     async def publish(self, topic: str, key: bytes, value: bytes, headers: Headers) -> None:
         self.attempts += 1
+        delivered = False
         try:
             await self._ensure_producer()
             await self._ensure_topic(topic)
             assert self._producer is not None
             await self._producer.send_and_wait(topic, value, key=key, headers=list(headers))
+            delivered = True
         except PublishError:
-            self._topics_ready.discard(topic)
             raise
         except Exception as exc:
-            self._topics_ready.discard(topic)
             raise PublishError(
                 redact(f"kafka {self.bootstrap}: {type(exc).__name__}: {exc}")
             ) from None
+        finally:
+            if not delivered:  # failed, or cancelled by the caller's timeout
+                self._topics_ready.discard(topic)
 
     async def stop(self) -> None:
         if self._producer is not None:

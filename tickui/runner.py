@@ -147,11 +147,13 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
             log.info("standby: lease held by %s", status.holder)
         else:
             log.info("running on %s as %s", db, engine.owner)
-        await ticker.start()
-        await stop.wait()
-        log.info("stopping")
-        await ticker.stop()
-        await engine.stop(opts.stop_grace / MICROS)
+        try:
+            await ticker.start()
+            await stop.wait()
+            log.info("stopping")
+        finally:
+            await ticker.stop()
+            await engine.stop(opts.stop_grace / MICROS)
         metrics = ticker.metrics().to_json()
         print(json.dumps({"engine": engine.status().to_json(), "ticker": metrics}), file=sys.stderr)
     finally:

@@ -371,12 +371,11 @@ class RuntimeScheduler:
             if self.simulate_failures:
                 raise RuntimeError("simulated publish failure")
             value = json.dumps(tick.to_json()).encode()
-            await asyncio.wait_for(
-                self.bus.publish(
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+            async with asyncio.timeout(self.config.publish_timeout_s):
+                await self.bus.publish(
                     self.config.topic, self.scheduler_id.encode(), value, tick.headers()
-                ),
-                self.config.publish_timeout_s,
-            )
+                )
         except Exception as exc:
             reason = str(exc) or type(exc).__name__
             if isinstance(exc, TimeoutError):
