@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -33,10 +34,10 @@ class MemoryBus:
 
     name = "memory"
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, keep: int | None = None) -> None:
         self.delay = delay
         self.fail_with: str | None = None
-        self.messages: list[tuple[str, bytes, bytes, Headers]] = []
+        self.messages: deque[tuple[str, bytes, bytes, Headers]] = deque(maxlen=keep)
         self.attempts = 0
 
     async def start(self) -> None:

@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     shared = _globals()
     parser = _Parser(prog="tickui", parents=[shared], description="A terminal job scheduler.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    sub.add_parser("demo", parents=[shared], help="the dashboard on a throwaway demo database")
+    parser.add_argument("--time-scale", type=float, default=1.0, metavar="N")
+    demo = sub.add_parser("demo", parents=[shared], help="the dashboard on sample tasks")
+    demo.add_argument("--time-scale", type=float, default=1.0, metavar="N")
     run = sub.add_parser("run", parents=[shared], help="run the engine headless")
     run.add_argument("--for", dest="duration", type=float, metavar="SECONDS")
     run.add_argument("--time-scale", type=float, default=1.0, metavar="N")
@@ -276,11 +278,11 @@ def run(argv: Sequence[str]) -> int:
     settings = config_mod.load(Path(config_path) if config_path else None, SystemClock().now())
     path = db_path(args, settings)
     if args.command in (None, "demo"):
-        print(
-            "tickui: the dashboard is not built yet; use 'tickui run' and 'tickui task'",
-            file=sys.stderr,
-        )
-        return 1
+        from tickui.ui.launch import run_dashboard
+
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        return run_dashboard(args, settings, path, demo=args.command == "demo")
     if args.command == "run":
         from tickui.runner import run_headless
 

@@ -408,6 +408,21 @@ class Store:
         order = {task_id: index for index, task_id in enumerate(ids)}
         return sorted((self._task(row) for row in rows), key=lambda t: order[t.id])
 
+    async def task_versions(self) -> dict[int, tuple[int, int | None, int, int]]:
+        """Per task what a viewer compares to spot another process's change: updated_at,
+        next_run_at, enabled and generation. One narrow scan, no definitions parsed."""
+        rows = await self._all(
+            "SELECT id, updated_at, next_run_at, enabled, generation FROM tasks"
+        )
+        return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
+
+    async def newest_occurrences(self, limit: int, after_id: int = 0) -> list[Occurrence]:
+        """The newest `limit` occurrences with an id above `after_id`, newest first."""
+        rows = await self._all(
+            f"{_OCC_SELECT} WHERE id > ? ORDER BY id DESC LIMIT ?", (after_id, limit)
+        )
+        return [occurrence_from_row(row) for row in rows]
+
     async def active_occurrences(self) -> list[Occurrence]:
         rows = await self._all(f"{_OCC_SELECT} WHERE state IN {_ACTIVE_SQL} ORDER BY id")
         return [occurrence_from_row(row) for row in rows]

@@ -1,0 +1,118 @@
+"""What each table cell says and how it is coloured. Pure: rows and `now` in, text out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tickui.models import Occurrence, Task
+from tickui.timeutil import MICROS
+
+STATE_STYLE = {
+    "claimed": "yellow",
+    "accepted": "yellow",
+    "running": "bold cyan",
+    "succeeded": "green",
+    "failed": "bold red",
+    "cancelled": "magenta",
+    "skipped": "bright_black",
+}
+POLICY_SHORT = {"run_once": "once", "run_all": "all", "skip": "skip"}
+
+Cell = tuple[str, str]  # text, rich style
+
+
+def clock_text(moment: int | None) -> str:
+    """HH:MM:SS in UTC, the zone every time in the dashboard is shown in."""
+    if moment is None:
+        return "-"
+    return datetime.fromtimestamp(moment / MICROS, UTC).strftime("%H:%M:%S")
+
+
+def stamp_text(moment: int | None) -> str:
+    if moment is None:
+        return "-"
+    return datetime.fromtimestamp(moment / MICROS, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def span(micros: int) -> str:
+    """A compact, human span: 0.4s, 12s, 3m05s, 2h04m, 6d03h."""
+    seconds = micros / MICROS
+    if seconds < 10:
+        return f"{max(seconds, 0):.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, sec = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def countdown(until: int | None, now: int) -> str:
+    """Whole seconds, rounded up: it shows 1s until the moment itself, never 0s early."""
+    if until is None:
+        return "-"
+    if until <= now:
+        return "due"
+    whole = -(-(until - now) // MICROS)
+    return f"{whole}s" if whole < 60 else span(whole * MICROS)
+
+
+def task_cells(task: Task, now: int) -> list[Cell]:
+    spec, stats = task.spec, task.stats
+    enabled = task.enabled
+    nxt = task.due_at if enabled else None
+    last = stats.last_started_at or stats.last_scheduled_for
+    result = stats.last_state or "-"
+    on: Cell = ("on", "green") if enabled else (f"off {task.note or ''}".strip(), "yellow")
+    counts = f"{stats.missed}/{stats.skipped}"
+    return [
+        (task.name, "bold" if enabled else "bright_black"),
+        (spec.schedule_text(), ""),
+        (clock_text(nxt), ""),
+        (countdown(nxt, now), "bold" if nxt is not None and nxt - now < 5 * MICROS else ""),
+        (clock_text(last), ""),
+        (span(now - last) if last is not None else "-", "bright_black"),
+        (result, STATE_STYLE.get(result, "")),
+        on,
+        (f"{POLICY_SHORT.get(spec.misfire, spec.misfire)}/{spec.concurrency}", "bright_black"),
+        (counts, "yellow" if stats.missed or stats.skipped else "bright_black"),
+    ]
+
+
+def lateness(occ: Occurrence) -> str:
+    if occ.started_at is None:
+        return "-"
+    late = occ.started_at - occ.scheduled_for
+    sign = "+" if late >= 0 else "-"
+    return f"{sign}{abs(late) / MICROS:.2f}s" if abs(late) < 60 * MICROS else sign + span(abs(late))
+
+
+def duration(occ: Occurrence, now: int) -> str:
+    if occ.started_at is None:
+        return "-"
+    end = occ.finished_at if occ.finished_at is not None else now
+    return span(end - occ.started_at)
+
+
+def occurrence_cells(occ: Occurrence, now: int) -> list[Cell]:
+    code = str(occ.exit_code) if occ.exit_code is not None else occ.error_code or ""
+    detail = occ.detail or ""
+    if occ.covers > 1:
+        detail = f"covers {occ.covers} slots " + detail
+    return [
+        (str(occ.id), "bright_black"),
+        (occ.state, STATE_STYLE.get(occ.state, "")),
+        (occ.task, "bold"),
+        ("manual" if occ.kind == "manual" else "sched", ""),
+        (clock_text(occ.scheduled_for), ""),
+        (clock_text(occ.started_at), ""),
+        (lateness(occ), "bright_black"),
+        (duration(occ, now), ""),
+        (code or "-", "red" if code not in ("", "0") else ""),
+        (detail.replace("\n", " "), "bright_black"),
+    ]

@@ -1,0 +1,74 @@
+"""What the dashboard hosts: one store, one clock, the engine and the ticker driving it."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tickui.bus import MemoryBus
+from tickui.clock import Clock
+from tickui.config import Settings
+from tickui.engine import SchedulerEngine
+from tickui.runner import build_engine, build_ticker_for, real_ticker_config
+from tickui.store import Store
+from tickui.ticker import RuntimeScheduler, Tick
+from tickui.ticker_config import TickerConfig
+
+MEMORY_BUS_KEEP = 100
+
+
+@dataclass
+class Host:
+    db: Path
+    store: Store
+    clock: Clock
+    engine: SchedulerEngine
+    ticker: RuntimeScheduler
+    demo: bool = False
+    start_ticker: bool = True
+    start_engine: bool = True
+    closed: bool = field(default=False, init=False)
+
+    async def start(self) -> None:
+        if self.start_engine:
+            await self.engine.start()
+        if self.start_ticker:
+            await self.ticker.start()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop ticking, then the engine (waiting up to `grace` s for active runs)."""
+        with contextlib.suppress(Exception):
+            await self.ticker.stop()
+        await self.engine.stop(grace)
+
+    async def close(self, grace: float | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.stop(grace)
+        finally:
+            await self.store.close()
+
+
+def build_host(
+    store: Store,
+    clock: Clock,
+    settings: Settings,
+    ticker_config: TickerConfig | None = None,
+    **flags: bool,
+) -> Host:
+    """The engine ticked by the ticker, as `tickui run` has them. Without Kafka, ticks go
+    to an in-process bus so the breaker (and `f`, simulated failures) still mean something."""
+    config = real_ticker_config(ticker_config or settings.ticker, clock.scale)
+    engine = build_engine(store, clock, settings, round(config.interval_ms * 1000 * clock.scale))
+    ticker = build_ticker_for(store, clock, config)
+    if ticker.bus is None:
+        ticker.bus = MemoryBus(keep=MEMORY_BUS_KEEP)
+
+    async def scan(tick: Tick) -> None:
+        await engine.tick(tick.now)
+
+    ticker.subscribe(scan)
+    return Host(store.path, store, clock, engine, ticker, **flags)
