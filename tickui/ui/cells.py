@@ -103,7 +103,7 @@ def occurrence_cells(occ: Occurrence, now: int) -> list[Cell]:
     code = str(occ.exit_code) if occ.exit_code is not None else occ.error_code or ""
     detail = occ.detail or ""
     if occ.covers > 1:
-        detail = f"covers {occ.covers} slots " + detail
+        detail = f"{detail} · covers {occ.covers} slots" if detail else f"covers {occ.covers} slots"
     return [
         (str(occ.id), "bright_black"),
         (occ.state, STATE_STYLE.get(occ.state, "")),

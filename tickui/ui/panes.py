@@ -84,14 +84,14 @@ class StatusLine(Static):
         text = Text.assemble((" tickui ", "bold reverse"), " ")
         if demo:
             text.append("DEMO ", "bold magenta")
-        text.append(db, "bright_black")
-        text.append("  engine ")
+        text.append("engine ")
         text.append(*engine_state(engine, ticker_status))
         text.append("  ticker ")
         text.append(ticker_status, "green" if ticker_status == "running" else "yellow")
         text.append(f"  {clock_text(now)} UTC", "bold")
         if scale != 1:
             text.append(f"  time ×{scale:g}", "bold magenta")
+        text.append(f"  {db}", "bright_black")
         self.update(text)
 
 
@@ -139,7 +139,7 @@ class TicksPane(Vertical):
         self.query_one("#tick-facts", Static).update(tick_facts(metrics))
         data = metrics.publish_recent_ms if metrics.bus != "none" else metrics.lateness_recent_ms
         what = "publish ms" if metrics.bus != "none" else "lateness ms"
-        self.query_one("#tick-spark", Sparkline).data = list(data[-60:]) or [0.0]
+        self.query_one("#tick-spark", Sparkline).data = list(data[-60:])
         peak = max(data[-60:]) if data else 0.0
         self.query_one("#tick-spark-label", Static).update(
             Text(f"{what}, last {min(len(data), 60)}: peak {peak:.2f}", "bright_black")

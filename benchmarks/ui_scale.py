@@ -1,0 +1,537 @@
+"""The dashboard at scale: first paint, one-row updates and loop lag, headless (Textual Pilot).
+
+Real SQLite files (WAL) in a temp dir: 10,000 interval tasks with 100,000 settled
+occurrences (10 a task), and for the ratio 100 tasks with 1,000. One task is made through
+`Store.add_task`; the rest are copies of its row with their own names and definitions,
+and the history is one `executemany`, so seeding takes a few seconds.
+
+1. First paint: from entering `app.run_test(size=(200, 60))` until `app.ready` is set and
+   one `pilot.pause()` has run (every task with its stats and the newest 500 occurrences
+   are loaded by then). Fresh app each round; engine and ticker not started.
+2. One occurrence change, in the same apps, rounds alternating 10,000-task and 100-task
+   databases: the newest occurrence is changed through the app's store
+   (`fail_occurrences`), then `app.mark(...)`, `await app.drain()` and a repaint are
+   timed. The repaint is `pilot.pause(0)` (pending messages, then the compositor update);
+   `pilot.pause()` also waits for the process to look idle, at least one 20 ms sleep,
+   which would hide the work, so it is timed separately and reported alongside.
+   update_ratio = median(10,000 tasks) / median(100 tasks).
+3. Loop lag with the engine settling about 100 runs a second: a fresh database with 100
+   tasks `every 1s`, SystemClock, the real ticker (1 s ticks into the in-memory bus) and
+   the engine started, the UI on the same loop. Runs are not processes: a dispatcher in
+   this file writes the events SubprocessDispatcher writes (a `control.run_transition`
+   to running per batch, then one `run.completed` per run from its watcher, 100 to
+   280 ms later). A 10 ms sleep loop records how late it wakes for `--lag-seconds`.
+4. Peak RSS of this process (ru_maxrss) at the end: the 10,000-task app is the largest.
+
+    .venv/bin/python benchmarks/ui_scale.py                 # about 40 s
+    .venv/bin/python benchmarks/ui_scale.py --rounds 5 --lag-seconds 20
+    .venv/bin/python benchmarks/ui_scale.py --profile       # also cProfile one first paint
+
+The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import json
+import pstats
+import resource
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tickui.clock import Clock, SystemClock
+from tickui.config import Settings
+from tickui.dispatcher import DispatchFailure, Job, Receipt
+from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION, TERMINAL
+from tickui.spec import build_spec
+from tickui.store import NewEvent, Store
+from tickui.timeutil import MICROS
+from tickui.ui.app import TickuiApp
+from tickui.ui.host import Host, build_host
+
+SIZE = (200, 60)
+BIG, SMALL, PER_TASK = 10_000, 100, 10
+BUSY = 100  # tasks every 1 s: about 100 runs a second
+HOUR = 3600 * MICROS
+TARGETS = {"first_paint_s": 1.5, "update_ratio": 2.0, "loop_lag_p99_ms": 50.0, "peak_rss_mb": 250}
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KB
+
+
+def med(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def p99(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return max(values, default=0.0)
+    return statistics.quantiles(values, n=100, method="inclusive")[98]
+
+
+# ---- the databases ----------------------------------------------------------------------
+
+_COPY_TASK = (
+    "INSERT INTO tasks (name, spec, definition_hash, source, enabled, note, generation,"
+    " created_at, updated_at, anchor, next_run_at, due_at)"
+    " SELECT ?, ?, ?, source, enabled, note, generation, created_at, updated_at, anchor,"
+    " next_run_at, due_at FROM tasks WHERE id = ?"
+)
+_INSERT_HISTORY = (
+    "INSERT INTO occurrences (id, task_id, task, kind, scheduled_for, state, claimed_at,"
+    " accepted_at, started_at, finished_at, exit_code, error_code, detail, command_id, run_id,"
+    " owner, lease_token, generation) VALUES (?,?,?,'scheduled',?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+
+
+async def add_tasks(db: Path, prefix: str, count: int, every: str) -> None:
+    """One task through the store, then `count - 1` copies of its row, each its own."""
+    clock = SystemClock()
+    now = clock.now()
+
+    def spec(i: int):
+        return build_spec({"name": f"{prefix}-{i:05d}", "every": every, "command": ["true"]}, now)
+
+    store = await Store.open(db)
+    try:
+        template = await store.add_task(spec(0), now)
+    finally:
+        await store.close()
+    conn = sqlite3.connect(db)
+    try:
+        rows = (
+            (s.name, s.to_json(), s.definition_hash(), template.id)
+            for s in (spec(i) for i in range(1, count))
+        )
+        with conn:
+            conn.executemany(_COPY_TASK, rows)
+    finally:
+        conn.close()
+
+
+def add_history(db: Path, per_task: int) -> int:
+    """`per_task` settled occurrences a task, one an hour before its anchor, ids in time order
+    (so the newest window holds the latest slots); about one in ten failed."""
+    conn = sqlite3.connect(db)
+    try:
+        tasks = conn.execute("SELECT id, name, anchor, generation FROM tasks ORDER BY id").fetchall()
+        first = conn.execute("SELECT coalesce(max(id), 0) FROM occurrences").fetchone()[0] + 1
+
+        def rows():
+            occ_id = first
+            for k in range(per_task):
+                for task_id, name, anchor, generation in tasks:
+                    slot = anchor - (per_task - k) * HOUR
+                    started = slot + 5_000
+                    finished = started + 200_000 + (task_id % 50) * 10_000
+                    failed = (task_id + k) % 10 == 3
+                    yield (
+                        occ_id, task_id, name, slot, "failed" if failed else "succeeded",
+                        slot, slot + 1_000, started, finished, 1 if failed else 0,
+                        "EXIT_NONZERO" if failed else None, "exit 1: bench" if failed else None,
+                        f"cmd-{occ_id}", f"run-{occ_id}", "bench", 1, generation,
+                    )  # fmt: skip
+                    occ_id += 1
+
+        with conn:
+            conn.executemany(_INSERT_HISTORY, rows())
+        return conn.execute("SELECT count(*) FROM occurrences").fetchone()[0]
+    finally:
+        conn.close()
+
+
+async def build_db(db: Path, tasks: int, per_task: int) -> tuple[int, int]:
+    await add_tasks(db, "task", tasks, "1h")
+    occurrences = add_history(db, per_task)
+    return tasks, occurrences
+
+
+# ---- a dispatcher with no processes ------------------------------------------------------
+
+
+@dataclass
+class _FakeRun:
+    occurrence_id: int
+    command_id: str | None
+    run_id: str
+    seconds: float
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class InProcessDispatcher:
+    """What SubprocessDispatcher writes, with no process behind it: a batch of
+    `control.run_transition` (running) events at dispatch, then per run, from its watcher,
+    one `run.completed` (or `run.canceled` when cancelled) a fraction of a second later."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store, self.clock = store, clock
+        self._runs: dict[int, _FakeRun] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+        self.dispatched = 0
+
+    def active(self) -> int:
+        return len(self._runs)
+
+    async def dispatch(self, jobs: Sequence[Job]) -> list[Receipt | DispatchFailure]:
+        results: list[Receipt | DispatchFailure] = []
+        started: list[NewEvent] = []
+        runs: list[_FakeRun] = []
+        for job in jobs:
+            occ = job.occurrence
+            seconds = 0.1 + (occ.id % 10) * 0.02
+            run = _FakeRun(occ.id, occ.command_id, f"run-{uuid.uuid4().hex[:16]}", seconds)
+            self._runs[occ.id] = run
+            runs.append(run)
+            # SubprocessDispatcher adds pid, pgid, pid_start and log_path: there is no process.
+            started.append(
+                NewEvent(self.clock.now(), RUN_TRANSITION, occ.command_id, run.run_id,
+                         {"state": "running"})
+            )  # fmt: skip
+            results.append(Receipt(occ.command_id or ""))
+        await self.store.append_events(started)
+        for run in runs:
+            watcher = asyncio.create_task(self._watch(run))
+            self._watchers.add(watcher)
+            watcher.add_done_callback(self._watchers.discard)
+        self.dispatched += len(runs)
+        return results
+
+    async def _watch(self, run: _FakeRun) -> None:
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.stop.wait(), run.seconds)
+            if run.reason is None:
+                kind, payload = RUN_COMPLETED, {"exit_code": 0}
+            else:
+                kind, payload = RUN_CANCELED, {"exit_code": -15, "detail": run.reason}
+            await self.store.append_events(
+                [NewEvent(self.clock.now(), kind, run.command_id, run.run_id, payload)]
+            )
+        finally:
+            self._runs.pop(run.occurrence_id, None)
+            run.done.set()
+
+    async def cancel(self, occurrence_id: int, reason: str) -> bool:
+        run = self._runs.get(occurrence_id)
+        if run is None:
+            return False
+        run.reason = reason
+        run.stop.set()
+        await run.done.wait()
+        return True
+
+    async def shutdown(self, grace: float) -> None:
+        waiting = [run.done.wait() for run in self._runs.values()]
+        if waiting:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waiting), grace)
+        await asyncio.gather(*(self.cancel(i, "engine_stopped") for i in list(self._runs)))
+        if self._watchers:
+            await asyncio.gather(*list(self._watchers), return_exceptions=True)
+
+
+# ---- the app --------------------------------------------------------------------------
+
+
+def make_app(db: Path, *, busy: bool = False) -> TickuiApp:
+    """The dashboard over `db`, built as `tickui` builds it (the store opened in the app's
+    loop); busy: engine and ticker started, runs through InProcessDispatcher."""
+
+    async def factory() -> Host:
+        store = await Store.open(db)
+        clock = SystemClock()
+        host = build_host(store, clock, Settings(), start_engine=busy, start_ticker=busy)
+        if busy:
+            host.engine.dispatcher = InProcessDispatcher(store, clock)
+        return host
+
+    return TickuiApp(factory)
+
+
+async def _change(app: TickuiApp, occ_id: int, detail: str) -> None:
+    await app.host.store.fail_occurrences(
+        [(occ_id, "BENCH", detail)], app.host.clock.now(), states=TERMINAL
+    )
+
+
+async def _applied(app: TickuiApp, occ_id: int, detail: str) -> None:
+    """A drain already under way (the app's 50 ms timer) makes ours return at once; the
+    change is then applied by the next drain. Wait for it, whoever applies it."""
+    while app.occ_rows.by_id[occ_id].detail != detail:
+        await asyncio.sleep(0)
+        await app.drain()
+
+
+async def ui_round(db: Path, tasks: int, updates: int) -> dict:
+    """One fresh app: its first paint, then `updates` timed one-occurrence changes of
+    each kind (repaint by pause(0), and by pause() with its idle wait)."""
+    app = make_app(db)
+    start = time.perf_counter()
+    async with app.run_test(size=SIZE) as pilot:
+        await app.ready.wait()
+        await pilot.pause()
+        first_paint = time.perf_counter() - start
+        rss_after_paint = rss_mb()
+        assert len(app.task_rows) == tasks, (len(app.task_rows), tasks)
+        assert len(app.occ_rows) == app.occ_rows.window
+        occ_id = app.occ_rows.at(0).id
+        work, idle = [], []
+        for i in range(2 * updates):
+            detail = f"bench change {i}"
+            await _change(app, occ_id, detail)
+            began = time.perf_counter()
+            app.mark(tasks=[], occurrences=[occ_id])
+            await app.drain()
+            await _applied(app, occ_id, detail)
+            if i % 2 == 0:
+                await pilot.pause(0)
+                work.append((time.perf_counter() - began) * 1000)
+            else:
+                await pilot.pause()
+                idle.append((time.perf_counter() - began) * 1000)
+        shown = app.occ_rows.at(0)
+        assert shown.id == occ_id and shown.state == "failed" and shown.error_code == "BENCH"
+    return {"first_paint_s": first_paint, "update_ms": work, "update_idle_ms": idle,
+            "rss_after_paint_mb": rss_after_paint}  # fmt: skip
+
+
+async def load_steps(db: Path, rounds: int) -> dict[str, float]:
+    """What load_all does, step by step, outside the app (median ms over `rounds`)."""
+    steps: dict[str, list[float]] = {}
+
+    def lap(name: str, began: float) -> float:
+        now = time.perf_counter()
+        steps.setdefault(name, []).append((now - began) * 1000)
+        return now
+
+    for _ in range(rounds):
+        t = time.perf_counter()
+        store = await Store.open(db)
+        t = lap("Store.open", t)
+        await store.list_tasks(with_stats=False)
+        t = lap("list_tasks(with_stats=False): rows + specs parsed", t)
+        await store.task_stats()
+        t = lap("task_stats(): every task's stats", t)
+        await store.newest_occurrences(500)
+        t = lap("newest_occurrences(500)", t)
+        await store.task_stats([1])
+        t = lap("task_stats([one id]): what a drain asks", t)
+        await store.close()
+    return {name: med(values) for name, values in steps.items()}
+
+
+def profile_first_paint(db: Path, tasks: int) -> str:
+    """cProfile of one first paint (main thread only: SQLite runs in aiosqlite's thread)."""
+    profiler = cProfile.Profile()
+
+    async def one() -> None:
+        app = make_app(db)
+        async with app.run_test(size=SIZE) as pilot:
+            await app.ready.wait()
+            await pilot.pause()
+            assert len(app.task_rows) == tasks
+
+    profiler.enable()
+    asyncio.run(one())
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(15)
+    return out.getvalue()
+
+
+# ---- loop lag under load ---------------------------------------------------------------
+
+
+async def busy_round(db: Path, seconds: float, warmup: float) -> dict:
+    app = make_app(db, busy=True)
+    loop = asyncio.get_running_loop()
+    lags: list[float] = []
+    async with app.run_test(size=SIZE) as pilot:
+        await app.ready.wait()
+        await pilot.pause()
+        await asyncio.sleep(warmup)  # past the catch-up of slots missed before the start
+        store = app.host.store
+        before = await store.state_counts()
+        dispatched = app.host.engine.dispatcher.dispatched
+        began = loop.time()
+        while loop.time() - began < seconds:
+            t = loop.time()
+            await asyncio.sleep(0.01)
+            lags.append(max(0.0, loop.time() - t - 0.01) * 1000)
+        elapsed = loop.time() - began
+        after = await store.state_counts()
+        dispatched = app.host.engine.dispatcher.dispatched - dispatched
+        status = app.host.engine.status()
+        ticker = app.host.ticker.metrics()
+    settled = sum(after.get(s, 0) - before.get(s, 0) for s in TERMINAL)
+    return {
+        "seconds": elapsed,
+        "lag_p50_ms": med(lags),
+        "lag_p99_ms": p99(lags),
+        "lag_max_ms": max(lags, default=0.0),
+        "samples": len(lags),
+        "settled_per_s": settled / elapsed,
+        "succeeded_per_s": (after.get("succeeded", 0) - before.get("succeeded", 0)) / elapsed,
+        "dispatched_per_s": dispatched / elapsed,
+        "skipped": after.get("skipped", 0) - before.get("skipped", 0),
+        "engine_result": status.result,
+        "coalesced_scans": status.coalesced,
+        "ticks_emitted": ticker.ticks_emitted,
+        "ticks_missed": ticker.ticks_missed,
+    }
+
+
+# ---- main --------------------------------------------------------------------------------
+
+
+def _mark(key: str, value: float) -> str:
+    return "met" if value < TARGETS[key] else "MISSED"
+
+
+async def run(args: argparse.Namespace, tmp: Path) -> dict:
+    big, small, busy = tmp / "big.db", tmp / "small.db", tmp / "busy.db"
+    t = time.perf_counter()
+    big_counts = await build_db(big, BIG, PER_TASK)
+    small_counts = await build_db(small, SMALL, PER_TASK)
+    await add_tasks(busy, "busy", BUSY, "1s")
+    print(
+        f"seeded in {time.perf_counter() - t:.1f} s: {big_counts[0]:,} tasks /"
+        f" {big_counts[1]:,} occurrences; {small_counts[0]:,} / {small_counts[1]:,};"
+        f" {BUSY} tasks every 1s (fresh database) for the lag run"
+    )
+
+    results: dict[int, list[dict]] = {BIG: [], SMALL: []}
+    for round_no in range(args.rounds):
+        for db, tasks in ((big, BIG), (small, SMALL)):
+            r = await ui_round(db, tasks, args.updates)
+            results[tasks].append(r)
+            print(
+                f"round {round_no + 1} {tasks:>6,} tasks: first paint {r['first_paint_s']:5.2f} s"
+                f"  update {med(r['update_ms']):6.2f} ms (pause(0))"
+                f"  {med(r['update_idle_ms']):6.2f} ms (pause())"
+                f"  RSS {r['rss_after_paint_mb']:4.0f} MB"
+            )
+
+    def all_of(tasks: int, key: str) -> list[float]:
+        return [v for r in results[tasks] for v in r[key]]
+
+    paint_big = [r["first_paint_s"] for r in results[BIG]]
+    paint_small = [r["first_paint_s"] for r in results[SMALL]]
+    upd_big, upd_small = med(all_of(BIG, "update_ms")), med(all_of(SMALL, "update_ms"))
+    idle_big, idle_small = med(all_of(BIG, "update_idle_ms")), med(all_of(SMALL, "update_idle_ms"))
+    per_round_ratio = [
+        med(b["update_ms"]) / med(s["update_ms"])
+        for b, s in zip(results[BIG], results[SMALL], strict=True)
+    ]
+
+    steps = await load_steps(big, 3)
+    print(f"load_all's steps on {BIG:,} tasks / {big_counts[1]:,} occurrences (median of 3):")
+    for name, ms in steps.items():
+        print(f"  {name:<52} {ms:8.1f} ms")
+
+    print(
+        f"loop lag: {args.lag_seconds:.0f} s with {BUSY} tasks every 1s, engine + ticker + UI,"
+        f" after {args.warmup:.0f} s warm-up"
+    )
+    lag = await busy_round(busy, args.lag_seconds, args.warmup)
+    print(
+        f"  lag p50 {lag['lag_p50_ms']:.2f} ms  p99 {lag['lag_p99_ms']:.1f} ms"
+        f"  max {lag['lag_max_ms']:.1f} ms ({lag['samples']} samples of a 10 ms sleep)"
+    )
+    print(
+        f"  settled {lag['settled_per_s']:.1f} runs/s (succeeded {lag['succeeded_per_s']:.1f}/s,"
+        f" dispatched {lag['dispatched_per_s']:.1f}/s, skipped {lag['skipped']});"
+        f" engine {lag['engine_result']}, coalesced scans {lag['coalesced_scans']},"
+        f" ticks {lag['ticks_emitted']} emitted / {lag['ticks_missed']} missed"
+    )
+
+    summary = {
+        "tasks": BIG,
+        "occurrences": big_counts[1],
+        "small_tasks": SMALL,
+        "small_occurrences": small_counts[1],
+        "rounds": args.rounds,
+        "first_paint_s": round(med(paint_big), 3),
+        "first_paint_s_runs": [round(v, 3) for v in paint_big],
+        "first_paint_s_100": round(med(paint_small), 3),
+        "update_ms_10k": round(upd_big, 2),
+        "update_ms_100": round(upd_small, 2),
+        "update_ratio": round(upd_big / upd_small, 2),
+        "update_ratio_per_round": [round(v, 2) for v in per_round_ratio],
+        "update_samples": len(all_of(BIG, "update_ms")),
+        "update_idle_pause_ms_10k": round(idle_big, 2),
+        "update_idle_pause_ms_100": round(idle_small, 2),
+        "update_ratio_idle_pause": round(idle_big / idle_small, 2),
+        "load_steps_ms": {k: round(v, 1) for k, v in steps.items()},
+        "loop_lag_p50_ms": round(lag["lag_p50_ms"], 2),
+        "loop_lag_p99_ms": round(lag["lag_p99_ms"], 1),
+        "loop_lag_max_ms": round(lag["lag_max_ms"], 1),
+        "settled_runs_per_s": round(lag["settled_per_s"], 1),
+        "lag_seconds": round(lag["seconds"], 1),
+        "rss_after_first_paint_mb": round(results[BIG][0]["rss_after_paint_mb"], 1),
+        "peak_rss_mb": round(rss_mb(), 1),
+    }
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3, help="fresh apps per database")
+    parser.add_argument("--updates", type=int, default=10, help="timed changes per app, each way")
+    parser.add_argument("--lag-seconds", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--profile", action="store_true", help="cProfile one 10,000-task paint")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tickui-ui-bench-") as tmp:
+        summary = asyncio.run(run(args, Path(tmp)))
+        profile = profile_first_paint(Path(tmp) / "big.db", BIG) if args.profile else None
+    print(
+        f"first paint, {BIG:,} tasks: median {summary['first_paint_s']:.2f} s"
+        f" (target < {TARGETS['first_paint_s']} s: {_mark('first_paint_s', summary['first_paint_s'])});"
+        f" {SMALL} tasks: {summary['first_paint_s_100']:.2f} s"
+    )
+    print(
+        f"one occurrence change: {summary['update_ms_10k']:.2f} ms vs {summary['update_ms_100']:.2f}"
+        f" ms, ratio {summary['update_ratio']:.2f} (target < {TARGETS['update_ratio']:g}:"
+        f" {_mark('update_ratio', summary['update_ratio'])}; per round"
+        f" {summary['update_ratio_per_round']}); with pilot.pause():"
+        f" {summary['update_idle_pause_ms_10k']:.1f} vs {summary['update_idle_pause_ms_100']:.1f}"
+        f" ms, ratio {summary['update_ratio_idle_pause']:.2f}"
+    )
+    print(
+        f"loop lag p99 at {summary['settled_runs_per_s']:.0f} runs/s: {summary['loop_lag_p99_ms']} ms"
+        f" (target < {TARGETS['loop_lag_p99_ms']:g} ms: "
+        f"{_mark('loop_lag_p99_ms', summary['loop_lag_p99_ms'])})"
+    )
+    print(
+        f"peak RSS {summary['peak_rss_mb']:.0f} MB (target < {TARGETS['peak_rss_mb']} MB:"
+        f" {_mark('peak_rss_mb', summary['peak_rss_mb'])}); after the first 10,000-task paint"
+        f" {summary['rss_after_first_paint_mb']:.0f} MB"
+    )
+    if profile is not None:
+        print("cProfile, one first paint of 10,000 tasks, top 15 by own time:")
+        print(profile)
+    summary["total_s"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
