@@ -58,7 +58,7 @@ from tickui.dispatcher import DispatchFailure, Job, Receipt
 from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION, TERMINAL
 from tickui.spec import build_spec
 from tickui.store import NewEvent, Store
-from tickui.timeutil import MICROS
+from tickui.timeutil import MICROS, iso
 from tickui.ui.app import TickuiApp
 from tickui.ui.host import Host, build_host
 
@@ -98,13 +98,15 @@ _INSERT_HISTORY = (
 )
 
 
-async def add_tasks(db: Path, prefix: str, count: int, every: str) -> None:
+async def add_tasks(db: Path, prefix: str, count: int, every: str, anchor: int | None) -> None:
     """One task through the store, then `count - 1` copies of its row, each its own."""
-    clock = SystemClock()
-    now = clock.now()
+    now = SystemClock().now()
+    fields = {"every": every, "command": ["true"]}
+    if anchor is not None:
+        fields["anchor"] = iso(anchor)
 
     def spec(i: int):
-        return build_spec({"name": f"{prefix}-{i:05d}", "every": every, "command": ["true"]}, now)
+        return build_spec({"name": f"{prefix}-{i:05d}", **fields}, now)
 
     store = await Store.open(db)
     try:
@@ -124,18 +126,19 @@ async def add_tasks(db: Path, prefix: str, count: int, every: str) -> None:
 
 
 def add_history(db: Path, per_task: int) -> int:
-    """`per_task` settled occurrences a task, one an hour before its anchor, ids in time order
-    (so the newest window holds the latest slots); about one in ten failed."""
+    """`per_task` settled occurrences a task, on its hourly grid before now, ids in time
+    order (so the newest window holds the latest slots); about one in ten failed."""
     conn = sqlite3.connect(db)
     try:
-        tasks = conn.execute("SELECT id, name, anchor, generation FROM tasks ORDER BY id").fetchall()
+        query = "SELECT id, name, anchor, generation FROM tasks ORDER BY id"
+        tasks = conn.execute(query).fetchall()
         first = conn.execute("SELECT coalesce(max(id), 0) FROM occurrences").fetchone()[0] + 1
 
         def rows():
             occ_id = first
             for k in range(per_task):
                 for task_id, name, anchor, generation in tasks:
-                    slot = anchor - (per_task - k) * HOUR
+                    slot = anchor - (per_task - k + 1) * HOUR
                     started = slot + 5_000
                     finished = started + 200_000 + (task_id % 50) * 10_000
                     failed = (task_id + k) % 10 == 3
@@ -155,7 +158,10 @@ def add_history(db: Path, per_task: int) -> int:
 
 
 async def build_db(db: Path, tasks: int, per_task: int) -> tuple[int, int]:
-    await add_tasks(db, "task", tasks, "1h")
+    """Hourly tasks on the hour, the first slot one to two hours ahead: nothing falls due
+    while the benchmark runs, even with the engine started."""
+    now = SystemClock().now()
+    await add_tasks(db, "task", tasks, "1h", -(-now // HOUR) * HOUR + HOUR)
     occurrences = add_history(db, per_task)
     return tasks, occurrences
 
@@ -311,8 +317,9 @@ async def ui_round(db: Path, tasks: int, updates: int) -> dict:
             "rss_after_paint_mb": rss_after_paint}  # fmt: skip
 
 
-async def load_steps(db: Path, rounds: int) -> dict[str, float]:
-    """What load_all does, step by step, outside the app (median ms over `rounds`)."""
+async def store_steps(db: Path, rounds: int, repeats: int = 10) -> dict[str, float]:
+    """The store calls behind first paint (load_all) and behind one drain, timed outside
+    the app on a fresh connection: median ms."""
     steps: dict[str, list[float]] = {}
 
     def lap(name: str, began: float) -> float:
@@ -325,13 +332,20 @@ async def load_steps(db: Path, rounds: int) -> dict[str, float]:
         store = await Store.open(db)
         t = lap("Store.open", t)
         await store.list_tasks(with_stats=False)
-        t = lap("list_tasks(with_stats=False): rows + specs parsed", t)
+        t = lap("list_tasks(with_stats=False): rows, specs parsed", t)
         await store.task_stats()
-        t = lap("task_stats(): every task's stats", t)
-        await store.newest_occurrences(500)
+        t = lap("task_stats(): every task", t)
+        newest = await store.newest_occurrences(500)
         t = lap("newest_occurrences(500)", t)
-        await store.task_stats([1])
-        t = lap("task_stats([one id]): what a drain asks", t)
+        occ = newest[0]
+        for _ in range(repeats):
+            t = time.perf_counter()
+            await store.occurrences_by_id([occ.id])
+            t = lap("drain: occurrences_by_id([1 id])", t)
+            await store.tasks_by_id([occ.task_id])
+            t = lap("drain: tasks_by_id([1 id])", t)
+            await store.task_stats([occ.task_id])
+            t = lap("drain: task_stats([1 id])", t)
         await store.close()
     return {name: med(values) for name, values in steps.items()}
 
@@ -410,11 +424,11 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
     t = time.perf_counter()
     big_counts = await build_db(big, BIG, PER_TASK)
     small_counts = await build_db(small, SMALL, PER_TASK)
-    await add_tasks(busy, "busy", BUSY, "1s")
+    await add_tasks(busy, "busy", BUSY, "1s", None)
     print(
         f"seeded in {time.perf_counter() - t:.1f} s: {big_counts[0]:,} tasks /"
-        f" {big_counts[1]:,} occurrences; {small_counts[0]:,} / {small_counts[1]:,};"
-        f" {BUSY} tasks every 1s (fresh database) for the lag run"
+        f" {big_counts[1]:,} occurrences, {small_counts[0]:,} / {small_counts[1]:,},"
+        f" and a fresh database of {BUSY} tasks every 1s for the loop-lag run"
     )
 
     results: dict[int, list[dict]] = {BIG: [], SMALL: []}
@@ -424,9 +438,9 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
             results[tasks].append(r)
             print(
                 f"round {round_no + 1} {tasks:>6,} tasks: first paint {r['first_paint_s']:5.2f} s"
-                f"  update {med(r['update_ms']):6.2f} ms (pause(0))"
-                f"  {med(r['update_idle_ms']):6.2f} ms (pause())"
-                f"  RSS {r['rss_after_paint_mb']:4.0f} MB"
+                f"  one change {med(r['update_ms']):6.2f} ms with pause(0),"
+                f" {med(r['update_idle_ms']):6.2f} ms with pause()"
+                f"  (RSS {r['rss_after_paint_mb']:.0f} MB)"
             )
 
     def all_of(tasks: int, key: str) -> list[float]:
@@ -436,31 +450,43 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
     paint_small = [r["first_paint_s"] for r in results[SMALL]]
     upd_big, upd_small = med(all_of(BIG, "update_ms")), med(all_of(SMALL, "update_ms"))
     idle_big, idle_small = med(all_of(BIG, "update_idle_ms")), med(all_of(SMALL, "update_idle_ms"))
-    per_round_ratio = [
+    per_round = [
         med(b["update_ms"]) / med(s["update_ms"])
         for b, s in zip(results[BIG], results[SMALL], strict=True)
     ]
 
-    steps = await load_steps(big, 3)
-    print(f"load_all's steps on {BIG:,} tasks / {big_counts[1]:,} occurrences (median of 3):")
-    for name, ms in steps.items():
-        print(f"  {name:<52} {ms:8.1f} ms")
+    steps_big, steps_small = await store_steps(big, 3), await store_steps(small, 3)
+    print(f"store calls, median ms: {BIG:,} tasks / {big_counts[1]:,} occurrences vs {SMALL}:")
+    for name, ms in steps_big.items():
+        print(f"  {name:<50} {ms:8.2f} {steps_small[name]:8.2f}")
 
     print(
-        f"loop lag: {args.lag_seconds:.0f} s with {BUSY} tasks every 1s, engine + ticker + UI,"
-        f" after {args.warmup:.0f} s warm-up"
+        f"loop lag, {args.lag_seconds:g} s after {args.warmup:g} s warm-up: {BUSY} tasks every 1s,"
+        " SystemClock, ticker (1 s ticks), engine and UI on one loop"
     )
-    lag = await busy_round(busy, args.lag_seconds, args.warmup)
-    print(
-        f"  lag p50 {lag['lag_p50_ms']:.2f} ms  p99 {lag['lag_p99_ms']:.1f} ms"
-        f"  max {lag['lag_max_ms']:.1f} ms ({lag['samples']} samples of a 10 ms sleep)"
-    )
-    print(
-        f"  settled {lag['settled_per_s']:.1f} runs/s (succeeded {lag['succeeded_per_s']:.1f}/s,"
-        f" dispatched {lag['dispatched_per_s']:.1f}/s, skipped {lag['skipped']});"
-        f" engine {lag['engine_result']}, coalesced scans {lag['coalesced_scans']},"
-        f" ticks {lag['ticks_emitted']} emitted / {lag['ticks_missed']} missed"
-    )
+    lags = {"fresh": await busy_round(busy, args.lag_seconds, args.warmup)}
+    if not args.skip_big_lag:
+        await add_tasks(big, "busy", BUSY, "1s", None)
+        lags["big"] = await busy_round(big, args.lag_seconds, args.warmup)
+    for where, lag in lags.items():
+        what = (
+            f"fresh database, {BUSY} tasks"
+            if where == "fresh"
+            else f"the same {BUSY} tasks on top of {BIG:,} / {big_counts[1]:,}"
+        )
+        print(
+            f"  {what}: lag p50 {lag['lag_p50_ms']:.2f} ms, p99 {lag['lag_p99_ms']:.1f} ms,"
+            f" max {lag['lag_max_ms']:.1f} ms ({lag['samples']} sleeps of 10 ms);"
+            f" settled {lag['settled_per_s']:.1f} runs/s"
+        )
+        print(
+            f"    succeeded {lag['succeeded_per_s']:.1f}/s,"
+            f" dispatched {lag['dispatched_per_s']:.1f}/s,"
+            f" skipped {lag['skipped']}; engine {lag['engine_result']},"
+            f" coalesced scans {lag['coalesced_scans']}; ticks {lag['ticks_emitted']} emitted,"
+            f" {lag['ticks_missed']} missed"
+        )
+    fresh = lags["fresh"]
 
     summary = {
         "tasks": BIG,
@@ -474,21 +500,63 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
         "update_ms_10k": round(upd_big, 2),
         "update_ms_100": round(upd_small, 2),
         "update_ratio": round(upd_big / upd_small, 2),
-        "update_ratio_per_round": [round(v, 2) for v in per_round_ratio],
+        "update_ratio_per_round": [round(v, 2) for v in per_round],
         "update_samples": len(all_of(BIG, "update_ms")),
         "update_idle_pause_ms_10k": round(idle_big, 2),
         "update_idle_pause_ms_100": round(idle_small, 2),
         "update_ratio_idle_pause": round(idle_big / idle_small, 2),
-        "load_steps_ms": {k: round(v, 1) for k, v in steps.items()},
-        "loop_lag_p50_ms": round(lag["lag_p50_ms"], 2),
-        "loop_lag_p99_ms": round(lag["lag_p99_ms"], 1),
-        "loop_lag_max_ms": round(lag["lag_max_ms"], 1),
-        "settled_runs_per_s": round(lag["settled_per_s"], 1),
-        "lag_seconds": round(lag["seconds"], 1),
+        "store_ms_10k": {k: round(v, 2) for k, v in steps_big.items()},
+        "store_ms_100": {k: round(v, 2) for k, v in steps_small.items()},
+        "loop_lag_p50_ms": round(fresh["lag_p50_ms"], 2),
+        "loop_lag_p99_ms": round(fresh["lag_p99_ms"], 1),
+        "loop_lag_max_ms": round(fresh["lag_max_ms"], 1),
+        "settled_runs_per_s": round(fresh["settled_per_s"], 1),
+        "lag_seconds": round(fresh["seconds"], 1),
         "rss_after_first_paint_mb": round(results[BIG][0]["rss_after_paint_mb"], 1),
         "peak_rss_mb": round(rss_mb(), 1),
     }
+    if "big" in lags:
+        summary["loop_lag_p50_ms_10k"] = round(lags["big"]["lag_p50_ms"], 2)
+        summary["loop_lag_p99_ms_10k"] = round(lags["big"]["lag_p99_ms"], 1)
+        summary["loop_lag_max_ms_10k"] = round(lags["big"]["lag_max_ms"], 1)
+        summary["settled_runs_per_s_10k"] = round(lags["big"]["settled_per_s"], 1)
     return summary
+
+
+def report(summary: dict) -> None:
+    paint, ratio = summary["first_paint_s"], summary["update_ratio"]
+    lag, rss = summary["loop_lag_p99_ms"], summary["peak_rss_mb"]
+    print(
+        f"first paint, {BIG:,} tasks: median {paint:.2f} s of {summary['first_paint_s_runs']}"
+        f" (target < {TARGETS['first_paint_s']} s: {_mark('first_paint_s', paint)});"
+        f" {SMALL} tasks: {summary['first_paint_s_100']:.2f} s"
+    )
+    print(
+        f"one occurrence change, median of {summary['update_samples']}:"
+        f" {summary['update_ms_10k']:.2f} ms vs {summary['update_ms_100']:.2f} ms,"
+        f" ratio {ratio:.2f} (target < {TARGETS['update_ratio']:g}: {_mark('update_ratio', ratio)};"
+        f" per round {summary['update_ratio_per_round']})"
+    )
+    print(
+        f"  timed with pilot.pause() instead: {summary['update_idle_pause_ms_10k']:.1f} ms vs"
+        f" {summary['update_idle_pause_ms_100']:.1f} ms, ratio"
+        f" {summary['update_ratio_idle_pause']:.2f} (mostly its idle wait)"
+    )
+    print(
+        f"loop lag p99 at {summary['settled_runs_per_s']:.0f} runs/s: {lag} ms"
+        f" (target < {TARGETS['loop_lag_p99_ms']:g} ms: {_mark('loop_lag_p99_ms', lag)})"
+        + (
+            f"; with {BIG:,} tasks beside them: {summary['loop_lag_p99_ms_10k']} ms"
+            f" at {summary['settled_runs_per_s_10k']:.0f} runs/s"
+            if "loop_lag_p99_ms_10k" in summary
+            else ""
+        )
+    )
+    print(
+        f"peak RSS {rss:.0f} MB"
+        f" (target < {TARGETS['peak_rss_mb']} MB: {_mark('peak_rss_mb', rss)});"
+        f" {summary['rss_after_first_paint_mb']:.0f} MB after the first {BIG:,}-task paint"
+    )
 
 
 def main() -> None:
@@ -497,38 +565,18 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=10, help="timed changes per app, each way")
     parser.add_argument("--lag-seconds", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument(
+        "--skip-big-lag", action="store_true", help="no second lag run beside 10,000 tasks"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile one 10,000-task paint")
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tickui-ui-bench-") as tmp:
         summary = asyncio.run(run(args, Path(tmp)))
-        profile = profile_first_paint(Path(tmp) / "big.db", BIG) if args.profile else None
-    print(
-        f"first paint, {BIG:,} tasks: median {summary['first_paint_s']:.2f} s"
-        f" (target < {TARGETS['first_paint_s']} s: {_mark('first_paint_s', summary['first_paint_s'])});"
-        f" {SMALL} tasks: {summary['first_paint_s_100']:.2f} s"
-    )
-    print(
-        f"one occurrence change: {summary['update_ms_10k']:.2f} ms vs {summary['update_ms_100']:.2f}"
-        f" ms, ratio {summary['update_ratio']:.2f} (target < {TARGETS['update_ratio']:g}:"
-        f" {_mark('update_ratio', summary['update_ratio'])}; per round"
-        f" {summary['update_ratio_per_round']}); with pilot.pause():"
-        f" {summary['update_idle_pause_ms_10k']:.1f} vs {summary['update_idle_pause_ms_100']:.1f}"
-        f" ms, ratio {summary['update_ratio_idle_pause']:.2f}"
-    )
-    print(
-        f"loop lag p99 at {summary['settled_runs_per_s']:.0f} runs/s: {summary['loop_lag_p99_ms']} ms"
-        f" (target < {TARGETS['loop_lag_p99_ms']:g} ms: "
-        f"{_mark('loop_lag_p99_ms', summary['loop_lag_p99_ms'])})"
-    )
-    print(
-        f"peak RSS {summary['peak_rss_mb']:.0f} MB (target < {TARGETS['peak_rss_mb']} MB:"
-        f" {_mark('peak_rss_mb', summary['peak_rss_mb'])}); after the first 10,000-task paint"
-        f" {summary['rss_after_first_paint_mb']:.0f} MB"
-    )
-    if profile is not None:
-        print("cProfile, one first paint of 10,000 tasks, top 15 by own time:")
-        print(profile)
+        if args.profile:
+            print("cProfile of one first paint of 10,000 tasks, top 15 by own time:")
+            print(profile_first_paint(Path(tmp) / "big.db", BIG))
+    report(summary)
     summary["total_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(summary))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import T0, cli
 from ui_support import make_app, notes, screen_text, until
 
+from helpers import T0, cli
 from tickui.clock import ManualClock
 from tickui.schedules import preview
 from tickui.ui.app import KEYS
@@ -76,7 +76,9 @@ async def test_r_under_forbid_while_running_is_refused(tmp_db: Path) -> None:
         await pilot.pause()
         runs = await app.host.store.history("sleepy")
         assert len(runs) == 1 and runs[0].active
-        assert any("CONCURRENCY_FORBID" in n and "still active" in n for n in notes(app)), notes(app)
+        assert any("CONCURRENCY_FORBID" in n and "still active" in n for n in notes(app)), notes(
+            app
+        )
 
 
 async def test_e_disables_then_enables_the_selected_task(tmp_db: Path) -> None:
@@ -329,7 +331,7 @@ async def test_every_key_is_in_the_footer_and_the_command_palette(tmp_db: Path) 
         await started(pilot)
         footer = screen_text(app).splitlines()[-1]
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        for key, action, label, _ in KEYS:
+        for _, action, label, _ in KEYS:
             if action in ("focus_next",):
                 continue
             assert label in footer, label
@@ -378,8 +380,9 @@ async def test_a_second_dashboard_is_standby_and_still_sees_runs(tmp_db: Path) -
             await until(p1, lambda: first.occ_rows.by_id.get(occ.id) is not None)
             await until(
                 p2,
-                lambda: (o := second.occ_rows.by_id.get(occ.id)) is not None
-                and o.state == "succeeded",
+                lambda: (
+                    (o := second.occ_rows.by_id.get(occ.id)) is not None and o.state == "succeeded"
+                ),
                 timeout=5,
             )
 

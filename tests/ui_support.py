@@ -7,12 +7,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tickui.clock import ManualClock
-from tickui.config import Settings
+from tickui.config import EngineSettings, Settings
 from tickui.spec import build_spec
 from tickui.store import Store
 from tickui.ui.app import TickuiApp
 from tickui.ui.host import Host, build_host
 
+QUIT_GRACE = 200_000  # µs: runs still going when a test's app closes are cancelled quickly
 Seed = Callable[[Store, ManualClock], Awaitable[None]]
 
 # Hourly slots anchored at the clock's start: nothing is due until a test says so.
@@ -45,8 +46,9 @@ def make_app(
         store = await Store.open(db)
         if seed is not None and not (await store.list_tasks(with_stats=False)):
             await seed(store, clock)
+        settings = Settings(engine=EngineSettings(stop_grace=QUIT_GRACE))
         host = build_host(
-            store, clock, Settings(), start_engine=start_engine, start_ticker=start_ticker
+            store, clock, settings, start_engine=start_engine, start_ticker=start_ticker
         )
         if prepare is not None:
             await prepare(host)

@@ -411,9 +411,7 @@ class Store:
     async def task_versions(self) -> dict[int, tuple[int, int | None, int, int]]:
         """Per task what a viewer compares to spot another process's change: updated_at,
         next_run_at, enabled and generation. One narrow scan, no definitions parsed."""
-        rows = await self._all(
-            "SELECT id, updated_at, next_run_at, enabled, generation FROM tasks"
-        )
+        rows = await self._all("SELECT id, updated_at, next_run_at, enabled, generation FROM tasks")
         return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
 
     async def newest_occurrences(self, limit: int, after_id: int = 0) -> list[Occurrence]:

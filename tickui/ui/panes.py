@@ -86,12 +86,12 @@ class StatusLine(Static):
             text.append("DEMO ", "bold magenta")
         text.append("engine ")
         text.append(*engine_state(engine, ticker_status))
-        text.append("  ticker ")
+        text.append(" │ ticker ", "")
         text.append(ticker_status, "green" if ticker_status == "running" else "yellow")
-        text.append(f"  {clock_text(now)} UTC", "bold")
+        text.append(f" │ {clock_text(now)} UTC", "bold")
         if scale != 1:
-            text.append(f"  time ×{scale:g}", "bold magenta")
-        text.append(f"  {db}", "bright_black")
+            text.append(f" │ time ×{scale:g}", "bold magenta")
+        text.append(f" │ {db}", "bright_black")
         self.update(text)
 
 

@@ -155,6 +155,9 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
                 yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
+        if self.app.is_headless:  # snapshots: a blinking cursor is not deterministic
+            for box in self.query(Input):
+                box.cursor_blink = False
         self.query_one("#name", Input).focus()
         self.check()
 

@@ -133,12 +133,12 @@ class RowTable(ScrollView, can_focus=True):
         if cells is None:
             return Strip.blank(width)
         selected = index == self.cursor
-        base = _style("reverse" if self.has_focus else "underline") if selected else None
+        base = _style("on #1f4f7a" if self.has_focus else "on #333333") if selected else None
         segments = []
         for i, w in layout:
             text, spec = cells[i]
             style = _style(spec)
-            segments.append(Segment(set_cell_size(text, w) + " ", base + style if base else style))
+            segments.append(Segment(set_cell_size(text, w) + " ", style + base if base else style))
         return Strip(segments).adjust_cell_length(width).crop(0, width)
 
     def refresh_row(self, index: int) -> None:

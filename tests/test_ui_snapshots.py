@@ -1,0 +1,48 @@
+"""Snapshot tests of the dashboard's screens (deterministic clock and data).
+
+`snap_compare` runs the app itself, so these tests are synchronous. Accept an intended
+change with `pytest tests/test_ui_snapshots.py --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tickui.ui import sample
+
+SIZE = (130, 36)
+
+
+def test_main_screen(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db")
+    assert snap_compare(app, run_before=sample.main_scene, terminal_size=SIZE)
+
+
+def test_main_screen_small_terminal(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db")
+    assert snap_compare(app, run_before=sample.main_scene, terminal_size=(80, 24))
+
+
+def test_task_detail(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db")
+    assert snap_compare(app, run_before=sample.detail_scene, terminal_size=SIZE)
+
+
+def test_add_form_with_a_validation_error(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db")
+    assert snap_compare(app, run_before=sample.add_error_scene, terminal_size=SIZE)
+
+
+def test_help(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db")
+    assert snap_compare(app, run_before=sample.help_scene, terminal_size=SIZE)
+
+
+def test_standby(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db", standby=True)
+    assert snap_compare(app, run_before=sample.standby_scene, terminal_size=SIZE)
+
+
+def test_breaker_open(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db")
+    assert snap_compare(app, run_before=sample.breaker_open_scene, terminal_size=SIZE)

@@ -1,0 +1,142 @@
+"""Fixed scenes of the dashboard for snapshot tests and `make screenshots`.
+
+Everything is deterministic: a manual clock at a fixed instant, fixed tasks, runs whose
+outcome does not depend on timing, and a fixed database label in the header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from tickui.clock import ManualClock
+from tickui.config import EngineSettings, Settings
+from tickui.spec import build_spec
+from tickui.store import Store
+from tickui.timeutil import MICROS
+from tickui.ui.app import TickuiApp
+from tickui.ui.host import Host, build_host
+
+T0 = 1_800_000_000 * MICROS  # 2027-01-15T08:00:00Z
+ANCHOR = "2027-01-15T08:00:30Z"
+OTHER_ENGINE = "ops-box:4242:9f1c2d3e"
+
+SAMPLE_TASKS: list[tuple[str, dict]] = [
+    ("backup-db", {"cron": "0 3 * * *", "tz": "Europe/Berlin", "command": ["echo", "backup done"]}),
+    ("export-orders", {"every": "15m", "command": ["sh", "-c", "echo exporting; echo no >&2; exit 3"]}),
+    ("heartbeat", {"every": "30s", "command": ["sh", "-c", "echo beat"]}),
+    ("reindex", {"every": "1h", "concurrency": "forbid", "command": ["sleep", "30"]}),
+    ("rotate-logs", {"every": "1h", "misfire": "skip", "command": ["true"]}),
+    ("sync-crm", {"every": "5m", "command": ["true"]}),
+    ("warm-cache", {"every": "10m", "concurrency": "replace", "command": ["true"]}),
+]  # fmt: skip
+
+Scene = Callable[[object], Awaitable[None]]  # takes a Pilot
+
+
+async def seed(store: Store, now: int) -> None:
+    for name, fields in SAMPLE_TASKS:
+        spec = build_spec({"name": name, "anchor": ANCHOR, **fields}, now)
+        await store.add_task(spec, now)
+    await store.set_enabled("sync-crm", False, now, note="CRM migration")
+
+
+def sample_app(db: Path, *, standby: bool = False) -> TickuiApp:
+    clock = ManualClock(T0)
+    settings = Settings(engine=EngineSettings(stop_grace=0))
+
+    async def factory() -> Host:
+        store = await Store.open(db)
+        await seed(store, clock.now())
+        if standby:
+            await store.acquire_lease(
+                OTHER_ENGINE, clock.now(), 3600 * MICROS, ("ops-box", 4242, 1), _alive
+            )
+        host = build_host(store, clock, settings, start_ticker=False)
+        host.db = Path("~/.local/share/tickui/tickui.db")
+        return host
+
+    return TickuiApp(factory)
+
+
+def _alive(host: str | None, pid: int | None, start: int | None) -> bool:
+    return False
+
+
+async def _settled(app: TickuiApp, names: list[str]) -> None:
+    for _ in range(500):
+        await app.drain()
+        states = {o.task: o.state for o in app.occ_rows.by_id.values()}
+        done = all(states.get(n) in ("succeeded", "failed", "running") for n in names)
+        if done and all(o.state == "running" or not o.active for o in app.occ_rows.by_id.values()):
+            return
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"sample runs did not settle: {states}")
+
+
+async def with_runs(pilot) -> None:
+    """Some history: a success, a failure, one still running, and a skipped slot."""
+    app: TickuiApp = pilot.app
+    await app.ready.wait()
+    engine = app.host.engine
+    if engine.holds_lease:
+        for name in ("heartbeat", "export-orders", "reindex", "backup-db"):
+            await engine.run_now(name)
+        await _settled(app, ["heartbeat", "export-orders", "reindex", "backup-db"])
+    app.tasks_table.move_to(0)
+    await pilot.pause()
+
+
+async def main_scene(pilot) -> None:
+    await with_runs(pilot)
+
+
+async def detail_scene(pilot) -> None:
+    await with_runs(pilot)
+    pilot.app.tasks_table.move_to(1)  # export-orders: its failure and output
+    await pilot.press("enter")
+    await pilot.pause(0.4)
+
+
+async def add_error_scene(pilot) -> None:
+    await with_runs(pilot)
+    await pilot.press("a")
+    await pilot.pause()
+    await pilot.press(*"nightly-report")
+    screen = pilot.app.screen
+    screen.query_one("#kind").value = "cron"
+    screen.query_one("#expr").value = "0 3 * *"
+    screen.query_one("#command").value = "make report"
+    await pilot.pause()
+
+
+async def add_scene(pilot) -> None:
+    await add_error_scene(pilot)
+    pilot.app.screen.query_one("#expr").value = "0 3 * * 1-5"
+    await pilot.pause()
+
+
+async def help_scene(pilot) -> None:
+    await with_runs(pilot)
+    await pilot.press("question_mark")
+    await pilot.pause()
+
+
+async def standby_scene(pilot) -> None:
+    await pilot.app.ready.wait()
+    await pilot.pause()
+
+
+async def breaker_open_scene(pilot) -> None:
+    """Publishes failed on purpose until the breaker opened; the probe time is pinned."""
+    await with_runs(pilot)
+    app: TickuiApp = pilot.app
+    ticker = app.host.ticker
+    await pilot.press("f")
+    breaker = ticker.breaker
+    for _ in range(breaker.threshold):
+        breaker.failure(0.0, T0, "simulated publish failure")
+    breaker.retry_in = lambda mono: 42.0  # type: ignore[method-assign]
+    app.show_ticker()
+    await pilot.pause()
