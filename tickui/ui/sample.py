@@ -24,7 +24,7 @@ OTHER_ENGINE = "ops-box:4242:9f1c2d3e"
 
 SAMPLE_TASKS: list[tuple[str, dict]] = [
     ("backup-db", {"cron": "0 3 * * *", "tz": "Europe/Berlin", "command": ["echo", "backup done"]}),
-    ("export-orders", {"every": "15m", "command": ["sh", "-c", "echo exporting; echo no >&2; exit 3"]}),
+    ("export-orders", {"every": "15m", "command": ["sh", "-c", "echo x; echo full >&2; exit 3"]}),
     ("heartbeat", {"every": "30s", "command": ["sh", "-c", "echo beat"]}),
     ("reindex", {"every": "1h", "concurrency": "forbid", "command": ["sleep", "30"]}),
     ("rotate-logs", {"every": "1h", "misfire": "skip", "command": ["true"]}),
