@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import cProfile
 import io
 import json
@@ -287,6 +288,7 @@ async def _applied(app: TickuiApp, occ_id: int, detail: str) -> None:
 async def ui_round(db: Path, tasks: int, updates: int) -> dict:
     """One fresh app: its first paint, then `updates` timed one-occurrence changes of
     each kind (repaint by pause(0), and by pause() with its idle wait)."""
+    gc.collect()
     app = make_app(db)
     start = time.perf_counter()
     async with app.run_test(size=SIZE) as pilot:
@@ -350,20 +352,16 @@ async def store_steps(db: Path, rounds: int, repeats: int = 10) -> dict[str, flo
     return {name: med(values) for name, values in steps.items()}
 
 
-def profile_first_paint(db: Path, tasks: int) -> str:
+async def profile_first_paint(db: Path) -> str:
     """cProfile of one first paint (main thread only: SQLite runs in aiosqlite's thread)."""
     profiler = cProfile.Profile()
-
-    async def one() -> None:
-        app = make_app(db)
-        async with app.run_test(size=SIZE) as pilot:
-            await app.ready.wait()
-            await pilot.pause()
-            assert len(app.task_rows) == tasks
-
+    gc.collect()
+    app = make_app(db)
     profiler.enable()
-    asyncio.run(one())
-    profiler.disable()
+    async with app.run_test(size=SIZE) as pilot:
+        await app.ready.wait()
+        await pilot.pause()
+        profiler.disable()
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats("tottime").print_stats(15)
@@ -373,7 +371,31 @@ def profile_first_paint(db: Path, tasks: int) -> str:
 # ---- loop lag under load ---------------------------------------------------------------
 
 
+class GcWatch:
+    """Full (generation 2) collections and how long each stopped the loop."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._began) * 1000)
+
+    def __enter__(self) -> GcWatch:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
 async def busy_round(db: Path, seconds: float, warmup: float) -> dict:
+    gc.collect()
     app = make_app(db, busy=True)
     loop = asyncio.get_running_loop()
     lags: list[float] = []
@@ -385,10 +407,11 @@ async def busy_round(db: Path, seconds: float, warmup: float) -> dict:
         before = await store.state_counts()
         dispatched = app.host.engine.dispatcher.dispatched
         began = loop.time()
-        while loop.time() - began < seconds:
-            t = loop.time()
-            await asyncio.sleep(0.01)
-            lags.append(max(0.0, loop.time() - t - 0.01) * 1000)
+        with GcWatch() as gcs:
+            while loop.time() - began < seconds:
+                t = loop.time()
+                await asyncio.sleep(0.01)
+                lags.append(max(0.0, loop.time() - t - 0.01) * 1000)
         elapsed = loop.time() - began
         after = await store.state_counts()
         dispatched = app.host.engine.dispatcher.dispatched - dispatched
@@ -401,6 +424,8 @@ async def busy_round(db: Path, seconds: float, warmup: float) -> dict:
         "lag_p99_ms": p99(lags),
         "lag_max_ms": max(lags, default=0.0),
         "samples": len(lags),
+        "full_gcs": len(gcs.pauses),
+        "full_gc_max_ms": max(gcs.pauses, default=0.0),
         "settled_per_s": settled / elapsed,
         "succeeded_per_s": (after.get("succeeded", 0) - before.get("succeeded", 0)) / elapsed,
         "dispatched_per_s": dispatched / elapsed,

@@ -10,6 +10,7 @@ from tickui.clock import ManualClock
 from tickui.config import EngineSettings, Settings
 from tickui.spec import build_spec
 from tickui.store import Store
+from tickui.ticker_config import TickerConfig
 from tickui.ui.app import TickuiApp
 from tickui.ui.host import Host, build_host
 
@@ -41,6 +42,7 @@ def make_app(
     start_engine: bool = True,
     start_ticker: bool = False,
     prepare: Callable[[Host], Awaitable[None]] | None = None,
+    ticker_config: TickerConfig | None = None,
 ) -> TickuiApp:
     async def factory() -> Host:
         store = await Store.open(db)
@@ -48,7 +50,12 @@ def make_app(
             await seed(store, clock)
         settings = Settings(engine=EngineSettings(stop_grace=QUIT_GRACE))
         host = build_host(
-            store, clock, settings, start_engine=start_engine, start_ticker=start_ticker
+            store,
+            clock,
+            settings,
+            ticker_config,
+            start_engine=start_engine,
+            start_ticker=start_ticker,
         )
         if prepare is not None:
             await prepare(host)

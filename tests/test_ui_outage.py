@@ -1,0 +1,93 @@
+"""The dashboard stays responsive with its broker or its Redis dead, and says so truthfully.
+
+Real services of the test's own (tests/services.py), killed mid-run. A key's effect is
+timed from the key press to the changed row; the figure asked for is 100 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from pathlib import Path
+
+import pytest
+import services
+from ui_support import make_app, screen_text, until
+
+from tickui.clock import SystemClock
+from tickui.ticker_config import TickerConfig
+
+pytestmark = pytest.mark.slow
+KEY_EFFECT_S = 0.1
+
+
+async def key_effect_times(pilot, presses: int = 6) -> list[float]:
+    """Press `e` on alpha repeatedly; how long from the key event (as the terminal driver
+    delivers it) until the task row shows the toggle."""
+    app = pilot.app
+    loop = asyncio.get_running_loop()
+    index = next(i for i in range(len(app.task_rows)) if app.task_rows.at(i).name == "alpha")
+    app.tasks_table.move_to(index)
+    times = []
+    for _ in range(presses):
+        before = app.task_rows.at(index).enabled
+        started = loop.time()
+        app.simulate_key("e")
+        while app.task_rows.at(index).enabled == before:
+            await asyncio.sleep(0.001)
+        times.append(loop.time() - started)
+        await pilot.pause(0.05)
+    return times
+
+
+async def test_kafka_killed_ui_keeps_answering_and_the_breaker_opens(tmp_path: Path) -> None:
+    with services.private_tansu() as broker:
+        config = TickerConfig(
+            interval_ms=100,
+            kafka_bootstrap=broker.bootstrap,
+            publish_timeout_s=0.5,
+            breaker_threshold=3,
+            breaker_reset_s=2.0,
+            scheduler_id="ui-outage",
+            persist_sequence=False,
+        )
+        app = make_app(tmp_path / "k.db", SystemClock(), start_ticker=True, ticker_config=config)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await app.ready.wait()
+            ticker = app.host.ticker
+            await until(pilot, lambda: ticker.metrics().ticks_published >= 3, 20)
+            assert "CLOSED" in screen_text(app)
+            broker.kill()
+            await until(pilot, lambda: "OPEN" in screen_text(app).split("Circuit breaker")[1], 20)
+            breaker_text = screen_text(app).split("Circuit breaker")[1]
+            assert "3 of 3" in breaker_text or "of 3" in breaker_text
+            assert ticker.breaker.last_error and "next probe" in breaker_text
+            times = await key_effect_times(pilot)
+            print("key effect s:", [round(t, 4) for t in times])
+            assert statistics.median(times) < KEY_EFFECT_S, times
+            assert ticker.metrics().ticks_emitted > 0 and app.host.engine.running
+
+
+async def test_redis_killed_ui_keeps_answering_and_shows_the_sequence_store_down(
+    tmp_path: Path,
+) -> None:
+    with services.private_redis() as redis:
+        config = TickerConfig(
+            interval_ms=100,
+            valkey_url=redis.url,
+            valkey_timeout_s=0.3,
+            scheduler_id="ui-redis",
+        )
+        app = make_app(tmp_path / "r.db", SystemClock(), start_ticker=True, ticker_config=config)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await app.ready.wait()
+            ticker = app.host.ticker
+            await until(pilot, lambda: ticker.metrics().sequence_state == "ok", 20)
+            redis.kill()
+            await until(pilot, lambda: "unreachable" in screen_text(app), 20)
+            emitted = ticker.metrics().ticks_emitted
+            times = await key_effect_times(pilot)
+            print("key effect s:", [round(t, 4) for t in times])
+            assert statistics.median(times) < KEY_EFFECT_S, times
+            await until(pilot, lambda: ticker.metrics().ticks_emitted >= emitted + 5, 10)
+            assert "valkey" in screen_text(app)
