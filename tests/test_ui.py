@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_support import make_app, notes, screen_text, until
 
 from helpers import T0, cli
 from tickui.clock import ManualClock
@@ -13,6 +12,7 @@ from tickui.schedules import preview
 from tickui.ui.app import KEYS
 from tickui.ui.cells import stamp_text
 from tickui.ui.screens import AddTaskScreen, ConfirmScreen, DetailScreen, HelpScreen, QuitScreen
+from ui_support import make_app, notes, screen_text, until
 
 SIZE = (140, 40)
 

@@ -11,11 +11,11 @@ import statistics
 from pathlib import Path
 
 import pytest
-import services
-from ui_support import make_app, screen_text, until
 
+import services
 from tickui.clock import SystemClock
 from tickui.ticker_config import TickerConfig
+from ui_support import make_app, screen_text, until
 
 pytestmark = pytest.mark.slow
 KEY_EFFECT_S = 0.1

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from helpers import cli, cli_json
 
 pytestmark = pytest.mark.slow
