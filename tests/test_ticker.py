@@ -465,7 +465,7 @@ async def test_a_hung_bus_keeps_the_interval_and_times_publishes_out():
     assert 0.015 <= median <= 0.03, median
     assert len(times) >= 25  # ~40 expected
     m = ticker.metrics()
-    assert m.ticks_published == 0 and bus.messages == []
+    assert m.ticks_published == 0 and not bus.messages
     assert m.breaker_state == "OPEN"  # three timeouts of 0.2 s opened it
     assert "timed out after 0.2s" in (m.transitions[0]["reason"] or "")
 
@@ -476,7 +476,7 @@ async def test_simulated_failures_do_not_reach_the_bus_and_can_be_switched_off()
     ticker.simulate_failures = True
     await ticker.start()
     await _until(lambda: ticker.breaker.state == "OPEN")
-    assert bus.attempts == 0 and bus.messages == []
+    assert bus.attempts == 0 and not bus.messages
     assert "simulated" in (ticker.metrics().last_error or "")
     assert ticker.metrics().ticks_failed >= 3
     ticker.simulate_failures = False
