@@ -35,8 +35,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -444,6 +444,21 @@ def _mark(key: str, value: float) -> str:
     return "met" if value < TARGETS[key] else "MISSED"
 
 
+def _print_lag(what: str, lag: dict) -> None:
+    print(
+        f"  {what}: lag p50 {lag['lag_p50_ms']:.2f} ms, p99 {lag['lag_p99_ms']:.1f} ms,"
+        f" max {lag['lag_max_ms']:.1f} ms ({lag['samples']} sleeps of 10 ms);"
+        f" settled {lag['settled_per_s']:.1f} runs/s"
+    )
+    print(
+        f"    succeeded {lag['succeeded_per_s']:.1f}/s, dispatched {lag['dispatched_per_s']:.1f}/s,"
+        f" skipped {lag['skipped']}; engine {lag['engine_result']}, coalesced scans"
+        f" {lag['coalesced_scans']}; ticks {lag['ticks_emitted']} emitted,"
+        f" {lag['ticks_missed']} missed; {lag['full_gcs']} full GCs, longest"
+        f" {lag['full_gc_max_ms']:.0f} ms"
+    )
+
+
 async def run(args: argparse.Namespace, tmp: Path) -> dict:
     big, small, busy = tmp / "big.db", tmp / "small.db", tmp / "busy.db"
     t = time.perf_counter()
@@ -455,6 +470,14 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
         f" {big_counts[1]:,} occurrences, {small_counts[0]:,} / {small_counts[1]:,},"
         f" and a fresh database of {BUSY} tasks every 1s for the loop-lag run"
     )
+
+    # First, while the process is small: 100 runs/s on the fresh database.
+    print(
+        f"loop lag, {args.lag_seconds:g} s after {args.warmup:g} s warm-up: {BUSY} tasks every 1s,"
+        " SystemClock, the ticker (1 s ticks), engine and UI on one loop"
+    )
+    fresh = await busy_round(busy, args.lag_seconds, args.warmup)
+    _print_lag(f"fresh database, {BUSY} tasks", fresh)
 
     results: dict[int, list[dict]] = {BIG: [], SMALL: []}
     for round_no in range(args.rounds):
@@ -485,33 +508,15 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
     for name, ms in steps_big.items():
         print(f"  {name:<50} {ms:8.2f} {steps_small[name]:8.2f}")
 
-    print(
-        f"loop lag, {args.lag_seconds:g} s after {args.warmup:g} s warm-up: {BUSY} tasks every 1s,"
-        " SystemClock, ticker (1 s ticks), engine and UI on one loop"
-    )
-    lags = {"fresh": await busy_round(busy, args.lag_seconds, args.warmup)}
-    if not args.skip_big_lag:
+    if args.profile:
+        print(f"cProfile of one first paint of {BIG:,} tasks, top 15 by own time:")
+        print(await profile_first_paint(big))
+
+    beside = None
+    if not args.skip_big_lag:  # last: it adds the busy tasks to the big database
         await add_tasks(big, "busy", BUSY, "1s", None)
-        lags["big"] = await busy_round(big, args.lag_seconds, args.warmup)
-    for where, lag in lags.items():
-        what = (
-            f"fresh database, {BUSY} tasks"
-            if where == "fresh"
-            else f"the same {BUSY} tasks on top of {BIG:,} / {big_counts[1]:,}"
-        )
-        print(
-            f"  {what}: lag p50 {lag['lag_p50_ms']:.2f} ms, p99 {lag['lag_p99_ms']:.1f} ms,"
-            f" max {lag['lag_max_ms']:.1f} ms ({lag['samples']} sleeps of 10 ms);"
-            f" settled {lag['settled_per_s']:.1f} runs/s"
-        )
-        print(
-            f"    succeeded {lag['succeeded_per_s']:.1f}/s,"
-            f" dispatched {lag['dispatched_per_s']:.1f}/s,"
-            f" skipped {lag['skipped']}; engine {lag['engine_result']},"
-            f" coalesced scans {lag['coalesced_scans']}; ticks {lag['ticks_emitted']} emitted,"
-            f" {lag['ticks_missed']} missed"
-        )
-    fresh = lags["fresh"]
+        beside = await busy_round(big, args.lag_seconds, args.warmup)
+        _print_lag(f"the same {BUSY} tasks beside {BIG:,} / {big_counts[1]:,}", beside)
 
     summary = {
         "tasks": BIG,
@@ -535,16 +540,17 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
         "loop_lag_p50_ms": round(fresh["lag_p50_ms"], 2),
         "loop_lag_p99_ms": round(fresh["lag_p99_ms"], 1),
         "loop_lag_max_ms": round(fresh["lag_max_ms"], 1),
+        "full_gc_max_ms": round(fresh["full_gc_max_ms"], 1),
         "settled_runs_per_s": round(fresh["settled_per_s"], 1),
         "lag_seconds": round(fresh["seconds"], 1),
         "rss_after_first_paint_mb": round(results[BIG][0]["rss_after_paint_mb"], 1),
         "peak_rss_mb": round(rss_mb(), 1),
     }
-    if "big" in lags:
-        summary["loop_lag_p50_ms_10k"] = round(lags["big"]["lag_p50_ms"], 2)
-        summary["loop_lag_p99_ms_10k"] = round(lags["big"]["lag_p99_ms"], 1)
-        summary["loop_lag_max_ms_10k"] = round(lags["big"]["lag_max_ms"], 1)
-        summary["settled_runs_per_s_10k"] = round(lags["big"]["settled_per_s"], 1)
+    if beside is not None:
+        summary["loop_lag_p50_ms_10k"] = round(beside["lag_p50_ms"], 2)
+        summary["loop_lag_p99_ms_10k"] = round(beside["lag_p99_ms"], 1)
+        summary["loop_lag_max_ms_10k"] = round(beside["lag_max_ms"], 1)
+        summary["settled_runs_per_s_10k"] = round(beside["settled_per_s"], 1)
     return summary
 
 
@@ -598,9 +604,6 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tickui-ui-bench-") as tmp:
         summary = asyncio.run(run(args, Path(tmp)))
-        if args.profile:
-            print("cProfile of one first paint of 10,000 tasks, top 15 by own time:")
-            print(profile_first_paint(Path(tmp) / "big.db", BIG))
     report(summary)
     summary["total_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(summary))

@@ -32,6 +32,22 @@ async def test_new_file_is_private_wal_and_versioned(tmp_path):
         await store.close()
 
 
+async def test_stats_for_a_few_tasks_use_an_index_not_a_scan(tmp_path):
+    """The dashboard asks for one task's stats per change; with 100k occurrences a scan
+    costs what exists, not what changed."""
+    store = await Store.open(tmp_path / "t.db")
+    try:
+        plan = await store._all(
+            "EXPLAIN QUERY PLAN SELECT task_id, max(id) FROM occurrences"
+            " WHERE task_id IN (?, ?) GROUP BY task_id",
+            [1, 2],
+        )
+        details = " | ".join(row[-1] for row in plan)
+        assert "occurrences_task_id" in details and "SCAN" not in details, details
+    finally:
+        await store.close()
+
+
 async def test_times_are_stored_as_integers(tmp_path):
     store = await Store.open(tmp_path / "t.db")
     try:

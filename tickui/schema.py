@@ -93,6 +93,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (  # 3: the ticker's reserved sequence numbers
         "CREATE TABLE sequences (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
     ),
+    (  # 4: per-task stats for a few ids; occurrences_slot is partial, so it cannot serve them
+        "CREATE INDEX occurrences_task_id ON occurrences(task_id, id)",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)
