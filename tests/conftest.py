@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -30,3 +34,27 @@ def redis_url() -> str:
 def kafka_bootstrap() -> str:
     """host:port of the shared Tansu broker: skip outside `make test`, fail under CI."""
     return services.kafka_bootstrap()
+
+
+# ---- a real terminal ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tmux():
+    """`tmux(*args)` on a private server, killed after the test; under CI, tmux must exist."""
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is not installed (make test installs it)")
+        pytest.skip("tmux is not installed")
+    socket = f"tickui-test-{uuid.uuid4().hex[:8]}"
+    # Something in the test process exports COLUMNS=80 LINES=24 at the C level (not in
+    # os.environ); inherited, they would pin the app to 80x24 whatever the pane's size.
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+    def run(*args: str) -> str:
+        return subprocess.run(
+            ["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=10, env=env
+        ).stdout
+
+    yield run
+    run("kill-server")

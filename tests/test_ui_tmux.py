@@ -2,47 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from helpers import cli, cli_json
+from ui_support import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def tmux():
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is not installed (make test installs it)")
-        pytest.skip("tmux is not installed")
-    socket = f"tickui-test-{uuid.uuid4().hex[:8]}"
-
-    def run(*args: str) -> str:
-        return subprocess.run(
-            ["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=10
-        ).stdout
-
-    yield run
-    run("kill-server")
-
-
-def wait_for(screen, text: str, timeout: float = 15.0) -> str:
-    deadline = time.monotonic() + timeout
-    shown = ""
-    while time.monotonic() < deadline:
-        shown = screen()
-        if text in shown:
-            return shown
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} never showed; the screen was:\n{shown}")
 
 
 def test_run_now_stop_engine_and_quit_in_a_real_terminal(tmux, tmp_path: Path) -> None:
@@ -59,7 +28,8 @@ def test_run_now_stop_engine_and_quit_in_a_real_terminal(tmux, tmp_path: Path) -
         return tmux("capture-pane", "-p", "-t", "ui")
 
     wait_for(screen, "engine running")
-    wait_for(screen, "greet")
+    shown = wait_for(screen, "greet")
+    assert any("Tasks" in line and "Ticks" in line for line in shown.splitlines()), shown
     tmux("send-keys", "-t", "ui", "r")
     shown = wait_for(screen, "succeeded")
     assert "greet" in shown.split("Occurrences", 1)[1]

@@ -1,0 +1,74 @@
+"""`tickui demo`: its tasks show every state within 15 s of schedule (manual clock), and
+the real command opens, ticks and cleans up after itself in a real terminal."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import T0
+from tickui.clock import ManualClock
+from tickui.ui.launch import DEMO_NOTE, seed_demo
+from ui_support import make_app, screen_text, until, wait_for
+
+
+async def _seed(store, clock: ManualClock) -> None:
+    await seed_demo(store, clock.now())
+
+
+async def test_demo_tasks_show_every_state_within_15_seconds(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    app = make_app(tmp_path / "demo.db", clock, _seed)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await app.ready.wait()
+        for _ in range(15):
+            clock.advance(1)
+            await app.host.engine.tick(clock.now())
+            await pilot.pause(0.1)  # real time for real processes: echo ends, sleep 5 does not
+        seen = list(app.occ_rows.by_id.values())
+
+        def states(task: str) -> set[str]:
+            return {o.state for o in seen if o.task == task}
+
+        await until(pilot, lambda: "succeeded" in states("hello"))
+        assert "failed" in states("flaky-export")
+        assert any(
+            o.task == "slow-report" and o.state == "skipped" and "forbid" in (o.detail or "")
+            for o in seen
+        )
+        assert any(o.task == "replace-cache" and o.state == "cancelled" for o in seen)
+        assert "succeeded" in states("cron-heartbeat")
+        assert not states("paused-sync") and not states("nightly-backup")
+        assert f"off {DEMO_NOTE}"[:9] in screen_text(app)
+
+
+@pytest.mark.slow
+def test_tickui_demo_in_a_real_terminal_ticks_and_removes_its_database(tmux, tmp_path):
+    exit_file = tmp_path / "exit"
+    command = f"TERM=xterm-256color {sys.executable} -m tickui demo; echo $? > {exit_file}; sleep 5"
+    tmux("new-session", "-d", "-s", "demo", "-x", "160", "-y", "40", command)
+
+    def screen() -> str:
+        return tmux("capture-pane", "-p", "-t", "demo")
+
+    shown = wait_for(screen, "ticker running")
+    assert "DEMO" in shown and "hello" in shown and "paused-sync" in shown
+    found = re.search(r"(/\S+/demo\.db)", shown)
+    assert found, shown  # the header has room for the path at 160 columns
+    db = Path(found.group(1))
+    assert db.exists()
+    wait_for(screen, "succeeded")
+    shown = wait_for(screen, "emitted  2")  # ticks flowing, one a second
+    tmux("send-keys", "-t", "demo", "q")
+    time.sleep(0.5)
+    if "Cancel them" in screen():  # slow-report or replace-cache is still running
+        tmux("send-keys", "-t", "demo", "c")
+    deadline = time.monotonic() + 15
+    while not exit_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert exit_file.read_text().strip() == "0"
+    assert not db.parent.exists()
