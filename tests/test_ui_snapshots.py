@@ -6,6 +6,9 @@ change with `pytest tests/test_ui_snapshots.py --snapshot-update`.
 
 from __future__ import annotations
 
+import html
+import subprocess
+import sys
 from pathlib import Path
 
 from tickui.ui import sample
@@ -46,3 +49,19 @@ def test_standby(snap_compare, tmp_path: Path) -> None:
 def test_breaker_open(snap_compare, tmp_path: Path) -> None:
     app = sample.sample_app(tmp_path / "t.db")
     assert snap_compare(app, run_before=sample.breaker_open_scene, terminal_size=SIZE)
+
+
+def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
+    out = tmp_path / "shots"
+    result = subprocess.run(
+        [sys.executable, "-m", "tickui.screenshots", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    shown = {p.stem: html.unescape(p.read_text()).replace("\xa0", " ") for p in out.glob("*.svg")}
+    assert {"main", "detail", "add-form", "breaker-open"} <= set(shown)
+    assert "backup-db" in shown["main"] and "Circuit breaker" in shown["main"]
+    assert "next 10 fire times" in shown["detail"].lower()
+    assert "SIMULATING PUBLISH FAILURES" in shown["breaker-open"] and "OPEN" in shown["breaker-open"]
