@@ -64,4 +64,5 @@ def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
     assert {"main", "detail", "add-form", "breaker-open"} <= set(shown)
     assert "backup-db" in shown["main"] and "Circuit breaker" in shown["main"]
     assert "next 10 fire times" in shown["detail"].lower()
-    assert "SIMULATING PUBLISH FAILURES" in shown["breaker-open"] and "OPEN" in shown["breaker-open"]
+    breaker = shown["breaker-open"]
+    assert "SIMULATING PUBLISH FAILURES" in breaker and "OPEN" in breaker
