@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from helpers import T0, cli
-from tickui.clock import ManualClock
+from tickui.clock import ManualClock, SystemClock
 from tickui.schedules import preview
+from tickui.ticker_config import TickerConfig
 from tickui.ui.app import KEYS
 from tickui.ui.cells import stamp_text
 from tickui.ui.screens import AddTaskScreen, ConfirmScreen, DetailScreen, HelpScreen, QuitScreen
@@ -424,3 +425,20 @@ async def test_a_broken_database_exits_with_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "not a SQLite file" in result.stderr
     assert bad.read_bytes() == b"not a database at all"
+
+
+async def test_a_valkey_password_never_shows_even_when_it_is_unreachable(tmp_db: Path) -> None:
+    config = TickerConfig(
+        interval_ms=100,
+        valkey_url="redis://tickui:hunter2@127.0.0.1:9/0",  # discard port: refused at once
+        valkey_timeout_s=0.2,
+        scheduler_id="ui-secret",
+    )
+    app = make_app(tmp_db, SystemClock(), start_ticker=True, ticker_config=config)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await app.ready.wait()
+        await until(pilot, lambda: "seq error" in screen_text(app))
+        await until(pilot, lambda: app.host.ticker.metrics().ticks_emitted >= 3)
+        shown = screen_text(app) + "\n".join(notes(app))
+        assert "status" in shown and "unreachable" in shown and "valkey" in shown
+        assert "hunter2" not in shown

@@ -152,8 +152,10 @@ def _ms(value: float | None) -> str:
 
 def tick_facts(m: TickerMetrics) -> Table:
     table = Table.grid(padding=(0, 1))
-    table.add_column(style="bright_black", no_wrap=True)
-    table.add_column(no_wrap=True)
+    table.add_column(
+        style="bright_black", no_wrap=True, min_width=9
+    )  # a long error cannot squeeze it
+    table.add_column(no_wrap=True, overflow="ellipsis")
     status_style = "bold green" if m.status == "running" else "bold yellow"
     table.add_row("status", Text(m.status, status_style))
     table.add_row("interval", f"{m.interval_ms} ms · bus {m.bus}")
@@ -193,7 +195,7 @@ class BreakerPane(Static):
 def breaker_view(m: TickerMetrics) -> Group:
     state = Text(f" {m.breaker_state} ", BREAKER_STYLE.get(m.breaker_state, "bold"))
     facts = Table.grid(padding=(0, 1))
-    facts.add_column(style="bright_black", no_wrap=True)
+    facts.add_column(style="bright_black", no_wrap=True, min_width=10)
     facts.add_column()
     facts.add_row("failures", f"{m.consecutive_failures} of {m.breaker_threshold}")
     probe = "-" if m.breaker_retry_in_s is None else f"in {m.breaker_retry_in_s:.0f}s"
