@@ -47,8 +47,8 @@ def tmux():
             pytest.fail("tmux is not installed (make test installs it)")
         pytest.skip("tmux is not installed")
     socket = f"tickui-test-{uuid.uuid4().hex[:8]}"
-    # Something in the test process exports COLUMNS=80 LINES=24 at the C level (not in
-    # os.environ); inherited, they would pin the app to 80x24 whatever the pane's size.
+    # GNU readline, once imported (pytest does), exports COLUMNS=80 LINES=24 at the C level,
+    # not in os.environ; inherited, they would pin the app to 80x24 whatever the pane's size.
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 
     def run(*args: str) -> str:
