@@ -52,7 +52,7 @@ async def test_r_runs_the_selected_task_and_the_row_follows_it_to_success(tmp_db
         await until(pilot, lambda: app.occ_rows.by_id[occ.id].state == "succeeded")
         assert (await app.host.store.get_occurrence(occ.id)).state == "succeeded"
         await until(pilot, lambda: app.task_rows.by_id[occ.task_id].stats.last_state == "succeeded")
-        assert "succeeded" in screen_text(app)
+        await until(pilot, lambda: "succeeded" in screen_text(app))
         assert any("started alpha" in n for n in notes(app))
 
 
@@ -116,7 +116,7 @@ async def test_t_starts_and_stops_the_ticker(tmp_db: Path) -> None:
         await until(pilot, lambda: app.host.ticker.metrics().ticks_emitted >= 1)
         await pilot.press("t")
         await until(pilot, lambda: app.host.ticker.metrics().status == "stopped")
-        assert "ticker stopped" in screen_text(app)
+        await until(pilot, lambda: "ticker stopped" in screen_text(app))  # the next repaint
 
 
 async def test_enter_opens_the_detail_with_the_next_ten_fire_times(tmp_db: Path) -> None:
@@ -242,7 +242,7 @@ async def test_f_fails_publishes_and_shows_a_banner(tmp_db: Path) -> None:
         await pilot.press("t", "f")
         await until(pilot, lambda: app.host.ticker.is_running)
         assert app.host.ticker.simulate_failures
-        assert "SIMULATING PUBLISH FAILURES" in screen_text(app)
+        await until(pilot, lambda: "SIMULATING PUBLISH FAILURES" in screen_text(app))
         for _ in range(5):
             await app.host.ticker.emit_tick(app.clock.now())
         assert app.host.ticker.breaker.state == "OPEN"
@@ -361,7 +361,7 @@ async def test_changes_by_another_process_show_within_a_second(tmp_db: Path) -> 
         await until(pilot, lambda: "delta" in screen_text(app), timeout=1.5)
         alpha = next(t for t in app.task_rows.by_id.values() if t.name == "alpha")
         assert not alpha.enabled and alpha.note == "from the cli"
-        assert "off from the" in screen_text(app)
+        await until(pilot, lambda: "off from the" in screen_text(app), timeout=1.5)
 
 
 async def test_a_second_dashboard_is_standby_and_still_sees_runs(tmp_db: Path) -> None:
