@@ -188,6 +188,11 @@ class RuntimeScheduler:
         return self._status == "running"
 
     @property
+    def status(self) -> str:
+        """stopped, starting, running or stopping: the header needs no full metrics."""
+        return self._status
+
+    @property
     def current_sequence_number(self) -> int:
         return self.sequence.current
 

@@ -277,15 +277,7 @@ class TickuiApp(App[int]):
         """Countdowns and durations move every second: repaint what is on screen."""
         self.tasks_table.refresh()
         self.occ_table.refresh()
-        self._status_dirty = True
-        if self.host is not None:
-            self._ticker_dirty = True
-            if self.host.engine.running:
-                self._refresh_counts()
-
-    @work(exclusive=True, group="counts")
-    async def _refresh_counts(self) -> None:
-        await self.host.engine.refresh_counts()
+        self._status_dirty = self._ticker_dirty = True
 
     def show_status(self) -> None:
         host = self.host
@@ -293,7 +285,7 @@ class TickuiApp(App[int]):
             self.screen.query_one(StatusLine).show(
                 _short(host.db),
                 host.engine.status(),
-                host.ticker.metrics().status,
+                host.ticker.status,
                 host.clock.now(),
                 host.clock.scale,
                 host.demo,
