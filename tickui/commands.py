@@ -7,8 +7,8 @@ import asyncio
 
 from tickui import procs
 from tickui.clock import Clock
+from tickui.engine import RunNowRefused, queue_run_now
 from tickui.errors import TickuiError
-from tickui.planning import run_now_refusal
 from tickui.store import Store
 from tickui.timeutil import iso
 
@@ -47,13 +47,10 @@ async def request_run_now(store: Store, name: str, clock: Clock) -> int:
     """Ask the lease holder to run a task now; wait briefly for its answer."""
     task = await store.get_task(name)
     now = clock.now()
-    active = [o for o in await store.active_occurrences() if o.task_id == task.id]
-    request = await store.add_request(task, "run_now", now)
-    refusal = run_now_refusal(task.enabled, task.spec.concurrency, bool(active))
-    if refusal is not None:
-        reason = f"{refusal[0]}: {refusal[1]}"
-        await store.finish_request(request, now, "refused", None, reason)
-        raise Refused(f"run-now of {name} refused ({reason})")
+    try:
+        request = await queue_run_now(store, task, now)
+    except RunNowRefused as exc:
+        raise Refused(f"run-now of {name} refused ({exc.code}: {exc.reason})") from None
     if not await engine_alive(store, now):
         print(
             f"queued run-now of {name} (request {request}); no engine is running,"

@@ -94,6 +94,18 @@ class RunNowRefused(TickuiError):
         self.reason = reason
 
 
+async def queue_run_now(store: Store, task: Task, now: int) -> int:
+    """Leave a run-now request for whichever engine holds the lease (or starts next).
+    What can be refused here (disabled, active under forbid) is recorded and raised."""
+    active = any(o.task_id == task.id for o in await store.active_occurrences())
+    request = await store.add_request(task, "run_now", now)
+    refusal = run_now_refusal(task.enabled, task.spec.concurrency, active)
+    if refusal is not None:
+        await store.finish_request(request, now, "refused", None, f"{refusal[0]}: {refusal[1]}")
+        raise RunNowRefused(*refusal)
+    return request
+
+
 @dataclass
 class _LeaseView:
     token: int | None = None

@@ -19,10 +19,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input
 
-from tickui.engine import EngineChange, RunNowRefused
+from tickui.engine import EngineChange, RunNowRefused, queue_run_now
 from tickui.errors import TickuiError
 from tickui.models import Occurrence, Task
-from tickui.planning import run_now_refusal
 from tickui.redact import redact
 from tickui.spec import TaskSpec
 from tickui.ui.host import Host
@@ -368,13 +367,7 @@ class TickuiApp(App[int]):
 
     async def _queue_run_now(self, task: Task) -> None:
         """Not the lease holder: leave a request for whoever holds it (or starts next)."""
-        store, now = self.host.store, self.clock.now()
-        active = any(o.task_id == task.id for o in await store.active_occurrences())
-        refusal = run_now_refusal(task.enabled, task.spec.concurrency, active)
-        request = await store.add_request(task, "run_now", now)
-        if refusal is not None:
-            await store.finish_request(request, now, "refused", None, f"{refusal[0]}: {refusal[1]}")
-            raise RunNowRefused(*refusal)
+        await queue_run_now(self.host.store, task, self.clock.now())
         where = (
             "the lease holder runs it"
             if self.host.engine.running
