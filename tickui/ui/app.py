@@ -24,16 +24,16 @@ from tickui.errors import TickuiError
 from tickui.models import Occurrence, Task
 from tickui.redact import redact
 from tickui.spec import TaskSpec
+from tickui.ui.cells import occurrence_cells, task_cells
 from tickui.ui.host import Host
 from tickui.ui.panes import (
     OCCURRENCE_COLUMNS,
     TASK_COLUMNS,
     Banner,
     BreakerPane,
-    OccurrenceSource,
+    CellSource,
     StatusLine,
     TablePane,
-    TaskSource,
     TicksPane,
 )
 from tickui.ui.rows import OccurrenceRows, TaskRows
@@ -108,9 +108,14 @@ class TickuiApp(App[int]):
         self.ready = asyncio.Event()
         self.task_rows = TaskRows()
         self.occ_rows = OccurrenceRows()
-        self.tasks_table = RowTable(TASK_COLUMNS, TaskSource(self.task_rows), self._now, id="tasks")
+        self.tasks_table = RowTable(
+            TASK_COLUMNS, CellSource(self.task_rows, task_cells), self._now, id="tasks"
+        )
         self.occ_table = RowTable(
-            OCCURRENCE_COLUMNS, OccurrenceSource(self.occ_rows), self._now, id="occurrences"
+            OCCURRENCE_COLUMNS,
+            CellSource(self.occ_rows, occurrence_cells),
+            self._now,
+            id="occurrences",
         )
         self._dirty_tasks: set[int] = set()
         self._dirty_occ: set[int] = set()
@@ -497,7 +502,6 @@ class TickuiApp(App[int]):
             self.task_rows.set_filter(event.value)
             self.tasks_table.cursor = 0
             self.tasks_table.sync_size()
-            self.tasks_table.border_title = None
             pane = self.screen.query_one("#tasks-pane")
             shown = f" · {len(self.task_rows)} of {self.task_rows.total} match {event.value!r}"
             pane.border_title = "Tasks" + (shown if event.value else "")

@@ -99,11 +99,20 @@ def duration(occ: Occurrence, now: int) -> str:
     return span(end - occ.started_at)
 
 
-def occurrence_cells(occ: Occurrence, now: int) -> list[Cell]:
-    code = str(occ.exit_code) if occ.exit_code is not None else occ.error_code or ""
-    detail = occ.detail or ""
+def code_text(occ: Occurrence) -> str:
+    """The exit code when there is one (3, -15), else the error code (TIMEOUT)."""
+    return str(occ.exit_code) if occ.exit_code is not None else occ.error_code or ""
+
+
+def detail_text(occ: Occurrence) -> str:
+    detail = (occ.detail or "").replace("\n", " ")
     if occ.covers > 1:
         detail = f"{detail} · covers {occ.covers} slots" if detail else f"covers {occ.covers} slots"
+    return detail
+
+
+def occurrence_cells(occ: Occurrence, now: int) -> list[Cell]:
+    code = code_text(occ)
     return [
         (str(occ.id), "bright_black"),
         (occ.state, STATE_STYLE.get(occ.state, "")),
@@ -114,5 +123,5 @@ def occurrence_cells(occ: Occurrence, now: int) -> list[Cell]:
         (lateness(occ), "bright_black"),
         (duration(occ, now), ""),
         (code or "-", "red" if code not in ("", "0") else ""),
-        (detail.replace("\n", " "), "bright_black"),
+        (detail_text(occ), "bright_black"),
     ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -14,7 +17,7 @@ from tickui.breaker import CLOSED, HALF_OPEN, OPEN
 from tickui.engine import EngineStatus
 from tickui.redact import redact
 from tickui.ticker import TickerMetrics
-from tickui.ui.cells import Cell, clock_text, occurrence_cells, span, task_cells
+from tickui.ui.cells import Cell, clock_text, span
 from tickui.ui.rows import OccurrenceRows, TaskRows
 from tickui.ui.table import Column, RowSource, RowTable
 
@@ -45,28 +48,19 @@ OCCURRENCE_COLUMNS = [
 BREAKER_STYLE = {CLOSED: "bold green", OPEN: "bold white on red", HALF_OPEN: "bold black on yellow"}
 
 
-class TaskSource(RowSource):
-    def __init__(self, rows: TaskRows) -> None:
+class CellSource(RowSource):
+    """Rows (`TaskRows` or `OccurrenceRows`) read through their cell function."""
+
+    def __init__(self, rows: TaskRows | OccurrenceRows, cells: Callable[[Any, int], list[Cell]]):
         self.rows = rows
+        self.to_cells = cells
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def cells(self, index: int, now: int) -> list[Cell] | None:
-        task = self.rows.at(index)
-        return task_cells(task, now) if task is not None else None
-
-
-class OccurrenceSource(RowSource):
-    def __init__(self, rows: OccurrenceRows) -> None:
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def cells(self, index: int, now: int) -> list[Cell] | None:
-        occ = self.rows.at(index)
-        return occurrence_cells(occ, now) if occ is not None else None
+        row = self.rows.at(index)
+        return self.to_cells(row, now) if row is not None else None
 
 
 class StatusLine(Static):

@@ -15,13 +15,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
+from tickui.dispatcher import read_tail
 from tickui.errors import BadInput
 from tickui.models import Occurrence, Task
 from tickui.schedules import preview
 from tickui.spec import TaskSpec, build_spec
 from tickui.store import default_anchor
 from tickui.timeutil import format_duration
-from tickui.ui.cells import STATE_STYLE, duration, lateness, stamp_text
+from tickui.ui.cells import STATE_STYLE, code_text, detail_text, duration, lateness, stamp_text
 
 if TYPE_CHECKING:
     from tickui.ui.app import TickuiApp
@@ -250,8 +251,6 @@ class DetailScreen(Screen[None]):
         self.render_all(app.clock.now())
 
     def render_all(self, now: int) -> None:
-        from tickui.dispatcher import read_tail
-
         self.query_one("#detail-facts", Static).update(task_facts(self.task_row))
         times = preview(self.task_row.schedule, now, 10) if self.task_row.enabled else []
         self.query_one("#detail-next", Static).update(
@@ -302,7 +301,6 @@ def runs_table(recent: list[Occurrence], picked: int, now: int) -> Table:
     for title in ("ID", "STATE", "KIND", "SCHEDULED", "LATE", "TOOK", "CODE", "DETAIL"):
         table.add_column(title, no_wrap=True, overflow="ellipsis")
     for index, occ in enumerate(recent):
-        code = occ.error_code or ("" if occ.exit_code is None else str(occ.exit_code))
         table.add_row(
             str(occ.id),
             Text(occ.state, STATE_STYLE.get(occ.state, "")),
@@ -310,8 +308,8 @@ def runs_table(recent: list[Occurrence], picked: int, now: int) -> Table:
             stamp_text(occ.scheduled_for),
             lateness(occ),
             duration(occ, now),
-            code or "-",
-            (occ.detail or "").replace("\n", " "),
+            code_text(occ) or "-",
+            detail_text(occ),
             style="reverse" if index == picked else None,
         )
     return table

@@ -15,7 +15,6 @@ from rich.style import Style
 from textual.binding import Binding
 from textual.events import Click
 from textual.geometry import Size
-from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -63,12 +62,6 @@ class RowTable(ScrollView, can_focus=True):
     ]
 
     cursor: reactive[int] = reactive(0, always_update=True, repaint=False)
-
-    class CursorMoved(Message):
-        def __init__(self, table: RowTable, index: int) -> None:
-            super().__init__()
-            self.table = table
-            self.index = index
 
     def __init__(
         self,
@@ -157,7 +150,6 @@ class RowTable(ScrollView, can_focus=True):
         elif new >= top + visible:
             self.scroll_to(y=new - visible + 1, animate=False)
         self.refresh()
-        self.post_message(self.CursorMoved(self, new))
 
     def move_to(self, index: int) -> None:
         count = len(self.source)
