@@ -133,6 +133,9 @@ async def test_enter_opens_the_detail_with_the_next_ten_fire_times(tmp_db: Path)
         text = screen_text(app)
         assert all(line in text for line in expected)
         assert "forbid" in text and "run_once" in text
+        await pilot.press("e")  # disable from the detail: its facts follow
+        await until(pilot, lambda: "disabled" in screen_text(app))
+        assert not (await app.host.store.get_task("alpha")).enabled
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailScreen)
 

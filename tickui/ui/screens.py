@@ -240,12 +240,11 @@ class DetailScreen(Screen[None]):
 
     async def reload(self) -> None:
         app = self.tickui
-        store = app.host.store
-        task = await store.find_task(self.task_row.name)
-        if task is not None:
-            self.task_row = task
+        # The dashboard's rows are kept current (engine notices, other processes' commits);
+        # only this task's run history is read here.
+        self.task_row = app.task_rows.by_id.get(self.task_row.id, self.task_row)
         picked = self.recent[self.picked].id if self.recent else None
-        self.recent = await store.history(self.task_row.name, limit=12)
+        self.recent = await app.host.store.history(self.task_row.name, limit=12)
         ids = [o.id for o in self.recent]
         self.picked = ids.index(picked) if picked in ids else 0
         self.render_all(app.clock.now())
