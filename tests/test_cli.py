@@ -11,6 +11,7 @@ import pytest
 
 from helpers import cli, cli_json
 from tickui import schema
+from tickui.cli import build_parser
 
 
 def test_add_list_show_enable_disable_rm(tmp_path):
@@ -277,3 +278,17 @@ def test_bad_database_files_are_refused_untouched(tmp_path, kind):
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert str(db) in result.stderr
     assert _digest(db) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--time-scale", "60", "demo"], ["demo", "--time-scale", "60"], ["--time-scale", "60"],
+     ["--time-scale", "60", "run"], ["run", "--time-scale", "60"]],
+)  # fmt: skip
+def test_time_scale_counts_before_or_after_the_subcommand(argv) -> None:
+    assert build_parser().parse_args(argv).time_scale == 60
+
+
+@pytest.mark.parametrize("argv", [[], ["demo"], ["run"]])
+def test_time_scale_defaults_to_real_time(argv) -> None:
+    assert build_parser().parse_args(argv).time_scale == 1

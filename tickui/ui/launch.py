@@ -59,7 +59,7 @@ def _log_to_file(db: Path) -> None:
 def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: bool) -> int:
     from tickui.ui.app import TickuiApp
 
-    scale = getattr(args, "time_scale", 1.0) or 1.0
+    scale = args.time_scale
     if not 1 <= scale <= 3600:
         raise BadInput("time-scale", f"{scale:g} is out of range (1 to 3600)")
     scratch = Path(tempfile.mkdtemp(prefix="tickui-demo-")) if demo else None
