@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -293,10 +294,13 @@ async def test_q_with_an_active_run_asks_and_cancel_cancels_it(tmp_db: Path) -> 
 
 
 async def test_q_wait_lets_the_active_run_finish(tmp_db: Path) -> None:
+    go = tmp_db.with_name("go")  # the run ends when the test says so, not after a sleep
+
     async def seed(store, clock):
         from tickui.spec import build_spec
 
-        spec = build_spec({"name": "brief", "every": "1h", "command": ["sleep", "0.5"]}, T0)
+        script = f"while [ ! -e {go} ]; do sleep 0.05; done"
+        spec = build_spec({"name": "brief", "every": "1h", "command": ["sh", "-c", script]}, T0)
         await store.add_task(spec, T0)
 
     app = make_app(tmp_db, ManualClock(T0), seed)
@@ -304,6 +308,9 @@ async def test_q_wait_lets_the_active_run_finish(tmp_db: Path) -> None:
         await started(pilot)
         await pilot.press("r", "q")
         await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        # Pilot waits for the app to go idle, which quitting with "wait" does not do until
+        # the run ends: end it from a timer. It can only succeed if quit waited for it.
+        asyncio.get_running_loop().call_later(0.5, go.touch)
         await pilot.press("w")
         await until(pilot, lambda: app.host.closed)
     from tickui.store import Store
