@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tickui.clock import ManualClock
-from tickui.dispatcher import Receipt
+from tickui.dispatch import Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.occurrence import RUN_COMPLETED
 from tickui.spec import build_spec

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tickui.clock import Clock, SystemClock
 from tickui.config import Settings
-from tickui.dispatcher import DispatchFailure, Job, Receipt
+from tickui.dispatch import DispatchFailure, Job, Receipt
 from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION, TERMINAL
 from tickui.spec import build_spec
 from tickui.store import NewEvent, Store

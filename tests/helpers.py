@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tickui.clock import ManualClock
-from tickui.dispatcher import SubprocessDispatcher
+from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.models import Occurrence
 from tickui.spec import build_spec

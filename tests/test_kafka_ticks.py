@@ -16,7 +16,7 @@ import services
 from helpers import cli
 from tickui.bus import KafkaBus
 from tickui.clock import SystemClock
-from tickui.dispatcher import SubprocessDispatcher
+from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.sequence import SequenceAllocator
 from tickui.spec import build_spec

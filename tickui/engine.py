@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tickui import procs
 from tickui.clock import Clock
-from tickui.dispatcher import Dispatcher, DispatchFailure, Job
+from tickui.dispatch import Dispatcher, DispatchFailure, Job
 from tickui.errors import TickuiError
 from tickui.models import Lease, Occurrence, Task
 from tickui.occurrence import Change, Progress, fold_events

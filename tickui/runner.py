@@ -15,7 +15,7 @@ from pathlib import Path
 from tickui.bus import KafkaBus
 from tickui.clock import Clock, ScaledClock, SystemClock
 from tickui.config import Settings
-from tickui.dispatcher import SubprocessDispatcher
+from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.errors import BadInput
 from tickui.redact import RedactingFilter

@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
-from tickui.dispatcher import read_tail
+from tickui.dispatch import read_tail
 from tickui.errors import BadInput
 from tickui.models import Occurrence, Task
 from tickui.schedules import preview

@@ -1,9 +1,4 @@
-"""Dispatchers start runs and report what happens to them as runtime events.
-
-A dispatcher's receipt only says a run was accepted. Whether it succeeded is
-written to the event log by whoever watches the run (here, the subprocess
-dispatcher itself), and the engine settles occurrences from those events.
-"""
+"""The subprocess dispatcher: runs a task's argv as a local process and watches it."""
 
 from __future__ import annotations
 
@@ -16,11 +11,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from tickui import procs
 from tickui.clock import Clock
-from tickui.models import Occurrence, Task
+from tickui.dispatch.base import DispatchFailure, Job, Receipt
+from tickui.dispatch.output import read_tail
+from tickui.models import Occurrence
 from tickui.occurrence import (
     RUN_CANCELED,
     RUN_COMPLETED,
@@ -31,36 +27,7 @@ from tickui.occurrence import (
 from tickui.store import NewEvent, Store
 from tickui.timeutil import MICROS, format_duration, iso
 
-log = logging.getLogger("tickui.dispatcher")
-TAIL_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class Receipt:
-    command_id: str
-    log_path: str | None = None
-
-
-@dataclass(frozen=True)
-class DispatchFailure:
-    code: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class Job:
-    task: Task
-    occurrence: Occurrence
-
-
-class Dispatcher(Protocol):
-    async def dispatch(self, jobs: Sequence[Job]) -> list[Receipt | DispatchFailure]: ...
-
-    async def cancel(self, occurrence_id: int, reason: str) -> bool: ...
-
-    def active(self) -> int: ...
-
-    async def shutdown(self, grace: float) -> None: ...
+log = logging.getLogger("tickui.dispatch")
 
 
 @dataclass
@@ -71,20 +38,6 @@ class _Run:
     log_path: Path
     cancel_reason: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-def read_tail(path: str | os.PathLike[str] | None, limit: int = TAIL_BYTES) -> str:
-    """The last `limit` bytes of a run's output, decoded leniently."""
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            return handle.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 class SubprocessDispatcher:
