@@ -73,6 +73,7 @@ venv install: $(STAMP)
 # ---- targets ---------------------------------------------------------------------------------
 # pytest runs under scripts/services.sh, which starts Redis and Tansu first and stops them by their
 # own PIDs afterwards. pytest's status is the target's status; 5 (no tests collected) is a failure.
+# services.sh exports TICKUI_TEST_REQUIRE_SERVICES=1: a test whose service is missing fails, CI or not.
 test: deps $(STAMP)
 	@rc=0; scripts/services.sh run -- $(VPY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED: pytest collected no tests (exit 5)" >&2; fi; \

@@ -12,7 +12,9 @@
 # so that they are stopped here too if pytest dies without its teardown.
 #
 # Exit status: CMD's; 1 when a service cannot be started. A missing binary is an error under
-# CI (CI=true); elsewhere that service is left out with a warning and its tests skip.
+# CI (CI=true); elsewhere that service is left out with a warning and its tests FAIL: CMD gets
+# TICKUI_TEST_REQUIRE_SERVICES=1 (tests/services.py), so `make test` never skips a service test
+# quietly. TICKUI_TEST_REQUIRE_SERVICES=0 in the caller's environment opts out (tests skip).
 # Env: PYTHON (default .venv/bin/python), TICKUI_KEEP_SERVICE_LOGS=1 keeps the log dir.
 set -euo pipefail
 
@@ -196,12 +198,19 @@ start_service() {
 # Missing binary: an error under CI, a warning (service left out) elsewhere.
 unavailable() {
     if in_ci; then die "$1 (CI=${CI}: a missing service is a failure, not a skip)"; fi
-    log "WARNING: $1: its tests will skip"
+    if [ "$REQUIRE" = 1 ]; then
+        log "WARNING: $1: its tests will FAIL (TICKUI_TEST_REQUIRE_SERVICES=0 makes them skip)"
+    else
+        log "WARNING: $1: its tests will skip (TICKUI_TEST_REQUIRE_SERVICES=0)"
+    fi
     return 1
 }
 
 # ---- lifecycle -------------------------------------------------------------------------------
 TMPD='' PIDDIR='' CHILD='' RC=0
+# Tests of a missing service fail under this script unless the caller opted out with 0.
+REQUIRE=${TICKUI_TEST_REQUIRE_SERVICES:-1}
+case "$REQUIRE" in "" | 0 | false | False | FALSE | no) REQUIRE=0 ;; *) REQUIRE=1 ;; esac
 # Services get a session of their own, so that a terminal's Ctrl-C (which Redis and Tansu act on
 # even when started with SIGINT ignored) reaches pytest only: they are stopped here, after its
 # teardown. setsid does not fork when its caller is not a group leader, so $! stays their PID.
@@ -275,6 +284,7 @@ run() {
     fi
 
     export TICKUI_TEST_PIDDIR=$PIDDIR
+    export TICKUI_TEST_REQUIRE_SERVICES=$REQUIRE
     # Non-interactive bash starts background commands with SIGINT ignored; give CMD the default
     # back so that Ctrl-C reaches pytest as KeyboardInterrupt and its teardown runs.
     local reset=()

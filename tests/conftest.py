@@ -41,9 +41,10 @@ def kafka_bootstrap() -> str:
 
 @pytest.fixture
 def tmux():
-    """`tmux(*args)` on a private server, killed after the test; under CI, tmux must exist."""
+    """`tmux(*args)` on a private server, killed after the test; under CI or `make test`,
+    tmux must exist."""
     if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
+        if services.services_required():
             pytest.fail("tmux is not installed (make test installs it)")
         pytest.skip("tmux is not installed")
     socket = f"tickui-test-{uuid.uuid4().hex[:8]}"

@@ -6,7 +6,8 @@ Tansu (Kafka) broker for the whole run and exports their addresses:
 - ``TICKUI_TEST_REDIS_URL`` (``redis://127.0.0.1:P/0``), read by :func:`redis_url`;
 - ``TICKUI_TEST_KAFKA`` (``127.0.0.1:P``), read by :func:`kafka_bootstrap`.
 
-Without them (plain ``pytest``) such a test is skipped; under CI (``CI`` set) it fails.
+Without them (plain ``pytest``) such a test is skipped; under CI (``CI`` set) or under
+``make test`` (``scripts/services.sh`` exports ``TICKUI_TEST_REQUIRE_SERVICES=1``) it fails.
 
 Never kill or restart the shared services: a test that needs to do that starts its own with
 :func:`private_redis` or :func:`private_tansu`::
@@ -43,20 +44,36 @@ import pytest
 REDIS_ENV = "TICKUI_TEST_REDIS_URL"
 KAFKA_ENV = "TICKUI_TEST_KAFKA"
 PIDDIR_ENV = "TICKUI_TEST_PIDDIR"  # scripts/services.sh stops what is listed there at exit
+REQUIRE_ENV = "TICKUI_TEST_REQUIRE_SERVICES"  # set by scripts/services.sh: missing = failure
 
 START_TIMEOUT = 10.0
 TANSU_SETTLE = 0.3  # on a busy port Tansu panics and exits 0 within ~40 ms
 STOP_TIMEOUT = 3.0
 
 
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() not in ("", "0", "false", "no")
+
+
 def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+    return _truthy(os.environ.get("CI"))
+
+
+def services_required() -> bool:
+    """Under CI or `make test` (scripts/services.sh), a missing service fails the test."""
+    return in_ci() or _truthy(os.environ.get(REQUIRE_ENV))
 
 
 def unavailable(reason: str) -> NoReturn:
-    """A service is missing: fail under CI, skip elsewhere."""
+    """A service is missing: fail under CI or `make test`, skip under a plain `pytest`."""
     if in_ci():
         pytest.fail(f"{reason} (CI: a missing service is a failure, not a skip)", pytrace=False)
+    if services_required():
+        pytest.fail(
+            f"{reason} ({REQUIRE_ENV}=1, as under `make test`: a missing service is a failure,"
+            " not a skip)",
+            pytrace=False,
+        )
     pytest.skip(f"{reason}: run through `make test`")
 
 
