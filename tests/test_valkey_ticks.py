@@ -100,3 +100,51 @@ async def test_a_password_in_the_url_never_shows(caplog):
     assert "s3cretpw" not in (alloc.error or "") and "***" in (alloc.error or "")
     assert "s3cretpw" not in caplog.text
     await alloc.close()
+
+
+async def test_a_reservation_never_stores_below_its_floor(redis_url):
+    """Redis lost or lowered the value (restart without persistence, a hand edit): the very
+    next reservation must go on from the floor the ticker passes, not from what is stored."""
+    from redis.asyncio import Redis
+
+    key = f"tickui:test:floor:{uuid.uuid4().hex[:6]}"
+    store = ValkeySequenceStore(redis_url, timeout=1)
+    client = Redis.from_url(redis_url, socket_timeout=1)
+    try:
+        assert await store.reserve(key, 0, 10) == 10
+        await client.delete(key)  # emptied
+        assert await store.reserve(key, 25, 10) == 35
+        assert await _stored(redis_url, key) == 35
+        await client.set(key, 3)  # lowered
+        assert await store.reserve(key, 50, 10) == 60
+        await client.set(key, 100)  # ahead of the floor: the stored value wins
+        assert await store.reserve(key, 50, 10) == 110
+    finally:
+        await client.delete(key)
+        await client.aclose()
+        await store.close()
+
+
+async def test_after_the_value_is_lost_the_next_block_is_above_every_number_handed_out(
+    redis_url,
+):
+    from redis.asyncio import Redis
+
+    key = f"tickui:test:floor:{uuid.uuid4().hex[:6]}"
+    alloc = SequenceAllocator(ValkeySequenceStore(redis_url, timeout=1), key, 10)
+    client = Redis.from_url(redis_url, socket_timeout=1)
+    try:
+        await alloc.start(0.0)
+        handed = [alloc.next(0.0) for _ in range(4)]  # 1..4: no refill due yet
+        assert alloc.reserved == 10 and alloc._refill is None
+        await client.delete(key)
+        handed += [alloc.next(0.0) for _ in range(2)]  # 6: half the block used, refill starts
+        assert alloc._refill is not None
+        await alloc._refill
+        stored = await _stored(redis_url, key)
+        assert stored == 20, "the refill after the loss started from the stored 0, not from 10"
+        assert alloc.reserved == 20 and alloc.next(0.0) == 7
+    finally:
+        await alloc.close()  # gives the unused numbers back: writes the key
+        await client.delete(key)
+        await client.aclose()
