@@ -49,11 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     # Given before or after the subcommand; SUPPRESS keeps a subcommand's default from
     # overwriting `tickui --time-scale 60 demo`.
     parser.add_argument("--time-scale", type=float, default=1.0, metavar="N")
+    real = "with --time-scale: run the real commands (still on a copy of the database)"
+    parser.add_argument("--real-commands", action="store_true", help=real)
     demo = sub.add_parser("demo", parents=[shared], help="the dashboard on sample tasks")
     demo.add_argument("--time-scale", type=float, default=argparse.SUPPRESS, metavar="N")
     run = sub.add_parser("run", parents=[shared], help="run the engine headless")
     run.add_argument("--for", dest="duration", type=float, metavar="SECONDS")
     run.add_argument("--time-scale", type=float, default=argparse.SUPPRESS, metavar="N")
+    run.add_argument("--real-commands", action="store_true", default=argparse.SUPPRESS, help=real)
     run.add_argument("--stop-grace", metavar="DURATION")
     run.add_argument("--tick-interval", metavar="DURATION")
     run.add_argument("--kafka", metavar="BOOTSTRAP", help="publish ticks to Kafka")
