@@ -1,10 +1,39 @@
-"""Run output: reading a run's log back."""
+"""Run output: a bounded log file per run, fed from the run's pipe, and reading it back.
+
+A run's stdout and stderr go to a pipe that the event loop reads; each chunk is written
+to the run's log file at once, so the file is readable live (the dashboard tails it).
+The file keeps the first `head` bytes and the newest `tail` bytes: when the part after
+the head grows past twice the tail, it is compacted in place (no extra disk space is
+needed, which matters when the disk is full) to head + a marker line saying how much
+was dropped + the newest tail. When the run ends, it is compacted once more, so a
+finished log is never larger than head + marker + tail.
+
+A write that fails (ENOSPC, EIO, ...) drops that output, counts it and lets the run go
+on; once a write succeeds again, a line in the log says how much was lost there.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
+import logging
 import os
+import unicodedata
+from pathlib import Path
+
+from tickui.redact import redact
+
+log = logging.getLogger("tickui.dispatch")
 
 TAIL_BYTES = 4096
+HEAD_BYTES_DEFAULT = 64 * 1024
+TAIL_BYTES_DEFAULT = 1024 * 1024
+LAST_BYTES = 1024  # kept in memory: enough for the last output line of a failure
+LAST_LINE_MAX = 300
+_COPY_CHUNK = 1 << 20
+_READ_CHUNK = 1 << 16
+_READS_PER_WAKEUP = 16
 
 
 def read_tail(path: str | os.PathLike[str] | None, limit: int = TAIL_BYTES) -> str:
@@ -19,3 +48,222 @@ def read_tail(path: str | os.PathLike[str] | None, limit: int = TAIL_BYTES) -> s
             return handle.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def human_bytes(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover
+
+
+def dropped_marker(count: int) -> bytes:
+    return f"\n[tickui: {human_bytes(count)} of output dropped here ({count} bytes)]\n".encode()
+
+
+def lost_marker(count: int, reason: str) -> bytes:
+    return f"\n[tickui: {human_bytes(count)} of output lost here: {reason}]\n".encode()
+
+
+def visible(text: str) -> str:
+    """Control characters shown as escapes, never sent raw to a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch == "\t" or unicodedata.category(ch)[0] != "C" else ascii(ch)[1:-1] for ch in text
+    )
+
+
+class BoundedLog:
+    """One run's log file: its first `head` bytes and newest `tail` bytes, never more
+    than head + marker + 2 * tail on disk while the run writes."""
+
+    def __init__(self, path: Path, head: int, tail: int) -> None:
+        self.path = path
+        self.head = max(0, head)
+        self.tail = max(1, tail)
+        self.fd: int | None = os.open(
+            path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+        )
+        self.size = 0  # bytes in the file, as this writer put them there
+        self.body = self.head  # where the kept tail region starts (after head + marker)
+        self.received = 0  # bytes of output read from the run
+        self.dropped = 0  # cut from the middle to keep the bounds
+        self.lost = 0  # not written because writes failed, not yet noted in the file
+        self.lost_total = 0
+        self.failure: str | None = None  # why writes fail now, None while they work
+        self._last = b""
+
+    # ---- writing ---------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Append a chunk of output; never raises."""
+        if not data:
+            return
+        self.received += len(data)
+        self._last = (self._last + data)[-LAST_BYTES:]
+        if self.fd is None:
+            self._lose(len(data), "log closed")
+            return
+        try:
+            if self.lost:
+                note = lost_marker(self.lost, self.failure or "write failed")
+                self._append(note)
+                self.lost, self.failure = 0, None
+            self._append(data)
+        except OSError as exc:
+            self._lose(len(data), _reason(exc))
+            return
+        except Exception as exc:  # never let output take a run down
+            self._lose(len(data), f"{type(exc).__name__}: {exc}")
+            return
+        if self.size - self.body > 2 * self.tail:
+            self.compact()
+
+    def _append(self, data: bytes) -> None:
+        assert self.fd is not None
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self.fd, view, self.size)
+            if written <= 0:
+                raise OSError(errno.EIO, "short write")
+            self.size += written
+            view = view[written:]
+
+    def _lose(self, count: int, reason: str) -> None:
+        if self.failure is None:
+            log.warning("output of %s is being dropped: %s", self.path.name, reason)
+        self.failure = reason
+        self.lost += count
+        self.lost_total += count
+
+    def compact(self) -> None:
+        """Rewrite the file in place as head + marker + newest tail, when it holds more."""
+        if self.fd is None or self.size - self.body <= self.tail:
+            return
+        fd = self.fd
+        try:
+            self.dropped += self.size - self.body - self.tail
+            marker = dropped_marker(self.dropped)
+            src, dst = self.size - self.tail, self.head + len(marker)
+            _move(fd, src, dst, self.tail)
+            os.pwrite(fd, marker, self.head)
+            os.ftruncate(fd, dst + self.tail)
+            self.size, self.body = dst + self.tail, dst
+        except OSError as exc:
+            log.warning("compacting %s failed: %s", self.path.name, _reason(exc))
+            with contextlib.suppress(OSError):
+                self.size = os.fstat(fd).st_size
+                self.body = max(self.body, min(self.size, self.head))
+
+    def close(self) -> None:
+        """Final compaction and close; never raises."""
+        if self.fd is None:
+            return
+        try:
+            if self.lost:
+                with contextlib.suppress(OSError):
+                    self._append(lost_marker(self.lost, self.failure or "write failed"))
+                    self.lost, self.failure = 0, None
+            self.compact()
+        finally:
+            fd, self.fd = self.fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # ---- reading back ----------------------------------------------------------------
+
+    def last_line(self) -> str:
+        """The last non-empty output line, redacted, visible and bounded."""
+        lines = self._last.decode("utf-8", "replace").replace("\r", "\n").strip().splitlines()
+        lines = [line for line in lines if line.strip()]
+        if not lines:
+            return ""
+        line = visible(redact(lines[-1].strip()))
+        return line if len(line) <= LAST_LINE_MAX else line[: LAST_LINE_MAX - 1] + "…"
+
+
+def _move(fd: int, src: int, dst: int, count: int) -> None:
+    """memmove within a file, in bounded chunks, safe when the ranges overlap."""
+    if src == dst or count <= 0:
+        return
+    if dst < src:
+        offsets = range(0, count, _COPY_CHUNK)
+    else:
+        offsets = range(((count - 1) // _COPY_CHUNK) * _COPY_CHUNK, -1, -_COPY_CHUNK)
+    for off in offsets:
+        size = min(_COPY_CHUNK, count - off)
+        data = os.pread(fd, size, src + off)
+        if len(data) != size:
+            raise OSError(errno.EIO, "short read while compacting")
+        view = memoryview(data)
+        done = 0
+        while done < size:
+            done += os.pwrite(fd, view[done:], dst + off + done)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}"
+
+
+class OutputPump:
+    """Reads a run's pipe in the event loop and feeds its BoundedLog."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, sink: BoundedLog) -> None:
+        self.loop = loop
+        self.fd: int | None = fd
+        self.sink = sink
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            self._read(_READS_PER_WAKEUP)
+        except Exception:
+            log.exception("reading output of %s failed", self.sink.path.name)
+            self._close()
+
+    def _read(self, reads: int) -> bool:
+        """Read what is there (up to `reads` chunks); True once the pipe is at its end."""
+        for _ in range(reads):
+            if self.fd is None:
+                return True
+            try:
+                data = os.read(self.fd, _READ_CHUNK)
+            except BlockingIOError:
+                return False
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                log.warning("output of %s unreadable: %s", self.sink.path.name, _reason(exc))
+                self._close()
+                return True
+            if not data:
+                self._close()
+                return True
+            self.sink.write(data)
+        return False
+
+    def finish(self, limit: int = 4 << 20) -> None:
+        """The run's process has ended: take what is left in the pipe (bounded, for a
+        descendant that still writes), then stop reading and close the log."""
+        try:
+            self._read(max(1, limit // _READ_CHUNK))
+        except Exception:
+            log.exception("reading output of %s failed", self.sink.path.name)
+        finally:
+            self._close()
+            self.sink.close()
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
