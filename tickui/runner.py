@@ -87,7 +87,13 @@ def build_engine(store: Store, clock: Clock, settings: Settings, tick: int) -> S
         keep=engine.keep,
         tick_period=tick,
     )
-    return SchedulerEngine(store, SubprocessDispatcher(store, clock), clock, config)
+    dispatcher = SubprocessDispatcher(
+        store,
+        clock,
+        head_bytes=getattr(engine, "log_head", 64 * 1024),
+        tail_bytes=getattr(engine, "log_tail", 1024 * 1024),
+    )
+    return SchedulerEngine(store, dispatcher, clock, config)
 
 
 def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> RuntimeScheduler:
