@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import subprocess
@@ -97,3 +98,18 @@ async def rig(db: Path, start: int = T0, **config) -> AsyncIterator[Rig]:
     finally:
         await engine.stop(grace=0)
         await store.close()
+
+
+async def wait_for(predicate, timeout: float = 10.0, what: str = "the condition"):
+    """Poll `predicate()` (sync or async) in real time until it is true; return its value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+        await asyncio.sleep(0.02)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import T0, rig
+from helpers import T0, rig, wait_for
 from tickui.engine import EngineChange, RunNowRefused
 from tickui.occurrence import RUN_FAILED
 from tickui.planning import DueTask, Plan, Planned
@@ -164,8 +164,17 @@ async def test_overlap_policies(tmp_path, policy):
         await r.add("slow", every="1s", concurrency=policy, command=SLOW)
         await r.engine.start()
         await r.tick(1)
-        await asyncio.sleep(0.3)
-        await r.engine.reconcile()
+        settled = {
+            "forbid": ("running", "skipped"),
+            "allow": ("running", "running"),
+            "replace": ("cancelled", "running"),
+        }[policy]
+
+        async def both() -> bool:
+            await r.engine.reconcile()
+            return tuple(o.state for o in await r.history("slow")) == settled
+
+        await wait_for(both, what=f"{settled}")
         first, second = await r.history("slow")
         if policy == "forbid":
             assert first.state == "running"
@@ -182,6 +191,13 @@ def _claim_plan(task, slot: int) -> Plan:
     """A plan to run `slot` of `task`, made from the task as it was read."""
     due = DueTask(task.id, task.name, task.schedule, slot, "run_once", "forbid", 0, task.generation)
     return Plan(due, slot + MICROS, [Planned(slot, "claimed")])
+
+
+async def _running_in(r, task: str) -> bool:
+    """Whether `task`'s newest occurrence is running, after folding the events in."""
+    await r.engine.reconcile()
+    runs = await r.history(task)
+    return bool(runs) and runs[-1].state == "running"
 
 
 def _alive(pid: int | None) -> bool:
@@ -314,8 +330,7 @@ async def test_recovery_interrupts_runs_of_a_vanished_engine(tmp_path):
     async with rig(db) as a:
         await a.add("slow", every="1h", command=SLOW)
         await a.engine.start()
-        await asyncio.sleep(0.2)
-        await a.engine.reconcile()
+        await wait_for(lambda: _running_in(a, "slow"), what="slow running")
         orphan = (await a.history("slow"))[0]
         assert orphan.state == "running" and _alive(orphan.pid)
         a.engine._running = False  # a "crash": nothing is stopped or released
@@ -325,8 +340,7 @@ async def test_recovery_interrupts_runs_of_a_vanished_engine(tmp_path):
         recovered = await b.store.get_occurrence(orphan.id)
         assert recovered.state == "failed" and recovered.error_code == "INTERRUPTED"
         assert "process group was killed" in recovered.detail
-        await asyncio.sleep(0.2)
-        assert not _alive(orphan.pid) or _zombie(orphan.pid)
+        await wait_for(lambda: not _alive(orphan.pid) or _zombie(orphan.pid), what="orphan gone")
 
 
 def _zombie(pid: int) -> bool:
@@ -341,7 +355,7 @@ async def test_stop_cancels_runs_after_the_grace(tmp_path):
     async with rig(tmp_path / "t.db") as r:
         await r.add("slow", every="1h", command=SLOW)
         await r.engine.start()
-        await asyncio.sleep(0.2)
+        await wait_for(lambda: _running_in(r, "slow"), what="slow running")
         await r.engine.stop(grace=0.2)
         occ = (await r.history("slow"))[0]
         assert occ.state == "cancelled" and occ.detail == "engine_stopped"
@@ -391,8 +405,7 @@ async def test_a_user_can_cancel_a_running_occurrence(tmp_path):
     async with rig(tmp_path / "t.db") as r:
         await r.add("slow", every="1h", command=SLOW)
         await r.engine.start()
-        await asyncio.sleep(0.2)
-        await r.engine.reconcile()
+        await wait_for(lambda: _running_in(r, "slow"), what="slow running")
         (occ,) = await r.history("slow")
         assert occ.state == "running"
         assert await r.engine.cancel(occ.id) is True

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import T0
+from helpers import wait_for as wait_until
 from tickui.clock import ManualClock
 from tickui.ui.launch import DEMO_NOTE, seed_demo
 from ui_support import make_app, screen_text, until, wait_for
@@ -25,25 +26,33 @@ async def test_demo_tasks_show_every_state_within_15_seconds(tmp_path: Path) -> 
     app = make_app(tmp_path / "demo.db", clock, _seed)
     async with app.run_test(size=(140, 40)) as pilot:
         await app.ready.wait()
+
+        async def dispatched() -> bool:
+            """Every run this tick claimed has started (or already ended)."""
+            active = await app.host.store.active_occurrences()
+            return all(o.state == "running" for o in active)
+
         for _ in range(15):
             clock.advance(1)
             await app.host.engine.tick(clock.now())
-            await pilot.pause(0.1)  # real time for real processes: echo ends, sleep 5 does not
-        seen = list(app.occ_rows.by_id.values())
+            await wait_until(dispatched, what="the tick's runs to start")
 
         def states(task: str) -> set[str]:
-            return {o.state for o in seen if o.task == task}
+            return {o.state for o in app.occ_rows.by_id.values() if o.task == task}
+
+        def shown(task: str, state: str, detail: str = "") -> bool:
+            return any(
+                o.task == task and o.state == state and detail in (o.detail or "")
+                for o in app.occ_rows.by_id.values()
+            )
 
         await until(pilot, lambda: "succeeded" in states("hello"))
-        assert "failed" in states("flaky-export")
-        assert any(
-            o.task == "slow-report" and o.state == "skipped" and "forbid" in (o.detail or "")
-            for o in seen
-        )
-        assert any(o.task == "replace-cache" and o.state == "cancelled" for o in seen)
-        assert "succeeded" in states("cron-heartbeat")
+        await until(pilot, lambda: "failed" in states("flaky-export"))
+        await until(pilot, lambda: shown("slow-report", "skipped", "forbid"))
+        await until(pilot, lambda: shown("replace-cache", "cancelled"))
+        await until(pilot, lambda: "succeeded" in states("cron-heartbeat"))
         assert not states("paused-sync") and not states("nightly-backup")
-        assert f"off {DEMO_NOTE}"[:9] in screen_text(app)
+        await until(pilot, lambda: f"off {DEMO_NOTE}"[:9] in screen_text(app))
 
 
 def _emitted(screen: str) -> int:
@@ -72,9 +81,13 @@ def test_tickui_demo_in_a_real_terminal_ticks_and_removes_its_database(tmux, tmp
         time.sleep(0.2)
     assert _emitted(screen()) >= 2, screen()  # ticks flowing, one a second
     tmux("send-keys", "-t", "demo", "q")
-    time.sleep(0.5)
-    if "Cancel them" in screen():  # slow-report or replace-cache is still running
-        tmux("send-keys", "-t", "demo", "c")
+    # q either quits at once or asks first while slow-report or replace-cache still runs.
+    deadline = time.monotonic() + 15
+    while not exit_file.exists() and time.monotonic() < deadline:
+        if "Cancel them" in screen():
+            tmux("send-keys", "-t", "demo", "c")
+            break
+        time.sleep(0.05)
     deadline = time.monotonic() + 15
     while not exit_file.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
