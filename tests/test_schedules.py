@@ -253,8 +253,9 @@ class TestCronZones:
 
 
 class TestCronDst:
-    """DST: a nonexistent wall time fires once at the transition instant; an
-    ambiguous one fires once, at its first occurrence."""
+    """DST as cron(8) does it. A fixed-time job: a nonexistent wall time fires once at
+    the transition instant, an ambiguous one once, at its first occurrence. A job whose
+    minute or hour field is a wildcard runs by real time (tests/test_cron_rules.py)."""
 
     def test_berlin_spring_forward_nonexistent_time(self):
         # 2026-03-29 02:00 CET jumps to 03:00 CEST (at 01:00 UTC); 02:30 does not exist.
@@ -284,8 +285,8 @@ class TestCronDst:
     def test_every_15_minutes_across_the_gap(self):
         s = cron("*/15 * * * *", "Europe/Berlin")
         got = preview(s, at("2026-03-29T00:20:00Z"), 8)
-        # Wall times 02:00..02:45 do not exist; they all collapse onto 01:00 UTC
-        # (03:00 CEST), which is also the 03:00 slot: one firing, no duplicate.
+        # Wall times 02:00..02:45 do not exist, so a wildcard job does not run for them;
+        # 03:00 CEST (01:00 UTC) is the next slot: no hole beyond the gap, no duplicate.
         assert isos(got) == [
             "2026-03-29T00:30:00+00:00",
             "2026-03-29T00:45:00+00:00",
@@ -335,31 +336,34 @@ class TestCronDst:
         day_start, day_end = at("2026-11-01T04:00:00Z"), at("2026-11-02T05:00:00Z") - 1
         assert fires_in(s, day_start, day_end) == [at("2026-11-01T05:30:00Z")]
 
-    def test_every_15_minutes_not_in_the_repeated_hours_second_pass(self):
+    def test_every_15_minutes_runs_in_both_passes_of_the_repeated_hour(self):
         s = cron("*/15 * * * *", "Europe/Berlin")
         got = preview(s, at("2026-10-24T23:40:00Z"), 10)
+        # By real time: no 75-minute hole after 02:45 CEST.
         assert isos(got) == [
             "2026-10-24T23:45:00+00:00",
             "2026-10-25T00:00:00+00:00",  # 02:00 CEST
             "2026-10-25T00:15:00+00:00",
             "2026-10-25T00:30:00+00:00",
             "2026-10-25T00:45:00+00:00",  # 02:45 CEST
-            "2026-10-25T02:00:00+00:00",  # 03:00 CET; 02:xx CET (01:xx UTC) does not fire
-            "2026-10-25T02:15:00+00:00",
-            "2026-10-25T02:30:00+00:00",
-            "2026-10-25T02:45:00+00:00",
-            "2026-10-25T03:00:00+00:00",
+            "2026-10-25T01:00:00+00:00",  # 02:00 CET, the second pass
+            "2026-10-25T01:15:00+00:00",
+            "2026-10-25T01:30:00+00:00",
+            "2026-10-25T01:45:00+00:00",
+            "2026-10-25T02:00:00+00:00",  # 03:00 CET
         ]
         second_pass = (at("2026-10-25T01:00:00Z"), at("2026-10-25T02:00:00Z") - 1)
-        assert fires_in(s, *second_pass) == []
-        assert s.slots(*second_pass, 5) == SlotWindow(0, [])
+        assert len(fires_in(s, *second_pass)) == 4
+        assert s.slots(*second_pass, 2) == SlotWindow(
+            4, [at("2026-10-25T01:30:00Z"), at("2026-10-25T01:45:00Z")]
+        )
 
     def test_slots_on_dst_days_agree_with_preview(self):
         s = cron("*/15 * * * *", "Europe/Berlin")
         # The local day of 2026-03-29 is 23 hours, of 2026-10-25 25 hours.
         short = (at("2026-03-28T23:00:00Z"), at("2026-03-29T22:00:00Z") - 1)
         long = (at("2026-10-24T22:00:00Z"), at("2026-10-25T23:00:00Z") - 1)
-        for (start, end), expected in ((short, 92), (long, 96)):
+        for (start, end), expected in ((short, 92), (long, 100)):
             walked = fires_in(s, start, end)
             assert len(walked) == expected
             window = s.slots(start, end, 7)
@@ -371,8 +375,15 @@ class TestCronDst:
         s = cron("*/15 * * * *", "Europe/Berlin")
         start, end = at("2026-10-24T23:00:00Z"), at("2026-10-25T01:40:00Z")  # 02:40 CET
         window = s.slots(start, end, 3)
-        assert window.count == 8  # 01:00..01:45 CEST and 02:00..02:45 CEST
+        assert window.count == 11  # 01:00..01:45 CEST, 02:00..02:45 CEST, 02:00..02:30 CET
         assert isos(window.newest) == [
+            "2026-10-25T01:00:00+00:00",
+            "2026-10-25T01:15:00+00:00",
+            "2026-10-25T01:30:00+00:00",
+        ]
+        fixed = cron("0,15,30,45 2 * * *", "Europe/Berlin").slots(start, end, 3)
+        assert fixed.count == 4  # a fixed-time job runs the first pass only
+        assert isos(fixed.newest) == [
             "2026-10-25T00:15:00+00:00",
             "2026-10-25T00:30:00+00:00",
             "2026-10-25T00:45:00+00:00",
@@ -775,9 +786,9 @@ def field_values(draw, low: int, high: int):
     if kind == "one":
         a = draw(st.integers(low, high))
         return str(a), {a}
-    # croniter reads an equal range ("5-5") as the whole cycle, so ranges here are proper.
-    a = draw(st.integers(low, high - 1))
-    b = draw(st.integers(a + 1, high))
+    # A one-value range ("5-5") is that value, as in cron.
+    a = draw(st.integers(low, high))
+    b = draw(st.integers(a, high))
     if kind == "range":
         return f"{a}-{b}", set(range(a, b + 1))
     step = draw(st.integers(1, 7))
@@ -786,7 +797,9 @@ def field_values(draw, low: int, high: int):
 
 @st.composite
 def cron_cases(draw, seconds: bool = False):
-    """(expression, zone, minute set, hour set), plus optional seconds field first."""
+    """(expression, zone, minute set, hour set, by real time?), plus an optional seconds
+    field first. Cron runs a job by real time when its minute or hour field starts
+    with "*"."""
     minute, minutes = draw(field_values(0, 59))
     hour, hours = draw(field_values(0, 23))
     zone = draw(st.sampled_from(ZONES))
@@ -794,7 +807,7 @@ def cron_cases(draw, seconds: bool = False):
     if seconds:
         second, _ = draw(field_values(0, 59))
         expr = f"{second} {expr}"
-    return expr, zone, minutes, hours
+    return expr, zone, minutes, hours, minute.startswith("*") or hour.startswith("*")
 
 
 @st.composite
@@ -808,10 +821,13 @@ def windows(draw, zone: str, longest: int):
     return start, start + width
 
 
-def oracle_fires(zone: str, minutes: set[int], hours: set[int], start: int, end: int) -> list[int]:
+def oracle_fires(
+    zone: str, minutes: set[int], hours: set[int], start: int, end: int, real: bool = False
+) -> list[int]:
     """Fire instants in [start, end], worked out independently of the module.
 
-    A wall time fires at the first instant whose local wall clock reaches it:
+    By real time (`real`): every whole minute whose local wall time matches.
+    Otherwise a wall time fires at the first instant whose local wall clock reaches it:
     walk the UTC minutes keeping the furthest wall time seen so far; a minute
     fires if a matching wall time lies in (furthest before, wall now]. A wall
     time in a gap so fires at the transition, one in a repeated hour only on
@@ -820,6 +836,9 @@ def oracle_fires(zone: str, minutes: set[int], hours: set[int], start: int, end:
     tz = ZoneInfo(zone)
     step = timedelta(minutes=1)
     first = -(-start // MINUTE) * MINUTE
+    if real:
+        walls = ((m, from_micros(m).astimezone(tz)) for m in range(first, end + 1, MINUTE))
+        return [m for m, wall in walls if wall.minute in minutes and wall.hour in hours]
     # Wall times reached before `first` must not fire again: start the furthest
     # wall time at the largest wall time seen over the previous hours.
     furthest = max(
@@ -844,7 +863,7 @@ def oracle_fires(zone: str, minutes: set[int], hours: set[int], start: int, end:
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_property_cron_next_after_increases_and_preview_agrees(data):
-    expr, zone, _, _ = data.draw(cron_cases(seconds=data.draw(st.booleans())))
+    expr, zone, _, _, _ = data.draw(cron_cases(seconds=data.draw(st.booleans())))
     s = cron(expr, zone)
     start, _ = data.draw(windows(zone, 6 * HOUR))
     start += data.draw(st.integers(0, S - 1))
@@ -865,10 +884,10 @@ def test_property_cron_next_after_increases_and_preview_agrees(data):
 @settings(max_examples=120, deadline=None)
 @given(st.data())
 def test_property_cron_matches_independent_oracle(data):
-    expr, zone, minutes, hours = data.draw(cron_cases())
+    expr, zone, minutes, hours, real = data.draw(cron_cases())
     s = cron(expr, zone)
     start, end = data.draw(windows(zone, 4 * HOUR))
-    expected = oracle_fires(zone, minutes, hours, start, end)
+    expected = oracle_fires(zone, minutes, hours, start, end, real)
     assert fires_in(s, start, end) == expected
     keep = data.draw(st.integers(0, 5))
     window = s.slots(start, end, keep)
@@ -880,7 +899,7 @@ def test_property_cron_matches_independent_oracle(data):
 @given(st.data())
 def test_property_cron_slots_count_matches_preview(data):
     seconds = data.draw(st.booleans())
-    expr, zone, _, _ = data.draw(cron_cases(seconds=seconds))
+    expr, zone, _, _, _ = data.draw(cron_cases(seconds=seconds))
     s = cron(expr, zone)
     start, end = data.draw(windows(zone, 10 * MINUTE if seconds else 3 * HOUR))
     keep = data.draw(st.integers(0, 4))

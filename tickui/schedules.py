@@ -1,28 +1,34 @@
 """When a task fires: cron, fixed interval, or once. Pure functions of time.
 
-All instants are integer microseconds since the epoch (UTC). Cron expressions are
-evaluated on local wall-clock time in the task's zone, then mapped to instants:
-a wall time that does not exist (spring forward) fires at the first valid instant
-after it, and an ambiguous one (fall back) fires once, at its first occurrence.
+All instants are integer microseconds since the epoch (UTC). Cron expressions
+(tickui.cron: Debian cron's fields) match local wall-clock time in the task's zone and
+are mapped to instants on DST days as cron(8) does:
+
+- a fixed-time job (neither the minute nor the hour field starts with `*`) fires once
+  in a repeated hour (the first pass), and a local time that does not exist fires at
+  the first valid instant after it (the moment of the change);
+- a job whose minute or hour field starts with `*` (`*/15 * * * *`, `@hourly`,
+  `0 */2 * * *`) runs by real time: at every instant whose local time matches, so
+  both passes of a repeated hour fire and a local time that does not exist never does.
 """
 
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-from croniter.croniter import CroniterBadDateError, CroniterError
-
+from tickui import cron as cron_rules
 from tickui.errors import BadInput
 from tickui.timeutil import MICROS, format_duration, from_micros, iso, to_micros
 
 MIN_INTERVAL = 100_000  # 100 ms
 MAX_INTERVAL = 366 * 86400 * MICROS
-MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+MACROS = tuple(cron_rules.MACROS)
 # Counting missed cron slots walks them one by one; past this many the count is a floor.
 COUNT_CAP = 10_000
 
@@ -109,7 +115,10 @@ class OnceSchedule:
 
 @dataclass(slots=True)
 class CronSchedule:
-    """A cron expression (5 fields, 6 with seconds first, or a macro) in an IANA zone."""
+    """A cron expression (5 fields, 6 with seconds first, or a macro) in an IANA zone.
+
+    An expression the rules refuse (stored before they were checked) never fires.
+    """
 
     expr: str
     tz: str = "UTC"
@@ -123,13 +132,15 @@ class CronSchedule:
     def _zone(self) -> ZoneInfo:
         return ZoneInfo(self.tz)
 
-    def _iter(self, start: datetime, backwards: bool = False) -> croniter:
-        return croniter(
-            self.expr, start, ret_type=datetime, second_at_beginning=True, is_prev=backwards
-        )
+    @property
+    def _rules(self) -> cron_rules.CronRules | None:
+        try:
+            return cron_rules.rules(self.expr)
+        except cron_rules.CronSyntaxError:
+            return None
 
     def _instant(self, wall: datetime) -> int:
-        """Map a naive local wall time to the one instant at which it fires."""
+        """Map a naive local wall time to the one instant a fixed-time job fires for it."""
         zone = self._zone
         first = wall.replace(tzinfo=zone, fold=0)
         as_utc = first.astimezone(UTC)
@@ -140,26 +151,79 @@ class CronSchedule:
     def _wall(self, moment: int) -> datetime:
         return from_micros(moment).astimezone(self._zone).replace(tzinfo=None)
 
-    def next_after(self, after: int) -> int:
-        it = self._iter(self._wall(after))
+    def _offset(self, moment: int) -> int:
+        offset = from_micros(moment).astimezone(self._zone).utcoffset()
+        return 0 if offset is None else offset // timedelta(microseconds=1)
+
+    def next_after(self, after: int) -> int | None:
+        rules = self._rules
+        if rules is None:
+            return None
+        if rules.wildcard_time:
+            return self._next_real(rules, after + 1)
+        wall = self._wall(after)
         while True:
-            candidate = self._instant(it.get_next(datetime))
+            found = rules.next_wall(wall)
+            if found is None:
+                return None
+            candidate = self._instant(found)
             if candidate > after:
                 return candidate
+            wall = found
+
+    def _next_real(self, rules: cron_rules.CronRules, start: int) -> int | None:
+        """The first instant at or after `start` whose local wall time matches."""
+        while True:
+            offset = self._offset(start)
+            found = rules.next_wall(_naive(start + offset - 1))
+            if found is None:
+                return None
+            candidate = _naive_micros(found) - offset
+            changes = _changes_between(self.tz, start, candidate)
+            if not changes:
+                return candidate
+            start = changes[0]  # the offset changed before the candidate: look again there
+
+    def _prev_real(self, rules: cron_rules.CronRules, stop: int) -> int | None:
+        """The last instant at or before `stop` whose local wall time matches."""
+        while True:
+            offset = self._offset(stop)
+            found = rules.prev_wall(_naive(stop + offset))
+            if found is None:
+                return None
+            candidate = _naive_micros(found) - offset
+            changes = _changes_between(self.tz, candidate, stop)
+            if not changes:
+                return candidate
+            stop = changes[-1] - 1
+
+    def _prev_fixed(self, rules: cron_rules.CronRules, stop: int) -> int | None:
+        local = from_micros(stop).astimezone(self._zone)
+        wall = local.replace(tzinfo=None)
+        if local.fold:  # second pass of a repeated hour: first-pass times up to here count
+            wall += local.replace(fold=0).utcoffset() - local.utcoffset()
+        while True:
+            found = rules.prev_wall(wall)
+            if found is None:
+                return None
+            candidate = self._instant(found)
+            if candidate <= stop:
+                return candidate
+            wall = found - timedelta(seconds=1)
 
     def _newest_at_or_before(self, end: int, start: int, keep: int) -> list[int]:
-        local = from_micros(end).astimezone(self._zone)
-        wall = local.replace(tzinfo=None)
-        if local.fold:  # second pass of a repeated hour: first-pass slots up to here count
-            wall += local.replace(fold=0).utcoffset() - local.utcoffset()
-        it = self._iter(wall + timedelta(seconds=1), backwards=True)
+        rules = self._rules
+        if rules is None:
+            return []
+        prev = self._prev_real if rules.wildcard_time else self._prev_fixed
         found: list[int] = []
+        current = end
         while len(found) < keep:
-            candidate = self._instant(it.get_prev(datetime))
-            if candidate < start:
+            candidate = prev(rules, current)
+            if candidate is None or candidate < start:
                 break
-            if candidate <= end and (not found or candidate != found[-1]):
-                found.append(candidate)
+            found.append(candidate)
+            current = candidate - 1
         found.reverse()
         return found
 
@@ -168,15 +232,73 @@ class CronSchedule:
             return SlotWindow(0, [])
         count, capped, current = 0, False, start - 1
         while True:
-            current = self.next_after(current)
-            if current > end:
+            following = self.next_after(current)
+            if following is None or following > end:
                 break
+            current = following
             count += 1
             if count >= COUNT_CAP:
                 capped = True
                 break
         newest = self._newest_at_or_before(end, start, keep) if keep and count else []
         return SlotWindow(count, newest, capped)
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def _naive(micros: int) -> datetime:
+    """A wall time given as microseconds since the naive epoch."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def _naive_micros(wall: datetime) -> int:
+    return (wall - _EPOCH) // timedelta(microseconds=1)
+
+
+# Offsets are sampled this often to find a zone's changes; real zones change months apart.
+_SAMPLE = 6 * 3600 * MICROS
+
+
+@lru_cache(maxsize=4096)
+def _changes_in_year(tz: str, year: int) -> tuple[int, ...]:
+    """Instants X in (1 Jan year, 1 Jan year+1] (UTC) at which the zone's offset changes:
+    the offset at X differs from the offset just before X."""
+    zone = ZoneInfo(tz)
+    low = to_micros(datetime(year, 1, 1, tzinfo=UTC))
+    high = to_micros(datetime(year + 1, 1, 1, tzinfo=UTC))
+
+    def offset(moment: int) -> timedelta | None:
+        return from_micros(moment).astimezone(zone).utcoffset()
+
+    found: list[int] = []
+    before, previous = low, offset(low)
+    while before < high:
+        after = min(before + _SAMPLE, high)
+        current = offset(after)
+        if current != previous:
+            lo_s, hi_s = before // MICROS, after // MICROS  # offset(lo) old, offset(hi) new
+            while hi_s - lo_s > 1:
+                mid = (lo_s + hi_s) // 2
+                if offset(mid * MICROS) == previous:
+                    lo_s = mid
+                else:
+                    hi_s = mid
+            found.append(hi_s * MICROS)
+        before, previous = after, current
+    return tuple(found)
+
+
+def _changes_between(tz: str, low: int, high: int) -> list[int]:
+    """Offset changes X with low < X <= high, in order."""
+    if tz == "UTC" or high <= low:
+        return []
+    first, last = from_micros(low).year - 1, from_micros(high).year
+    found: list[int] = []
+    for year in range(first, last + 1):
+        changes = _changes_in_year(tz, year)
+        found.extend(changes[bisect_right(changes, low) : bisect_left(changes, high + 1)])
+    return found
 
 
 def _gap_end(zone: ZoneInfo, low: int, high: int) -> int:
@@ -202,26 +324,10 @@ def check_zone(tz: str, field: str = "tz") -> str:
 
 
 def cron(expr: str, tz: str = "UTC", field: str = "cron") -> CronSchedule:
-    """Validate a cron expression: 5 fields, 6 with seconds first, or a macro."""
-    text = " ".join(str(expr).split())
+    """Validate a cron expression (tickui.cron: Debian cron's rules): 5 fields, 6 with
+    seconds first, or a macro."""
     check_zone(tz)
-    if text.startswith("@"):
-        if text.lower() not in MACROS:
-            raise BadInput(field, f"unknown macro {text!r} (use one of {', '.join(MACROS)})")
-        text = text.lower()
-    else:
-        fields = text.split(" ") if text else []
-        if len(fields) not in (5, 6):
-            raise BadInput(
-                field, f"{expr!r} has {len(fields)} fields; cron needs 5 (or 6 with seconds first)"
-            )
-    try:
-        croniter(text, datetime(2000, 1, 1), second_at_beginning=True).get_next(datetime)
-    except CroniterBadDateError:
-        raise BadInput(field, f"{expr!r} never fires") from None
-    except (CroniterError, ValueError, KeyError) as exc:
-        raise BadInput(field, f"{expr!r} is not valid cron: {exc}") from None
-    return CronSchedule(text, tz)
+    return CronSchedule(cron_rules.check(expr, field), tz)
 
 
 def interval(every: int, anchor: int, field: str = "every") -> IntervalSchedule:
