@@ -1,8 +1,9 @@
-"""`tickui run` as a process: time-lapse, signals, and secrets kept out of what it prints."""
+"""`tickui run` as a process: signals, and secrets kept out of what it prints.
+
+Time-lapse (on a copy, with simulated runs) is tested in test_timelapse.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -10,31 +11,9 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
 
 from helpers import cli, cli_json
 from tickui.redact import RedactingFilter, redact
-
-
-def test_time_lapse_runs_an_hour_of_minutes_on_time(tmp_path):
-    db = tmp_path / "t.db"
-    assert cli("task", "add", "minutely", "--every", "1m", "--", "true", db=db).returncode == 0
-    run = cli("run", "--for", "4", "--time-scale", "900", db=db)
-    assert run.returncode == 0, run.stderr
-    history = sorted(
-        cli_json("history", "minutely", "--limit", "500", db=db), key=lambda o: o["scheduled_for"]
-    )
-    slots = [datetime.fromisoformat(o["scheduled_for"]) for o in history]
-    assert len(slots) >= 30, f"only {len(slots)} minutes ran in 4 s at 900x"
-    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(slots)]
-    assert set(gaps) == {60}, gaps
-    assert {o["state"] for o in history} == {"succeeded"}
-    assert [o["missed"] for o in history] == [0] * len(history)
-    lateness = [
-        (datetime.fromisoformat(o["started_at"]) - s).total_seconds()
-        for o, s in zip(history, slots, strict=True)
-    ]
-    assert max(lateness) < 60, lateness  # late by less than one slot, in engine time
 
 
 def test_sigterm_stops_gracefully_and_cancels_what_still_runs(tmp_path):

@@ -12,14 +12,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tickui.bus import KafkaBus
+from tickui.bus import KafkaBus, MemoryBus
 from tickui.clock import Clock, ScaledClock, SystemClock
 from tickui.config import Settings
-from tickui.dispatch import SubprocessDispatcher
+from tickui.dispatch import Dispatcher, SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.errors import BadInput
 from tickui.redact import RedactingFilter
 from tickui.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
+from tickui.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import Store
 from tickui.ticker import RuntimeScheduler, Tick
 from tickui.ticker_config import TickerConfig
@@ -27,6 +28,7 @@ from tickui.ticker_config import build as build_ticker
 from tickui.timeutil import MICROS, parse_duration
 
 MIN_INTERVAL_MS = 10
+MEMORY_BUS_KEEP = 100
 SEQUENCE_BLOCK_SECONDS = 10  # reserve about this much ticking ahead
 
 
@@ -36,6 +38,7 @@ class RunOptions:
     scale: float
     stop_grace: int
     ticker: TickerConfig
+    real_commands: bool = False
 
 
 def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
@@ -56,7 +59,8 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
     grace = settings.engine.stop_grace
     if args.stop_grace:
         grace = parse_duration(args.stop_grace, "stop-grace")
-    return RunOptions(args.duration, args.time_scale, grace, ticker)
+    real = bool(getattr(args, "real_commands", False))
+    return RunOptions(args.duration, args.time_scale, grace, ticker, real)
 
 
 def setup_logging() -> None:
@@ -78,7 +82,13 @@ def real_ticker_config(config: TickerConfig, scale: float) -> TickerConfig:
     return dataclasses.replace(config, interval_ms=interval, jitter_ms=jitter)
 
 
-def build_engine(store: Store, clock: Clock, settings: Settings, tick: int) -> SchedulerEngine:
+def build_engine(
+    store: Store,
+    clock: Clock,
+    settings: Settings,
+    tick: int,
+    dispatcher: Dispatcher | None = None,
+) -> SchedulerEngine:
     engine = settings.engine
     config = EngineConfig(
         misfire_grace=engine.misfire_grace,
@@ -87,7 +97,7 @@ def build_engine(store: Store, clock: Clock, settings: Settings, tick: int) -> S
         keep=engine.keep,
         tick_period=tick,
     )
-    dispatcher = SubprocessDispatcher(
+    dispatcher = dispatcher or SubprocessDispatcher(
         store,
         clock,
         head_bytes=getattr(engine, "log_head", 64 * 1024),
@@ -97,10 +107,20 @@ def build_engine(store: Store, clock: Clock, settings: Settings, tick: int) -> S
 
 
 def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> RuntimeScheduler:
-    """The ticker with its sequence store (Valkey if configured, else the database) and bus."""
+    """The ticker with its sequence store (Valkey if configured, else the database) and bus.
+
+    Under time-lapse (a scale other than 1) nothing leaves the process: ticks go to an
+    in-process bus instead of Kafka, and sequence numbers are kept in the (copied) database
+    instead of Valkey, whose key belongs to the real timeline."""
+    lapse = clock.scale != 1
+    if lapse and (config.kafka_bootstrap or (config.persist_sequence and config.valkey_url)):
+        logging.getLogger("tickui.run").info(
+            "time-lapse: ticks go to an in-process bus, not Kafka; "
+            "tick sequence numbers stay in the copy, not in Valkey"
+        )
     sequence_store = None
     if config.persist_sequence:
-        if config.valkey_url:
+        if config.valkey_url and not lapse:
             sequence_store = ValkeySequenceStore(
                 config.valkey_url, config.valkey_timeout_s, config.valkey_retries
             )
@@ -109,7 +129,9 @@ def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> Runtim
     block = max(10, SEQUENCE_BLOCK_SECONDS * 1000 // config.interval_ms)
     sequence = SequenceAllocator(sequence_store, config.sequence_key, block)
     bus = None
-    if config.kafka_bootstrap:
+    if lapse:
+        bus = MemoryBus(keep=MEMORY_BUS_KEEP)
+    elif config.kafka_bootstrap:
         bus = KafkaBus(config.kafka_bootstrap, request_timeout=config.publish_timeout_s)
     return RuntimeScheduler(config, clock, bus, sequence)
 
@@ -117,6 +139,31 @@ def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> Runtim
 async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -> int:
     opts = options(args, settings)
     setup_logging()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = [signal.SIGINT, signal.SIGTERM]
+    if opts.scale != 1 and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signals.append(signal.SIGHUP)  # a closed terminal must not leave the copy behind
+    for sig in signals:  # from here on, a signal ends the run through the cleanup below
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        if opts.scale == 1:
+            return await _run(settings, opts, db, stop, None)
+        lapse = TimeLapse(db, opts.scale, opts.real_commands)
+        try:
+            await asyncio.to_thread(lapse.__enter__)
+            print(lapse.banner(), file=sys.stderr, flush=True)
+            return await _run(settings, opts, lapse.copy, stop, lapse)
+        finally:
+            lapse.close()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+async def _run(
+    settings: Settings, opts: RunOptions, db: Path, stop: asyncio.Event, lapse: TimeLapse | None
+) -> int:
     log = logging.getLogger("tickui.run")
     store = await Store.open(db)
     try:
@@ -131,9 +178,16 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
                 )
         clock: Clock = ScaledClock(opts.scale) if opts.scale != 1 else SystemClock()
         tick_config = real_ticker_config(opts.ticker, opts.scale)
+        dispatcher = None
+        if lapse is not None and not lapse.real_commands:
+            dispatcher = SimulatedDispatcher(store, clock, lapse.profiles)
         # Between two ticks this much engine time passes: at high scales, more than asked.
         engine = build_engine(
-            store, clock, settings, round(tick_config.interval_ms * 1000 * opts.scale)
+            store,
+            clock,
+            settings,
+            round(tick_config.interval_ms * 1000 * opts.scale),
+            dispatcher,
         )
         ticker = build_ticker_for(store, clock, tick_config)
 
@@ -141,10 +195,7 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
             await engine.tick(tick.now)
 
         ticker.subscribe(scan)
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         if opts.duration:
             loop.call_later(opts.duration, stop.set)
         await engine.start()
@@ -152,7 +203,8 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
         if status.lease_state == "standby":
             log.info("standby: lease held by %s", status.holder)
         else:
-            log.info("running on %s as %s", db, engine.owner)
+            where = f"a copy of {lapse.source}" if lapse else db
+            log.info("running on %s as %s", where, engine.owner)
         try:
             await ticker.start()
             await stop.wait()
@@ -160,8 +212,10 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
         finally:
             await ticker.stop()
             await engine.stop(opts.stop_grace / MICROS)
-        metrics = ticker.metrics().to_json()
-        print(json.dumps({"engine": engine.status().to_json(), "ticker": metrics}), file=sys.stderr)
+        final = {"engine": engine.status().to_json(), "ticker": ticker.metrics().to_json()}
     finally:
         await store.close()
+    if lapse is not None:
+        final["time_lapse"] = await asyncio.to_thread(lapse.summary)
+    print(json.dumps(final), file=sys.stderr)
     return 0

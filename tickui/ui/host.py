@@ -9,6 +9,7 @@ from pathlib import Path
 from tickui.bus import MemoryBus
 from tickui.clock import Clock
 from tickui.config import Settings
+from tickui.dispatch import Dispatcher
 from tickui.engine import SchedulerEngine
 from tickui.runner import build_engine, build_ticker_for, real_ticker_config
 from tickui.store import Store
@@ -57,12 +58,14 @@ def build_host(
     clock: Clock,
     settings: Settings,
     ticker_config: TickerConfig | None = None,
+    dispatcher: Dispatcher | None = None,
     **flags: bool,
 ) -> Host:
     """The engine ticked by the ticker, as `tickui run` has them. Without Kafka, ticks go
     to an in-process bus so the breaker (and `f`, simulated failures) still mean something."""
     config = real_ticker_config(ticker_config or settings.ticker, clock.scale)
-    engine = build_engine(store, clock, settings, round(config.interval_ms * 1000 * clock.scale))
+    tick = round(config.interval_ms * 1000 * clock.scale)
+    engine = build_engine(store, clock, settings, tick, dispatcher)
     ticker = build_ticker_for(store, clock, config)
     if ticker.bus is None:
         ticker.bus = MemoryBus(keep=MEMORY_BUS_KEEP)

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
 import shutil
+import signal
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tickui.clock import Clock, ScaledClock, SystemClock
 from tickui.config import Settings
 from tickui.errors import BadInput
 from tickui.redact import RedactingFilter
+from tickui.simulate import SimulatedDispatcher, TimeLapse
 from tickui.spec import build_spec
 from tickui.store import Store, inspect_file
 from tickui.ui.host import Host, build_host
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 
 # name, fields; within 15 s these show success, failure, skips (forbid), a replaced run,
@@ -56,37 +66,96 @@ def _log_to_file(db: Path) -> None:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
-def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: bool) -> int:
-    from tickui.ui.app import TickuiApp
+@dataclass
+class Session:
+    """What the dashboard opens: the database path, the factory that builds its host, and
+    (under time-lapse) the copy it works on."""
 
+    path: Path
+    factory: Callable[[], Awaitable[Host]]
+    lapse: TimeLapse | None = None
+
+
+@contextlib.contextmanager
+def dashboard_session(
+    args: argparse.Namespace, settings: Settings, db: Path, demo: bool
+) -> Iterator[Session]:
+    """The demo's own throwaway database; under time-lapse a copy of `db` with simulated
+    runs (real ones with --real-commands); else `db` itself. Whatever was made for the
+    session is removed when it ends, however it ends."""
     scale = args.time_scale
     if not 1 <= scale <= 3600:
         raise BadInput("time-scale", f"{scale:g} is out of range (1 to 3600)")
-    scratch = Path(tempfile.mkdtemp(prefix="tickui-demo-")) if demo else None
-    path = scratch / "demo.db" if scratch else db
+    with contextlib.ExitStack() as stack:
+        lapse: TimeLapse | None = None
+        if demo:  # its database is its own: real commands, time-lapse or not
+            scratch = Path(tempfile.mkdtemp(prefix="tickui-demo-"))
+            stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+            path = scratch / "demo.db"
+        elif scale != 1:
+            real = bool(getattr(args, "real_commands", False))
+            lapse = stack.enter_context(TimeLapse(db, scale, real))
+            path = lapse.copy
+        else:
+            path = db
 
-    async def factory() -> Host:
-        store = await Store.open(path)
-        clock: Clock = ScaledClock(scale) if scale != 1 else SystemClock()
-        try:
-            if demo:
-                await seed_demo(store, clock.now())
-            elif settings.tasks is not None:
-                await store.sync_tasks(settings.tasks, clock.now())
-            return build_host(store, clock, settings, demo=demo)
-        except BaseException:
-            await store.close()
-            raise
+        async def factory() -> Host:
+            store = await Store.open(path)
+            clock: Clock = ScaledClock(scale) if scale != 1 else SystemClock()
+            try:
+                if demo:
+                    await seed_demo(store, clock.now())
+                elif settings.tasks is not None:
+                    await store.sync_tasks(settings.tasks, clock.now())
+                dispatcher = None
+                if lapse is not None and not lapse.real_commands:
+                    dispatcher = SimulatedDispatcher(store, clock, lapse.profiles)
+                return build_host(store, clock, settings, dispatcher=dispatcher, demo=demo)
+            except BaseException:
+                await store.close()
+                raise
 
-    inspect_file(path.expanduser())  # a foreign or broken file: one line, before the UI
-    _log_to_file(path.expanduser())
-    try:
-        app = TickuiApp(factory)
-        code = app.run()
+        yield Session(path, factory, lapse)
+
+
+def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: bool) -> int:
+    from tickui.ui.app import TickuiApp
+
+    with dashboard_session(args, settings, db, demo) as session:
+        if session.lapse is not None:
+            print(session.lapse.banner(), file=sys.stderr, flush=True)
+        path = session.path.expanduser()
+        inspect_file(path)  # a foreign or broken file: one line, before the UI
+        _log_to_file(path)  # under time-lapse, beside the copy (and removed with it)
+        app = TickuiApp(session.factory)
+        with _exit_on_signals(app) as received:
+            code = app.run()
         if app.failure:
             print(f"tickui: {app.failure}", file=sys.stderr)
             return 2
+        if received:
+            return 128 + received[0]
         return code or 0
+
+
+@contextlib.contextmanager
+def _exit_on_signals(app: App) -> Iterator[list[int]]:
+    """SIGTERM or SIGHUP (the terminal went away) quit the app as `q` does, so the engine
+    stops cleanly and a time-lapse copy or demo database is removed."""
+    received: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise SystemExit(128 + signum) from None
+        loop.call_soon_threadsafe(app.exit)
+
+    wanted = (signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in wanted}
+    try:
+        yield received
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
