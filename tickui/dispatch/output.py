@@ -107,17 +107,16 @@ class BoundedLog:
         if self.fd is None:
             self._lose(len(data), "log closed")
             return
+        start = None
         try:
             if self.lost:
-                note = lost_marker(self.lost, self.failure or "write failed")
-                self._append(note)
+                self._append(lost_marker(self.lost, self.failure or "write failed"))
                 self.lost, self.failure = 0, None
+            start = self.size
             self._append(data)
-        except OSError as exc:
-            self._lose(len(data), _reason(exc))
-            return
         except Exception as exc:  # never let output take a run down
-            self._lose(len(data), f"{type(exc).__name__}: {exc}")
+            kept = 0 if start is None else self.size - start
+            self._lose(len(data) - kept, _reason(exc))
             return
         if self.size - self.body > 2 * self.tail:
             self.compact()
