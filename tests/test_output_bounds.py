@@ -145,6 +145,7 @@ async def test_failing_log_writes_drop_output_and_the_run_goes_on(tmp_path, capl
                         lambda: run.sink.received >= limit + 1024 * 1024, what="all output read"
                     )
                     assert run.sink.lost_total == 1024 * 1024
+                    assert dispatcher.output_problem == "File too large"
                 finally:
                     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
                 go.touch()
@@ -158,8 +159,12 @@ async def test_failing_log_writes_drop_output_and_the_run_goes_on(tmp_path, capl
     data = Path(occ.log_path).read_bytes()
     assert data.endswith(b"\n[tickui: 1.0 MiB of output lost here: File too large]\n\nafter\n")
     assert len(data) < limit + 200
-    drops = [m for m in caplog.records if "being dropped" in m.getMessage()]
-    assert len(drops) == 1
+    said = [m.getMessage() for m in caplog.records]
+    assert len([m for m in said if "cannot be written" in m]) == 1, said
+    assert [m for m in said if "written again" in m] == [
+        "run output is written again (1.0 MiB dropped meanwhile)"
+    ]
+    assert dispatcher.output_problem is None
 
 
 async def test_failure_detail_is_the_redacted_bounded_last_line(tmp_path):

@@ -76,12 +76,37 @@ def visible(text: str) -> str:
     )
 
 
+class OutputHealth:
+    """Whether run output can be written, shared by a dispatcher's logs: one warning when
+    writes start failing (not one per run or per chunk), one line when they work again."""
+
+    def __init__(self) -> None:
+        self.problem: str | None = None
+        self.lost = 0
+
+    def failed(self, count: int, reason: str) -> None:
+        if self.problem is None:
+            log.warning("run output cannot be written (%s); dropping it and counting", reason)
+        self.problem = reason
+        self.lost += count
+
+    def recovered(self) -> None:
+        if self.problem is not None:
+            log.warning(
+                "run output is written again (%s dropped meanwhile)", human_bytes(self.lost)
+            )
+            self.problem, self.lost = None, 0
+
+
 class BoundedLog:
     """One run's log file: its first `head` bytes and newest `tail` bytes, never more
     than head + marker + 2 * tail on disk while the run writes."""
 
-    def __init__(self, path: Path, head: int, tail: int) -> None:
+    def __init__(
+        self, path: Path, head: int, tail: int, health: OutputHealth | None = None
+    ) -> None:
         self.path = path
+        self.health = health or OutputHealth()
         self.head = max(0, head)
         self.tail = max(1, tail)
         self.fd: int | None = os.open(
@@ -114,6 +139,8 @@ class BoundedLog:
                 self.lost, self.failure = 0, None
             start = self.size
             self._append(data)
+            if self.health.problem is not None:
+                self.health.recovered()
         except Exception as exc:  # never let output take a run down
             kept = 0 if start is None else self.size - start
             self._lose(len(data) - kept, _reason(exc))
@@ -132,8 +159,7 @@ class BoundedLog:
             view = view[written:]
 
     def _lose(self, count: int, reason: str) -> None:
-        if self.failure is None:
-            log.warning("output of %s is being dropped: %s", self.path.name, reason)
+        self.health.failed(count, reason)
         self.failure = reason
         self.lost += count
         self.lost_total += count

@@ -21,6 +21,7 @@ from tickui.dispatch.output import (
     HEAD_BYTES_DEFAULT,
     TAIL_BYTES_DEFAULT,
     BoundedLog,
+    OutputHealth,
     OutputPump,
     visible,
 )
@@ -83,6 +84,7 @@ class SubprocessDispatcher:
         self._flusher: asyncio.Task[None] | None = None
         self._outage: str | None = None
         self._outage_since = 0.0
+        self._output_health = OutputHealth()  # one warning per outage, for all runs
 
     def active(self) -> int:
         return len(self._runs)
@@ -91,6 +93,11 @@ class SubprocessDispatcher:
     def recording_problem(self) -> str | None:
         """Why run events cannot be written right now (None when they can)."""
         return self._outage
+
+    @property
+    def output_problem(self) -> str | None:
+        """Why run output cannot be written to the logs right now (None when it can)."""
+        return self._output_health.problem
 
     def _env(self, job: Job) -> dict[str, str]:
         occ = job.occurrence
@@ -117,7 +124,7 @@ class SubprocessDispatcher:
         read_end = write_end = -1
         try:
             env = self._env(job)
-            sink = BoundedLog(log_path, self.head_bytes, self.tail_bytes)
+            sink = BoundedLog(log_path, self.head_bytes, self.tail_bytes, self._output_health)
             read_end, write_end = os.pipe()  # both close-on-exec; the child gets a dup
             process = await asyncio.create_subprocess_exec(
                 *spec.command,
@@ -171,7 +178,10 @@ class SubprocessDispatcher:
                     results.append(DispatchFailure("DISPATCH_FAILED", _spawn_failure(job, exc)))
                     continue
                 self._runs[job.occurrence.id] = run
-                self._containment.track(job.occurrence.id, run.process.pid, marker_for(job.occurrence))
+                try:  # the run has started: a tracking fault must not end the batch
+                    self._containment.track(job.occurrence.id, run.process.pid, marker_for(job.occurrence))
+                except Exception:
+                    log.exception("cannot track the processes of occurrence %s", run.occurrence.id)
                 runs.append((run, job.task.spec.timeout))
                 started.append(self._started(run))
                 results.append(Receipt(job.occurrence.command_id or "", str(run.log_path)))
