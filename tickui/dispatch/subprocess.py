@@ -16,7 +16,7 @@ from pathlib import Path
 from tickui import procs
 from tickui.clock import Clock
 from tickui.dispatch.base import DispatchFailure, Fence, Job, NotStarted, Receipt
-from tickui.dispatch.containment import Containment, end_group, marker_for
+from tickui.dispatch.containment import Containment, end_group
 from tickui.dispatch.output import (
     HEAD_BYTES_DEFAULT,
     TAIL_BYTES_DEFAULT,
@@ -179,7 +179,7 @@ class SubprocessDispatcher:
                     continue
                 self._runs[job.occurrence.id] = run
                 try:  # the run has started: a tracking fault must not end the batch
-                    self._containment.track(job.occurrence.id, run.process.pid, marker_for(job.occurrence))
+                    self._containment.track(job.occurrence, run.process.pid)
                 except Exception:
                     log.exception("cannot track the processes of occurrence %s", run.occurrence.id)
                 runs.append((run, job.task.spec.timeout))
