@@ -58,6 +58,7 @@ async def _batch_with(tmp_path, name: str, **bad) -> tuple[dict[str, list[Occurr
         runs = by_task[task]
         assert [o.scheduled_for for o in runs] == [T0, T0 + 60_000_000, T0 + 120_000_000]
         assert {o.state for o in runs} == {"succeeded"}, [(o.state, o.detail) for o in runs]
+        assert all(o.started_at and o.pid for o in runs), "a started run's transition is lost"
     bad_runs = by_task[name]
     assert len(bad_runs) == 3, "a failed start must not make later slots skip"
     for occ in bad_runs:
