@@ -130,11 +130,13 @@ def iso_second(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def add_every_second(db: Path, name: str, out: Path, anchor: str) -> None:
-    """A task every 1 s (overlap allowed) whose command appends its task and slot to `out`."""
+def add_every_second(db: Path, name: str, out: Path, anchor: str, then: str = "") -> None:
+    """A task every 1 s (overlap allowed) whose command appends its task and slot to `out`
+    first thing, then runs the shell text `then` (to keep runs in flight a while)."""
+    script = f'echo "$TICKUI_TASK $TICKUI_SCHEDULED_FOR" >> {out}' + (f"; {then}" if then else "")
     added = cli(
         "task", "add", name, "--every", "1s", "--concurrency", "allow", "--anchor", anchor,
-        "--", "sh", "-c", f'echo "$TICKUI_TASK $TICKUI_SCHEDULED_FOR" >> {out}',
+        "--", "sh", "-c", script,
         db=db,
     )  # fmt: skip
     assert added.returncode == 0, added.stderr

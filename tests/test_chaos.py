@@ -1,0 +1,131 @@
+"""Chaos, short enough for CI: three `tickui run` engines on one database, one of them killed
+with SIGKILL at random every 1-2 s and restarted, for 30 s. Then, from the commands' own
+output file and from the history:
+
+- no slot ran twice (the file) and no slot is recorded twice (the history, coalesced runs
+  counted for every slot they cover);
+- none lost: every slot from the anchor to the end is covered by exactly one occurrence,
+  and each says honestly what happened to it:
+    succeeded            -> its command ran (its slot is in the file, once);
+    failed / INTERRUPTED -> its engine was killed around it: it may or may not have run;
+    cancelled            -> stopped with a reason (its command may have started);
+    skipped              -> not run, with a reason (misfire, overlap, not started): not in
+                            the file, nor are the older slots a coalesced run covers;
+  anything else (DISPATCH_FAILED, a run in the file whose record says it never started)
+  fails the test;
+- nothing is left active after a clean stop (SIGTERM) of the survivors.
+
+The random seed is printed and named in every failure; TICKUI_CHAOS_SEED replays one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter
+
+import pytest
+from engine_procs import (
+    MICROS,
+    Engine,
+    add_every_second,
+    iso_second,
+    lease_owner,
+    occurrences,
+    ran,
+    wait_for,
+)
+
+SEED = int(os.environ.get("TICKUI_CHAOS_SEED", "9031"))
+DURATION = 30.0  # seconds of killing
+TASKS = ("chaos-a", "chaos-b", "chaos-c")
+ENGINES = 3
+
+
+@pytest.mark.slow
+def test_three_engines_one_killed_at_random_every_second_or_two(tmp_path):
+    rng = random.Random(SEED)
+    print(f"chaos seed {SEED} (replay: TICKUI_CHAOS_SEED={SEED})")
+    db, out = tmp_path / "t.db", tmp_path / "ran.txt"
+    anchor_at = int(time.time()) + 3
+    for name in TASKS:
+        # Runs last 0.4 s: a kill often finds one in flight, which recovery must settle.
+        add_every_second(db, name, out, iso_second(anchor_at), then="sleep 0.4")
+    starts = Counter()
+
+    def start(index: int) -> Engine:
+        starts[index] += 1
+        return Engine(db, tmp_path / f"engine{index}.{starts[index]}.err")
+
+    engines = [start(i) for i in range(ENGINES)]
+    kills: list[str] = []
+    try:
+        wait_for(lambda: lease_owner(db), 20, "an engine to hold the lease")
+        end = time.monotonic() + DURATION
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, rng.uniform(1.0, 2.0)))
+            if time.monotonic() >= end:
+                break
+            victim = rng.randrange(ENGINES)
+            held = engines[victim].owns(lease_owner(db))
+            engines[victim].kill()
+            kills.append(f"{victim}{'*' if held else ''}")
+            engines[victim] = start(victim)
+        time.sleep(2.0)  # let the last takeover recover what the last kill left behind
+        stopped_at = time.time()
+        for engine in engines:
+            engine.proc.terminate()
+        codes = [engine.stop() for engine in engines]
+    finally:
+        for engine in engines:
+            engine.kill()
+    tag = f"seed {SEED}, kills (engine, * = lease holder): {' '.join(kills)}"
+    print(tag)
+    assert codes == [0] * ENGINES, (tag, [e.stderr()[-2000:] for e in engines])
+    assert len(kills) >= DURATION / 2 - 1, tag
+
+    lines = ran(out)
+    twice = [pair for pair, n in Counter(lines).items() if n > 1]
+    assert not twice, f"{tag}: ran twice: {twice}"
+    in_file = set(lines)
+
+    occs = [o for o in occurrences(db) if o.kind == "scheduled"]
+    states = Counter((o.state, o.error_code or o.detail) for o in occs)
+    print(f"occurrences: {dict(states)}")
+    active = [o for o in occs if o.state in ("claimed", "accepted", "running")]
+    assert not active, f"{tag}: left active after a clean stop: {active}"
+
+    wrong = []
+    for task in TASKS:
+        mine = [o for o in occs if o.task == task]
+        covered = Counter(slot for o in mine for slot in o.slots(MICROS))
+        recorded_twice = sorted(slot for slot, n in covered.items() if n > 1)
+        assert not recorded_twice, f"{tag}: {task} slots recorded twice: {recorded_twice}"
+        last = max(covered)
+        expected = range(anchor_at * MICROS, last + 1, MICROS)
+        lost = sorted(set(expected) - set(covered))
+        assert not lost, f"{tag}: {task} lost slots: {lost}"
+        assert set(covered) == set(expected), f"{tag}: {task} covers slots off the grid"
+        assert last >= (stopped_at - 3) * MICROS, f"{tag}: {task} stopped being scheduled"
+        for o in mine:
+            slot_ran = (task, o.scheduled_for) in in_file
+            older_ran = [s for s in o.slots(MICROS)[:-1] if (task, s) in in_file]
+            if older_ran:
+                wrong.append((o, "a slot it says was coalesced or skipped ran"))
+            elif o.state == "succeeded":
+                if not slot_ran:
+                    wrong.append((o, "succeeded but its command never wrote"))
+            elif o.state == "failed" and o.error_code == "INTERRUPTED":
+                pass  # its engine was killed: it may or may not have run
+            elif o.state == "cancelled" and o.detail:
+                pass
+            elif o.state == "skipped" and o.detail:
+                if slot_ran:
+                    wrong.append((o, "recorded skipped but it ran"))
+            else:
+                wrong.append((o, "no honest record"))
+        for _, slot in sorted(p for p in in_file if p[0] == task):
+            if slot not in {o.scheduled_for for o in mine}:
+                wrong.append((slot, f"{task} ran a slot with no record of its own"))
+    assert not wrong, f"{tag}: {wrong}"
