@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tickui import checks, dbfile
 from tickui import config as config_mod
+from tickui.checks import arg, arg_duration, arg_number
 from tickui.clock import SystemClock
 from tickui.errors import BadInput, NotFound, StoreError, TickuiError
-from tickui.redact import redact
+from tickui.redact import redact_data, safe_text
 from tickui.schedules import preview
 from tickui.spec import build_spec, check_name
 from tickui.store import Store
 from tickui.timeutil import iso
 
 EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+MAX_HISTORY = 100_000
+MAX_SECONDS = 366 * 86400.0  # --for: up to a year
 
 
 class UsageError(BadInput):
@@ -37,8 +44,18 @@ class _Parser(argparse.ArgumentParser):
 
 def _globals() -> argparse.ArgumentParser:
     shared = _Parser(add_help=False)
-    shared.add_argument("--db", default=argparse.SUPPRESS, help="database file (env TICKUI_DB)")
-    shared.add_argument("--config", default=argparse.SUPPRESS, help="config file (tickui.toml)")
+    shared.add_argument(
+        "--db",
+        type=arg(checks.path_text, "--db"),
+        default=argparse.SUPPRESS,
+        help="database file (env TICKUI_DB)",
+    )
+    shared.add_argument(
+        "--config",
+        type=arg(checks.path_text, "--config"),
+        default=argparse.SUPPRESS,
+        help="config file (tickui.toml)",
+    )
     return shared
 
 
@@ -48,27 +65,41 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     # Given before or after the subcommand; SUPPRESS keeps a subcommand's default from
     # overwriting `tickui --time-scale 60 demo`.
-    parser.add_argument("--time-scale", type=float, default=1.0, metavar="N")
+    scale = arg_number("--time-scale", 1, 3600)
+    seconds = arg_number("--for", 0.001, MAX_SECONDS)
+    kafka = arg(checks.bootstrap, "--kafka")
+    parser.add_argument("--time-scale", type=scale, default=1.0, metavar="N")
     real = "with --time-scale: run the real commands (still on a copy of the database)"
     parser.add_argument("--real-commands", action="store_true", help=real)
     demo = sub.add_parser("demo", parents=[shared], help="the dashboard on sample tasks")
-    demo.add_argument("--time-scale", type=float, default=argparse.SUPPRESS, metavar="N")
+    demo.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N")
     run = sub.add_parser("run", parents=[shared], help="run the engine headless")
-    run.add_argument("--for", dest="duration", type=float, metavar="SECONDS")
-    run.add_argument("--time-scale", type=float, default=argparse.SUPPRESS, metavar="N")
+    run.add_argument("--for", dest="duration", type=seconds, metavar="SECONDS")
+    run.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N")
     run.add_argument("--real-commands", action="store_true", default=argparse.SUPPRESS, help=real)
-    run.add_argument("--stop-grace", metavar="DURATION")
-    run.add_argument("--tick-interval", metavar="DURATION")
-    run.add_argument("--kafka", metavar="BOOTSTRAP", help="publish ticks to Kafka")
+    run.add_argument(
+        "--stop-grace", type=arg_duration("--stop-grace", 0, 3600 * 1_000_000), metavar="DURATION"
+    )
+    run.add_argument(
+        "--tick-interval",
+        type=arg_duration("--tick-interval", 10_000, 60_000_000),
+        metavar="DURATION",
+    )
+    run.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP", help="publish ticks to Kafka")
     run.add_argument("--topic", metavar="NAME", help="tick topic (runtime.tick.v1)")
-    run.add_argument("--valkey", metavar="URL", help="keep tick sequence numbers in Valkey")
+    run.add_argument(
+        "--valkey",
+        type=arg(checks.valkey_url, "--valkey"),
+        metavar="URL",
+        help="keep tick sequence numbers in Valkey",
+    )
 
     ticks = sub.add_parser("ticks", parents=[shared], help="follow ticks on Kafka")
-    ticks.add_argument("--kafka", metavar="BOOTSTRAP")
+    ticks.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP")
     ticks.add_argument("--topic", metavar="NAME")
     ticks.add_argument("--json", action="store_true", help="one JSON object per line")
-    ticks.add_argument("--for", dest="duration", type=float, metavar="SECONDS")
-    ticks.add_argument("--count", type=int, metavar="N")
+    ticks.add_argument("--for", dest="duration", type=seconds, metavar="SECONDS")
+    ticks.add_argument("--count", type=arg_number("--count", 1, 10**9, integer=True), metavar="N")
     ticks.add_argument("--from-beginning", action="store_true")
 
     task = sub.add_parser("task", parents=[shared], help="add, list, show and change tasks")
@@ -97,11 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         tsub.add_parser(action, parents=[shared]).add_argument("name")
     disable = tsub.add_parser("disable", parents=[shared])
     disable.add_argument("name")
-    disable.add_argument("--note")
+    disable.add_argument("--note", type=arg(checks.text, "--note"))
 
     hist = sub.add_parser("history", parents=[shared], help="occurrences, newest first")
     hist.add_argument("name", nargs="?")
-    hist.add_argument("--limit", type=int, default=50)
+    hist.add_argument(
+        "--limit", type=arg_number("--limit", 1, MAX_HISTORY, integer=True), default=50
+    )
     hist.add_argument("--json", action="store_true")
     return parser
 
@@ -115,21 +148,45 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 
 def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
-    given = getattr(args, "db", None) or os.environ.get("TICKUI_DB")
+    given = getattr(args, "db", None)
+    if given is None and "TICKUI_DB" in os.environ:
+        given = checks.path_text(os.environ["TICKUI_DB"], "TICKUI_DB")
     if given:
         return Path(given)
     return settings.db or config_mod.default_db()
 
 
+def say(text: Any) -> None:
+    """Every line the CLI prints: redacted, control characters made visible."""
+    print(safe_text(text, newlines=True))
+
+
 def _print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, indent=2)
+    """JSON output: every string redacted; JSON's escaping makes control characters visible."""
+    json.dump(redact_data(value), sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 
-async def _with_store(path: Path, action) -> int:
-    store = await Store.open(path)
+async def _with_store(
+    path: Path, action, readonly: bool = False, name: str | None = None, empty: Any = None
+) -> int:
+    """Run `action` on the database. Read-only commands open it read-only. With no database
+    at `path` nothing is created: a command about one named task says that task does not
+    exist (exit 2); a listing says there is no database and prints `empty` (exit 0)."""
+    if (name is not None or empty is not None) and dbfile.lookup(path) is None:
+        if name is not None:
+            raise NotFound(f"no task named {name!r} (no database at {path})")
+        print(
+            f"tickui: no database at {safe_text(path)} (tickui task add or tickui run creates one)",
+            file=sys.stderr,
+        )
+        empty()
+        return 0
+    store = await Store.open(path, readonly=readonly)
     try:
         return await action(store)
+    except sqlite3.Error as exc:
+        raise dbfile.sqlite_failure(exc, path) from None
     finally:
         await store.close()
 
@@ -138,9 +195,9 @@ def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[s
     env = {}
     for item in args.env:
         if "=" not in item:
-            raise BadInput("env", f"{item!r} is not NAME=VALUE")
+            raise BadInput("env", f"{checks.shown(item)} is not NAME=VALUE")
         key, _, value = item.partition("=")
-        env[key] = value
+        env[checks.env_name(key, "env")] = value
     raw = {
         "name": args.name,
         "cron": args.cron,
@@ -152,7 +209,7 @@ def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[s
         "timeout": args.timeout,
         "jitter": args.jitter,
         "anchor": args.anchor,
-        "cwd": args.cwd,
+        "cwd": os.path.abspath(args.cwd) if args.cwd else args.cwd,
         "env": env,
         "disabled": args.disabled,
         "command": command,
@@ -160,7 +217,8 @@ def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[s
     return {key: value for key, value in raw.items() if value is not None}
 
 
-def _table(rows: list[list[str]], headers: list[str]) -> str:
+def _table(rows: list[list[Any]], headers: list[str]) -> str:
+    rows = [[safe_text(cell) for cell in row] for row in rows]
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(headers, widths, strict=True)).rstrip()]
     lines += [
@@ -185,9 +243,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     async def action(store: Store) -> int:
         if args.action == "add":
             task = await store.add_task(spec, clock.now())
-            print(
-                f"added {task.name}: {task.spec.schedule_text()}, next run {iso(task.next_run_at)}"
-            )
+            say(f"added {task.name}: {task.spec.schedule_text()}, next run {iso(task.next_run_at)}")
             return 0
         if args.action == "list":
             tasks = await store.list_tasks()
@@ -207,7 +263,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                     for t in tasks
                 ]
                 headers = ["NAME", "SCHEDULE", "NEXT", "ENABLED", "MISFIRE", "OVERLAP", "LAST"]
-                print(_table(rows, headers) if rows else "no tasks")
+                say(_table(rows, headers) if rows else "no tasks")
             return 0
         if args.action == "show":
             task = await store.get_task(args.name)
@@ -216,18 +272,23 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             if args.json:
                 _print_json([data])
             else:
-                for key, value in data.items():
+                for key, value in redact_data(data).items():
                     shown = ", ".join(map(str, value)) if isinstance(value, list) else value
-                    print(f"{key:>18}: {'-' if shown is None else shown}")
+                    say(f"{key:>18}: {'-' if shown is None else safe_text(shown)}")
             return 0
         return await commands.change_task(store, args, clock)
 
-    return await _with_store(path, action)
+    readonly = args.action in ("list", "show")
+    named = None if args.action in ("add", "list") else args.name
+    empty = None
+    if args.action == "list":
+        empty = (
+            functools.partial(_print_json, []) if args.json else functools.partial(say, "no tasks")
+        )
+    return await _with_store(path, action, readonly=readonly, name=named, empty=empty)
 
 
 async def cmd_history(args: argparse.Namespace, path: Path) -> int:
-    if args.limit < 1:
-        raise BadInput("limit", f"{args.limit} is below 1")
     if args.name:
         check_name(args.name)
 
@@ -251,15 +312,20 @@ async def cmd_history(args: argparse.Namespace, path: Path) -> int:
                 o.state,
                 iso(o.started_at) or "-",
                 o.error_code or "",
-                (o.detail or "")[:60],
+                safe_text(o.detail or "")[:60],
             ]
             for o in occs
         ]
         headers = ["ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "CODE", "DETAIL"]
-        print(_table(rows, headers) if rows else "no occurrences")
+        say(_table(rows, headers) if rows else "no occurrences")
         return 0
 
-    return await _with_store(path, action)
+    empty = (
+        functools.partial(_print_json, [])
+        if args.json
+        else functools.partial(say, "no occurrences")
+    )
+    return await _with_store(path, action, readonly=True, name=args.name, empty=empty)
 
 
 def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
@@ -268,10 +334,6 @@ def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
     bootstrap = args.kafka or settings.ticker.kafka_bootstrap
     if not bootstrap:
         raise BadInput("kafka", "give --kafka BOOTSTRAP (or TICKUI_KAFKA_BOOTSTRAP)")
-    if args.count is not None and args.count < 1:
-        raise BadInput("count", f"{args.count} is below 1")
-    if args.duration is not None and args.duration <= 0:
-        raise BadInput("for", f"{args.duration:g} is not a positive number of seconds")
     topic = args.topic or settings.ticker.topic
     return main_sync(bootstrap, topic, args.json, args.duration, args.count, args.from_beginning)
 
@@ -311,11 +373,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = run(argv)
     except (BadInput, NotFound, StoreError) as exc:
-        print(f"tickui: {redact(str(exc))}", file=sys.stderr)
+        _complain(exc)
         code = EXIT_BAD_INPUT
-    except TickuiError as exc:
-        print(f"tickui: {redact(str(exc))}", file=sys.stderr)
-        code = 1
+    except TickuiError as exc:  # Unavailable and the rest: not the input's fault
+        _complain(exc)
+        code = EXIT_FAILURE
     except KeyboardInterrupt:
         code = 130
+    except OSError as exc:
+        _complain(dbfile.os_failure(exc, exc.filename or "tickui"))
+        code = EXIT_FAILURE
+    except sqlite3.Error as exc:
+        _complain(f"database: {exc}")
+        code = EXIT_FAILURE
+    except Exception as exc:  # a bug: still one line, never a traceback on the terminal
+        _complain(f"internal error: {type(exc).__name__}: {exc} (please report this)")
+        code = EXIT_FAILURE
     sys.exit(code)
+
+
+def _complain(exc: BaseException | str) -> None:
+    """The one line on stderr: redacted, control characters visible, never multi-line."""
+    print(f"tickui: {safe_text(exc)}", file=sys.stderr)

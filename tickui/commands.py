@@ -9,6 +9,7 @@ from tickui import procs
 from tickui.clock import Clock
 from tickui.engine import RunNowRefused, queue_run_now
 from tickui.errors import TickuiError
+from tickui.redact import safe_text
 from tickui.store import Store
 from tickui.timeutil import iso
 
@@ -27,17 +28,22 @@ async def engine_alive(store: Store, now: int) -> bool:
     return lease.host != procs.host() or procs.alive(lease.pid, None)
 
 
+def say(text: str) -> None:
+    """Every line printed here is redacted and shows control characters escaped."""
+    print(safe_text(text))
+
+
 async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> int:
     name = args.name
     if args.action == "enable":
         task = await store.set_enabled(name, True, clock.now())
-        print(f"enabled {name}; next run {iso(task.next_run_at)}")
+        say(f"enabled {name}; next run {iso(task.next_run_at)}")
     elif args.action == "disable":
         await store.set_enabled(name, False, clock.now(), note=args.note)
-        print(f"disabled {name}" + (f" ({args.note})" if args.note else ""))
+        say(f"disabled {name}" + (f" ({args.note})" if args.note else ""))
     elif args.action == "rm":
         await store.remove_task(name)
-        print(f"removed {name}; its history stays")
+        say(f"removed {name}; its history stays")
     else:
         return await request_run_now(store, name, clock)
     return 0
@@ -52,7 +58,7 @@ async def request_run_now(store: Store, name: str, clock: Clock) -> int:
     except RunNowRefused as exc:
         raise Refused(f"run-now of {name} refused ({exc.code}: {exc.reason})") from None
     if not await engine_alive(store, now):
-        print(
+        say(
             f"queued run-now of {name} (request {request}); no engine is running,"
             " it runs when one starts"
         )
@@ -62,10 +68,10 @@ async def request_run_now(store: Store, name: str, clock: Clock) -> int:
     while loop.time() < deadline:
         outcome, occurrence, reason = await store.request(request)
         if outcome == "started":
-            print(f"started {name}: occurrence {occurrence}")
+            say(f"started {name}: occurrence {occurrence}")
             return 0
         if outcome == "refused":
             raise Refused(f"run-now of {name} refused ({reason})")
         await asyncio.sleep(0.1)
-    print(f"queued run-now of {name} (request {request}); the engine has not taken it yet")
+    say(f"queued run-now of {name} (request {request}); the engine has not taken it yet")
     return 0

@@ -12,15 +12,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tickui import checks
+from tickui.checks import KIB, MIB
 from tickui.errors import BadInput
 from tickui.spec import TaskSpec, build_spec
 from tickui.ticker_config import TickerConfig
 from tickui.ticker_config import build as build_ticker
-from tickui.timeutil import MICROS, parse_duration
+from tickui.timeutil import MICROS
 
 DEFAULT_CONFIG = Path("tickui.toml")
 TABLES = ("engine", "ticker", "kafka", "valkey", "task")
-ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep"}
+ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep", "log_head", "log_tail"}
+MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
+SECOND = MICROS
+HOUR = 3600 * MICROS
+DAY = 86400 * MICROS
 
 
 class ConfigError(BadInput):
@@ -33,6 +39,8 @@ class EngineSettings:
     lease_ttl: int = 30 * MICROS
     stop_grace: int = 10 * MICROS
     keep: int = 1000
+    log_head: int = 64 * KIB  # bytes of a run's output kept from its start
+    log_tail: int = 1 * MIB  # bytes kept from its end
 
 
 @dataclass(frozen=True)
@@ -80,28 +88,24 @@ def _fail(path: Path, text: str, table: str, index: int, exc: BadInput, prefix: 
     return ConfigError(f"{where}: {prefix}{exc.field}", exc.message)
 
 
-def _duration(value: Any, name: str) -> int:
-    if not isinstance(value, str):
-        raise BadInput(name, f"{value!r} is not a duration text such as '30s'")
-    return parse_duration(value, name)
-
-
 def _engine(raw: dict[str, Any], env: dict[str, str]) -> EngineSettings:
+    """[engine], each value through the one checker with its bounds."""
     for key in raw:
         if key not in ENGINE_KEYS:
             raise BadInput(key, "unknown field")
-    grace = env.get("TICKUI_MISFIRE_GRACE", raw.get("misfire_grace", "5s"))
-    settings = EngineSettings(
-        misfire_grace=_duration(grace, "misfire_grace"),
-        lease_ttl=_duration(raw.get("lease_ttl", "30s"), "lease_ttl"),
-        stop_grace=_duration(raw.get("stop_grace", "10s"), "stop_grace"),
-        keep=raw.get("keep", 1000),
+    grace_name, grace = "misfire_grace", raw.get("misfire_grace", "5s")
+    if "TICKUI_MISFIRE_GRACE" in env:
+        grace_name, grace = "TICKUI_MISFIRE_GRACE", env["TICKUI_MISFIRE_GRACE"]
+    if "db" in raw:
+        checks.path_text(raw["db"], "db")
+    return EngineSettings(
+        misfire_grace=checks.duration(grace, grace_name, 0, DAY),
+        lease_ttl=checks.duration(raw.get("lease_ttl", "30s"), "lease_ttl", SECOND, HOUR),
+        stop_grace=checks.duration(raw.get("stop_grace", "10s"), "stop_grace", 0, HOUR),
+        keep=int(checks.number(raw.get("keep", 1000), "keep", 1, 1_000_000, integer=True)),
+        log_head=checks.size(raw.get("log_head", "64KiB"), "log_head", 0, 64 * MIB),
+        log_tail=checks.size(raw.get("log_tail", "1MiB"), "log_tail", KIB, 1024 * MIB),
     )
-    if not isinstance(settings.keep, int) or isinstance(settings.keep, bool) or settings.keep < 1:
-        raise BadInput("keep", f"{settings.keep!r} is not a whole number of at least 1")
-    if not MICROS <= settings.lease_ttl <= 3600 * MICROS:
-        raise BadInput("lease_ttl", "must be between 1s and 1h")
-    return settings
 
 
 def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Settings:
@@ -109,12 +113,22 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     env = dict(os.environ) if env is None else env
     explicit = path is not None
     path = path or DEFAULT_CONFIG
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:
+        raise ConfigError("config", f"{path}: {exc.strerror}") from None
+    if not exists:
         if explicit:
             raise ConfigError("config", f"{path} does not exist")
         return Settings(engine=_engine({}, env), ticker=build_ticker({}, env), env=env)
     try:
-        text = path.read_text(encoding="utf-8")
+        if not path.is_file():
+            raise ConfigError("config", f"{path} is not a regular file")
+        with open(path, "rb") as handle:
+            data_bytes = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data_bytes) > MAX_CONFIG_BYTES:
+            raise ConfigError("config", f"{path} is larger than {MAX_CONFIG_BYTES // MIB} MiB")
+        text = data_bytes.decode("utf-8")
         data = tomllib.loads(text)
     except UnicodeDecodeError:
         raise ConfigError("config", f"{path} is not UTF-8 text") from None
@@ -122,6 +136,8 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         raise ConfigError("config", f"{path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise _toml_error(path, exc) from None
+    except RecursionError:
+        raise ConfigError("config", f"{path} is not valid TOML: nested too deeply") from None
     for key in data:
         if key not in TABLES:
             line = _line_of(text, key, 0, None)

@@ -22,3 +22,8 @@ class StoreError(TickuiError):
 
 class NotFound(TickuiError, LookupError):
     """A named task or occurrence does not exist."""
+
+
+class Unavailable(TickuiError):
+    """A file or the database cannot be used now: missing, locked, full, on read-only
+    media, in a folder that cannot be written, or not the user's. Not bad input (exit 1)."""

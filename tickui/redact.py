@@ -1,31 +1,118 @@
-"""Keep credentials out of logs, errors and the UI."""
+"""Keep credentials out of everything tickui shows or writes, and keep terminals safe.
+
+`redact` hides passwords; `printable` makes control characters visible; `safe_text` is
+both, and every path where text leaves tickui (terminal, JSON, logs, the dashboard,
+Kafka errors) goes through one of them.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
-_URL_PASSWORD = re.compile(
-    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@"
+# A URL's or a bare `user:password@host` form's password. The password runs to the last
+# `@` of the word, so one holding `@` or `/` (`redis://u:ab@pw@h`, `redis://:p/w@h`) is
+# hidden whole; when in doubt more is hidden, never less.
+_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?P<user>[^\s:/@'\"<>()\[\]{},;=]*):(?P<pw>[^\s'\"<>]*)@"
 )
-_KEY_VALUE = re.compile(r"(?i)\b(password|passwd|pwd|secret|token|sasl_plain_password)=([^\s&;,]+)")
+_SECRET_WORD = (
+    r"(?:password|passwd|pwd|secret|token|api_?key|access_?key|private_?key|credentials?)"
+)
+_KEY_VALUE = re.compile(
+    rf"(?i)(?P<key>\b[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*)(?P<sep>\s*[=:]\s*)"
+    r"(?P<quote>['\"]?)(?P<value>[^\s&;,'\"]+)"
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
+# Names whose value is hidden whole: environment variables and flags (`--password X`).
+SECRET_NAME = re.compile(
+    r"(?i)-{0,2}[A-Za-z0-9_.-]*(?:pass|pw|secret|token|key|auth|cred|cookie|session)[A-Za-z0-9_.-]*"
+)
+_SECRET_FLAG = re.compile(
+    r"(?i)(?P<key>--?[A-Za-z0-9_-]*(?:pass|secret|token|key|auth|cred)[A-Za-z0-9_-]*)(?P<sep>\s+)(?P<value>[^\s'\"-][^\s'\"]*)"
+)
+MASK = "***"
+
+# C0 controls, DEL, C1 controls, and the invisible formatting characters that can reorder
+# or hide text on a terminal (bidi overrides, zero-width ones, line/paragraph separators).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_CONTROL_KEEP_NEWLINE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
+)
 
 
-def redact(text: str) -> str:
-    """Replace passwords in URLs (`redis://u:pw@h`) and `password=...` pairs with `***`."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", str(text))
-    return _KEY_VALUE.sub(lambda m: f"{m[1]}=***", text)
+def _hide_userinfo(match: re.Match[str]) -> str:
+    return f"{match['scheme'] or ''}{match['user']}:{MASK}@"
+
+
+def redact(text: Any) -> str:
+    """Hide passwords in URLs (`redis://u:pw@h`, also with `@` or `/` in the password),
+    `user:pw@host:port`, `password=...` / `TOKEN=...` pairs and bearer tokens."""
+    text = _USERINFO.sub(_hide_userinfo, str(text))
+    text = _KEY_VALUE.sub(lambda m: f"{m['key']}{m['sep']}{m['quote']}{MASK}", text)
+    text = _SECRET_FLAG.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", text)
+    return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: Any, newlines: bool = False) -> str:
+    """Control characters shown as `\\x1b`, `\\u202e`..., never sent raw to a terminal.
+    `newlines=True` keeps line breaks (multi-line log text)."""
+    pattern = _CONTROL_KEEP_NEWLINE if newlines else _CONTROL
+    return pattern.sub(_escape, str(text))
+
+
+def safe_text(text: Any, newlines: bool = False) -> str:
+    """Redacted and printable: what every line tickui shows or logs goes through."""
+    return printable(redact(text), newlines)
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """Environment values are shown only when nothing in them looks secret: a value whose
+    name looks like a secret (`*TOKEN*`, `*PASSWORD*`, `*KEY*`...) is hidden whole."""
+    return {name: MASK if SECRET_NAME.fullmatch(name) else redact(v) for name, v in env.items()}
+
+
+def redact_data(value: Any) -> Any:
+    """Every string inside JSON-like data redacted (keys too); `env` maps per redact_env.
+    JSON's own escaping makes control characters visible."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if key == "env" and isinstance(item, dict):
+                out[key] = redact_env(item)
+            else:
+                out[redact(key) if isinstance(key, str) else key] = redact_data(item)
+        return out
+    if isinstance(value, list | tuple):
+        out_list = [redact_data(item) for item in value]
+        for i in range(1, len(out_list)):  # ["mysql", "--password", "x"]: hide the x
+            before = value[i - 1]
+            if isinstance(before, str) and before.startswith("-") and SECRET_NAME.fullmatch(before):
+                out_list[i] = MASK
+        return out_list
+    return value
 
 
 class RedactingFilter(logging.Filter):
-    """A logging filter that redacts the fully formatted message of every record."""
+    """A logging filter that redacts the fully formatted message of every record and makes
+    its control characters visible (one record stays one line)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        cleaned = redact(message)
+        cleaned = safe_text(message)
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
-            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = safe_text(
+                logging.Formatter().formatException(record.exc_info), newlines=True
+            )
             record.exc_info = None
             del exc
         if cleaned != message or record.args:

@@ -5,18 +5,22 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tickui import schedules
+from tickui import checks, schedules
 from tickui.errors import BadInput
 from tickui.timeutil import format_duration, iso, parse_duration, parse_instant
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)  # always fullmatch
 MISFIRE_POLICIES = ("run_once", "skip", "run_all")
 OVERLAP_POLICIES = ("forbid", "allow", "replace")
 MAX_JITTER = 86400 * 1_000_000
+MAX_TIMEOUT = 366 * 86400 * 1_000_000
+MAX_ARGS = 4096
+MAX_ARG = 128 * 1024
 
 
 @dataclass(slots=True)
@@ -66,14 +70,21 @@ class TaskSpec:
 
 
 def check_name(name: str, field: str = "name") -> str:
-    if not isinstance(name, str) or not NAME.match(name):
-        raise BadInput(field, f"{name!r} is not a valid task name ([a-z0-9][a-z0-9._-]{{0,63}})")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        shown = checks.shown(name)
+        raise BadInput(field, f"{shown} is not a valid task name ([a-z0-9][a-z0-9._-]{{0,63}})")
     return name
 
 
+def _given(raw: dict[str, Any], key: str, default: str) -> Any:
+    """The value given for `key`, the default only when none was given ('' is given)."""
+    value = raw.get(key)
+    return default if value is None else value
+
+
 def _choice(value: Any, options: tuple[str, ...], field: str) -> str:
-    if value not in options:
-        raise BadInput(field, f"{value!r} is not one of {', '.join(options)}")
+    if not isinstance(value, str) or value not in options:
+        raise BadInput(field, f"{checks.shown(value)} is not one of {', '.join(options)}")
     return value
 
 
@@ -125,9 +136,10 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
     if len(given) != 1:
         raise BadInput("schedule", "give exactly one of cron, every or at")
     kind_key = given[0]
-    tz = raw.get("tz") or "UTC"
-    if not isinstance(tz, str):
-        raise BadInput("tz", f"{tz!r} is not a time zone name")
+    tz = raw.get("tz")
+    tz = "UTC" if tz is None else tz
+    if not isinstance(tz, str) or not tz.strip() or not tz.isascii() or "\x00" in tz:
+        raise BadInput("tz", f"{checks.shown(tz)} is not a time zone name")
     schedules.check_zone(tz)
     anchor = None
     if raw.get("anchor") is not None:
@@ -135,6 +147,7 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
     if kind_key == "cron":
         if not isinstance(raw["cron"], str):
             raise BadInput("cron", f"{raw['cron']!r} is not a cron text")
+        checks.text(raw["cron"], "cron", limit=1000)
         kind, expr = "cron", schedules.cron(raw["cron"], tz).expr
     elif kind_key == "every":
         every = _duration(raw["every"], "every")
@@ -153,11 +166,17 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
         or not command[0]
     ):
         raise BadInput("command", "give the command as a non-empty list of strings (after --)")
+    if len(command) > MAX_ARGS:
+        raise BadInput("command", f"has more than {MAX_ARGS} arguments")
+    for index, part in enumerate(command):
+        checks.text(part, f"command[{index}]", limit=MAX_ARG)
     timeout = None
     if raw.get("timeout") is not None:
         timeout = _duration(raw["timeout"], "timeout")
         if timeout <= 0:
             raise BadInput("timeout", "must be above zero")
+        if timeout > MAX_TIMEOUT:
+            raise BadInput("timeout", "is over 366d")
     jitter = 0
     if raw.get("jitter") is not None:
         jitter = _duration(raw["jitter"], "jitter")
@@ -165,14 +184,20 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
             raise BadInput("jitter", "is over 1d")
     if jitter and jitter >= _shortest_gap(kind, expr, tz, now):
         raise BadInput("jitter", "must be shorter than the time between two runs")
-    env = raw.get("env") or {}
+    env = raw.get("env")
+    env = {} if env is None else env
     if not isinstance(env, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()
     ):
         raise BadInput("env", "must map names to strings")
+    for key, value in env.items():
+        checks.env_name(key, "env")
+        checks.text(value, f"env.{key}", limit=MAX_ARG)
     cwd = raw.get("cwd")
-    if cwd is not None and not isinstance(cwd, str):
-        raise BadInput("cwd", f"{cwd!r} is not a path")
+    if cwd is not None:
+        checks.path_text(cwd, "cwd")
+        if not os.path.isdir(cwd):
+            raise BadInput("cwd", f"{checks.shown(cwd)} is not an existing directory")
     disabled = raw.get("disabled", False)
     if not isinstance(disabled, bool):
         raise BadInput("disabled", f"{disabled!r} is not true or false")
@@ -182,8 +207,8 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
         expr=expr,
         command=list(command),
         tz=tz,
-        misfire=_choice(raw.get("misfire") or "run_once", MISFIRE_POLICIES, "misfire"),
-        concurrency=_choice(raw.get("concurrency") or "forbid", OVERLAP_POLICIES, "concurrency"),
+        misfire=_choice(_given(raw, "misfire", "run_once"), MISFIRE_POLICIES, "misfire"),
+        concurrency=_choice(_given(raw, "concurrency", "forbid"), OVERLAP_POLICIES, "concurrency"),
         timeout=timeout,
         jitter=jitter,
         anchor=anchor,

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,8 @@ from typing import Any
 
 import aiosqlite
 
-from tickui import schema
-from tickui.errors import NotFound, StoreError
+from tickui import dbfile, schema
+from tickui.errors import NotFound, StoreError, Unavailable
 from tickui.models import (
     OCCURRENCE_COLUMNS,
     Lease,
@@ -47,6 +48,15 @@ _OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
 _ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
 
 
+OLDEST_READABLE = 2  # read-only commands read every column from this schema on
+
+
+async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+
 class LeaseLost(StoreError):
     """A claim was made with a token that no longer holds the lease (fencing)."""
 
@@ -68,23 +78,32 @@ class SyncReport:
 
 
 def inspect_file(path: Path) -> int | None:
-    """Check a database file before writing to it; return its schema version.
+    """Check a database file before using it; return its schema version.
 
     None means the file is new or empty. A file that is not SQLite, belongs to another
     program, or was written by a newer tickui raises StoreError and is left untouched.
+    Reads only (a read-only connection), so it works on read-only media and beside a writer.
     """
-    if not path.exists() or path.stat().st_size == 0:
+    info = dbfile.lookup(path)
+    if info is None:
         return None
-    if path.is_dir():
+    if stat.S_ISDIR(info.st_mode):
         raise StoreError(f"database {path} is a directory")
-    with open(path, "rb") as handle:
-        header = handle.read(len(SQLITE_MAGIC))
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(f"database {path} is not a regular file")
+    try:
+        with open(path, "rb") as handle:  # read even when the size says 0 (/proc files)
+            header = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise dbfile.os_failure(exc, f"cannot read database {path}") from None
+    if not header:
+        return None
     if header != SQLITE_MAGIC:
         raise StoreError(
             f"database {path} is not a SQLite file (corrupt or foreign); left untouched"
         )
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = dbfile.connect_ro(path, timeout=BUSY_TIMEOUT_MS / 1000)
         try:
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]
             version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -94,6 +113,8 @@ def inspect_file(path: Path) -> int | None:
             conn.execute("PRAGMA quick_check(1)").fetchone()
         finally:
             conn.close()
+    except sqlite3.OperationalError as exc:
+        raise dbfile.sqlite_failure(exc, path) from None
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"database {path} is unreadable ({exc}); left untouched") from None
     if app_id != schema.APPLICATION_ID:
@@ -119,13 +140,6 @@ def default_anchor(spec: TaskSpec, now: int) -> int:
     return -(-now // MICROS) * MICROS
 
 
-def _create_private(path: Path) -> None:
-    """Create the file readable and writable by its owner only: it decides what runs."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-
-
 class Store:
     """One connection to one tickui database file."""
 
@@ -136,17 +150,28 @@ class Store:
         self._listeners: list[Callable[[], None]] = []
         self.log_dir = path.with_name(path.name + ".logs")
         self._specs: dict[str, TaskSpec] = {}  # parsed definitions by their JSON text
+        self.readonly = False
 
     # ---- opening -------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, path: str | os.PathLike[str]) -> Store:
+    async def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> Store:
+        """Open for writing (creating the file, private, when missing; migrating it), or
+        with `readonly` for commands that only read: SQLite `mode=ro`, no migration, no
+        pragma that writes, nothing created when the file is missing."""
         db = Path(path).expanduser()
-        version = await asyncio.to_thread(inspect_file, db)
-        if version is None:
-            await asyncio.to_thread(_create_private, db)
-        conn = await aiosqlite.connect(db, isolation_level=None)
+        if readonly:
+            return await cls._open_readonly(db)
+        await asyncio.to_thread(inspect_file, db)  # refuses a foreign or newer file
+        created: list[Path] = []
+        if dbfile.lookup(db) is None:
+            created = await asyncio.to_thread(dbfile.create_private, db)
+        if not created:
+            log_dir = db.with_name(db.name + ".logs")
+            await asyncio.to_thread(dbfile.secure_existing, db, log_dir)
+        conn = None
         try:
+            conn = await aiosqlite.connect(db, isolation_level=None)
             await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             await conn.execute("PRAGMA journal_mode = WAL")
             await conn.execute("PRAGMA synchronous = NORMAL")
@@ -154,12 +179,43 @@ class Store:
             await conn.execute("PRAGMA temp_store = MEMORY")
             store = cls(db, conn)
             await store._migrate()
-        except sqlite3.DatabaseError as exc:
-            await conn.close()
-            raise StoreError(f"database {db} cannot be opened: {exc}") from None
+        except sqlite3.Error as exc:
+            await _close_quietly(conn)
+            await asyncio.to_thread(dbfile.remove_created, created)
+            raise dbfile.sqlite_failure(exc, db) from None
         except BaseException:
-            await conn.close()
+            await _close_quietly(conn)
+            await asyncio.to_thread(dbfile.remove_created, created)
             raise
+        return store
+
+    @classmethod
+    async def _open_readonly(cls, db: Path) -> Store:
+        if dbfile.lookup(db) is None:
+            raise Unavailable(f"no database at {db} (tickui task add or tickui run creates one)")
+        version = await asyncio.to_thread(inspect_file, db)
+        if version is None:
+            raise Unavailable(f"database {db} is empty (tickui task add or tickui run sets it up)")
+        if version < OLDEST_READABLE:
+            raise Unavailable(
+                f"database {db} has schema {version}, older than this tickui's {schema.VERSION};"
+                " run `tickui run` (or any task change) once to migrate it"
+            )
+        uri = await asyncio.to_thread(dbfile.read_only_uri, db)
+        conn = None
+        try:
+            conn = await aiosqlite.connect(uri, uri=True, isolation_level=None)
+            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await conn.execute("PRAGMA query_only = 1")
+            await (await conn.execute("SELECT count(*) FROM sqlite_master")).close()
+        except sqlite3.Error as exc:
+            await _close_quietly(conn)
+            raise dbfile.sqlite_failure(exc, db) from None
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        store = cls(db, conn)
+        store.readonly = True
         return store
 
     async def _migrate(self) -> None:

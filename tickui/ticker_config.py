@@ -10,12 +10,12 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tickui import procs
+from tickui import checks, procs
 from tickui.errors import BadInput
 from tickui.timeutil import parse_duration
 
-ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII)  # always fullmatch
+TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}", re.ASCII)
 
 
 @dataclass(slots=True)
@@ -85,8 +85,8 @@ def _convert(value: Any, kind: str, name: str, from_text: bool) -> Any:
         micros = parse_duration(value, name)
         return micros / 1000 if kind == "ms" else micros / 1_000_000
     if kind == "int":
-        if from_text and isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-            return int(value)
+        if from_text and isinstance(value, str):
+            return checks.number(value, name, -(10**9), 10**9, integer=True)
         if isinstance(value, bool) or not isinstance(value, int):
             raise BadInput(name, f"{value!r} is not a whole number")
         return value
@@ -126,16 +126,16 @@ def _check(cfg: TickerConfig, origin: dict[str, str]) -> None:
         raise bad("valkey_timeout_s", "must be from 100ms to 60s")
     if not 0 <= cfg.valkey_retries <= 10:
         raise bad("valkey_retries", "must be from 0 to 10")
-    if not ID.match(cfg.scheduler_id):
-        raise bad("scheduler_id", f"{cfg.scheduler_id!r} is not a valid id")
-    if not TOPIC.match(cfg.topic):
-        raise bad("topic", f"{cfg.topic!r} is not a valid Kafka topic name")
-    if cfg.valkey_url and not re.match(r"^(redis|rediss|valkey|unix)://", cfg.valkey_url):
-        raise bad("valkey_url", "must start with redis://, rediss:// or unix://")
-    if cfg.kafka_bootstrap and not re.fullmatch(
-        r"[\w.\-\[\]:]+(,[\w.\-\[\]:]+)*", cfg.kafka_bootstrap
-    ):
-        raise bad("kafka_bootstrap", f"{cfg.kafka_bootstrap!r} is not host:port[,host:port]")
+    if not ID.fullmatch(cfg.scheduler_id):
+        raise bad("scheduler_id", f"{checks.shown(cfg.scheduler_id)} is not a valid id")
+    if not TOPIC.fullmatch(cfg.topic):
+        raise bad("topic", f"{checks.shown(cfg.topic)} is not a valid Kafka topic name")
+    if not cfg.sequence_key or len(cfg.sequence_key) > 512 or not cfg.sequence_key.isprintable():
+        raise bad("sequence_key", f"{checks.shown(cfg.sequence_key)} is not a valid key")
+    if cfg.valkey_url:
+        checks.valkey_url(cfg.valkey_url, origin.get("valkey_url", "valkey_url"))
+    if cfg.kafka_bootstrap:
+        checks.bootstrap(cfg.kafka_bootstrap, origin.get("kafka_bootstrap", "kafka_bootstrap"))
 
 
 def build(

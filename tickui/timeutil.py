@@ -8,7 +8,11 @@ from datetime import UTC, datetime, timedelta
 MICROS = 1_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+# ASCII digits only (`\d` would take full-width ones), bounded so no float overflows.
+_DURATION = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{1,6})?)\s*(ms|s|m|h|d)\s*", re.ASCII)
+MAX_DURATION = 3660 * 86400 * MICROS  # ten years: beyond any bound a field sets
+MIN_INSTANT = 0  # 1970-01-01T00:00:00Z
+MAX_INSTANT = 253_402_300_799 * MICROS  # 9999-12-31T23:59:59Z
 _UNIT_MICROS = {"ms": 1_000, "s": MICROS, "m": 60 * MICROS, "h": 3600 * MICROS, "d": 86400 * MICROS}
 
 
@@ -35,11 +39,14 @@ def parse_duration(text: str, field: str = "duration") -> int:
     """`500ms`, `30s`, `5m`, `2h`, `1d` to microseconds."""
     from tickui.errors import BadInput
 
-    match = _DURATION.match(str(text))
+    match = _DURATION.fullmatch(str(text))
     if not match:
         raise BadInput(field, f"{text!r} is not a duration (use e.g. 500ms, 30s, 5m, 2h, 1d)")
     number, unit = match.groups()
-    return round(float(number) * _UNIT_MICROS[unit])
+    micros = round(float(number) * _UNIT_MICROS[unit])
+    if micros > MAX_DURATION:
+        raise BadInput(field, f"{text!r} is longer than ten years")
+    return micros
 
 
 def format_duration(micros: int) -> str:
@@ -55,10 +62,19 @@ def parse_instant(text: str, field: str = "at") -> int:
     """An ISO 8601 instant with an offset (or Z) to microseconds."""
     from tickui.errors import BadInput
 
+    text = str(text).strip()
+    if not text.isascii():
+        raise BadInput(field, f"{text!r} is not an ISO 8601 instant (ASCII digits only)")
     try:
-        moment = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise BadInput(field, f"{text!r} is not an ISO 8601 instant") from None
     if moment.tzinfo is None:
         raise BadInput(field, f"{text!r} has no UTC offset (add Z or +HH:MM)")
-    return to_micros(moment)
+    try:
+        micros = to_micros(moment)
+    except OverflowError:
+        micros = -1
+    if not MIN_INSTANT <= micros <= MAX_INSTANT:
+        raise BadInput(field, f"{text!r} is outside 1970 to 9999")
+    return micros
