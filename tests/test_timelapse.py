@@ -428,6 +428,7 @@ async def test_dashboard_time_lapse_uses_a_copy_with_simulated_runs(
         assert session.path.parent.parent == scratch
         assert session.path.parent.name.startswith(TEMP_PREFIX)
         assert oct(session.path.parent.stat().st_mode & 0o777) == "0o700"
+        assert oct(session.path.stat().st_mode & 0o777) == "0o600"
         host = await session.factory()
         try:
             assert isinstance(host.engine.dispatcher, SimulatedDispatcher)
@@ -483,3 +484,35 @@ def test_time_lapse_ticks_stay_in_the_process(tmp_path, caplog):
     real = asyncio.run(build(SystemClock()))
     assert not isinstance(real.bus, MemoryBus)
     assert not isinstance(real.sequence.store, SqliteSequenceStore)
+
+
+@pytest.mark.slow
+def test_dashboard_time_lapse_in_a_terminal_and_sigterm_removes_the_copy(tmux, tmp_path):
+    db = tmp_path / "real" / "tickui.db"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    cmd = ["--", "sh", "-c", MARK.format(dir=marks)]
+    assert cli("task", "add", "minutely", "--every", "1m", *cmd, db=db).returncode == 0
+    before, files = digest(db), beside(db)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    command = (
+        f"exec env TERM=xterm-256color TMPDIR={scratch} {sys.executable} -m tickui "
+        f"--db {db} --time-scale 600"
+    )
+    tmux("new-session", "-d", "-s", "ui", "-x", "120", "-y", "40", command)
+    pid = int(tmux("display", "-p", "-t", "ui", "#{pane_pid}").strip())
+
+    deadline = time.monotonic() + 30
+    while "succeeded" not in tmux("capture-pane", "-p", "-t", "ui"):
+        assert time.monotonic() < deadline, tmux("capture-pane", "-p", "-t", "ui")
+        time.sleep(0.1)
+    (folder,) = scratch.iterdir()
+    assert folder.name.startswith(TEMP_PREFIX)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while list(scratch.iterdir()) or Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, "the dashboard did not end and clean up"
+        time.sleep(0.1)
+    assert list(marks.iterdir()) == []
+    assert digest(db) == before and beside(db) == files

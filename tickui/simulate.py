@@ -58,6 +58,7 @@ def _sidecars(path: Path) -> list[Path]:
 
 
 def _backup(uri: str, target: Path) -> None:
+    os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))  # owner-only
     source = sqlite3.connect(uri, uri=True)
     try:
         dest = sqlite3.connect(target)
