@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tickui.errors import TickuiError
-from tickui.redact import redact
+from tickui.redact import redact, redact_data, safe_text
 
 
 @dataclass(slots=True)
@@ -50,9 +50,12 @@ async def _partitions(consumer, topic: str, wait: float) -> list[Any]:
 
 
 def _line(tick: dict[str, Any], flag: str | None, missing: int, as_json: bool) -> str:
+    """One output line. A tick comes from the network: redacted, control characters shown."""
     if as_json:
-        return json.dumps({"tick": tick, "flag": flag, "missing": missing})
-    text = f"{tick.get('now')} seq={tick.get('sequence_number')} {tick.get('scheduler_id')}"
+        return json.dumps(redact_data({"tick": tick, "flag": flag, "missing": missing}))
+    text = safe_text(
+        f"{tick.get('now')} seq={tick.get('sequence_number')} {tick.get('scheduler_id')}"
+    )
     if flag == "restart":
         text += "  RESTART: the sequence went down (the scheduler restarted)"
     elif flag == "gap":
@@ -88,7 +91,7 @@ async def tail(
     try:
         parts = await _partitions(consumer, topic, duration or 30.0)
         if not parts:
-            raise TickuiError(f"topic {topic} does not exist on {bootstrap}")
+            raise TickuiError(redact(f"topic {topic} does not exist on {bootstrap}"))
         consumer.assign(parts)
         if from_beginning:
             await consumer.seek_to_beginning(*parts)
@@ -98,9 +101,13 @@ async def tail(
             batches = await consumer.getmany(timeout_ms=200)
             for records in batches.values():
                 for record in records:
-                    tick = json.loads(record.value)
+                    tick = _decode(record.value)
+                    if tick is None:
+                        shown = safe_text(repr(record.value)[:80])
+                        print(f"not a tick (offset {record.offset}): {shown}", flush=True)
+                        continue
                     flag, missing = watch.see(
-                        str(tick.get("scheduler_id")), int(tick.get("sequence_number", 0))
+                        str(tick.get("scheduler_id")), tick["sequence_number"]
                     )
                     print(_line(tick, flag, missing, as_json), flush=True)
                     seen += 1
@@ -109,6 +116,21 @@ async def tail(
     finally:
         await _stop(consumer)
     return 0
+
+
+def _decode(value: Any) -> dict[str, Any] | None:
+    """A tick message, or None when it is not one (a topic is anyone's to write to)."""
+    try:
+        tick = json.loads(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if not isinstance(tick, dict):
+        return None
+    sequence = tick.get("sequence_number", 0)
+    if isinstance(sequence, bool) or not isinstance(sequence, int):
+        return None
+    tick["sequence_number"] = sequence
+    return tick
 
 
 async def _stop(consumer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tickui.models import Occurrence, Task
+from tickui.redact import safe_text
 from tickui.timeutil import MICROS
 
 STATE_STYLE = {
@@ -68,7 +69,8 @@ def task_cells(task: Task, now: int) -> list[Cell]:
     nxt = task.due_at if enabled else None
     last = stats.last_started_at or stats.last_scheduled_for
     result = stats.last_state or "-"
-    on: Cell = ("on", "green") if enabled else (f"off {task.note or ''}".strip(), "yellow")
+    off = safe_text(f"off {task.note or ''}".strip())
+    on: Cell = ("on", "green") if enabled else (off, "yellow")
     counts = f"{stats.missed}/{stats.skipped}"
     return [
         (task.name, "bold" if enabled else "bright_black"),
@@ -105,7 +107,7 @@ def code_text(occ: Occurrence) -> str:
 
 
 def detail_text(occ: Occurrence) -> str:
-    detail = (occ.detail or "").replace("\n", " ")
+    detail = safe_text(occ.detail or "")
     if occ.covers > 1:
         detail = f"{detail} · covers {occ.covers} slots" if detail else f"covers {occ.covers} slots"
     return detail

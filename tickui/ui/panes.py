@@ -15,7 +15,7 @@ from textual.widgets import Sparkline, Static
 
 from tickui.breaker import CLOSED, HALF_OPEN, OPEN
 from tickui.engine import EngineStatus
-from tickui.redact import redact
+from tickui.redact import safe_text
 from tickui.ticker import TickerMetrics
 from tickui.ui.cells import Cell, clock_text, span
 from tickui.ui.rows import OccurrenceRows, TaskRows
@@ -96,7 +96,7 @@ def engine_state(status: EngineStatus | None, ticker_status: str) -> tuple[str, 
     if status.lease_state == "standby":
         return f"standby (lease held by {status.holder or '?'})", "bold yellow"
     if status.result == "error":
-        return f"error: {status.detail}", "bold red"
+        return f"error: {safe_text(status.detail)}", "bold red"
     if status.lease_state != "held" or ticker_status != "running":
         return "waiting for ticks" if ticker_status != "running" else "waiting", "yellow"
     return "running", "bold green"
@@ -170,7 +170,7 @@ def tick_facts(m: TickerMetrics) -> Table:
     table.add_row("publish", f"last {_ms(m.publish_last_ms)} · max {_ms(m.publish_max_ms)}")
     table.add_row("uptime", span(round(m.uptime_s * 1_000_000)) if m.uptime_s else "-")
     if m.sequence_error:
-        table.add_row("seq error", Text(redact(m.sequence_error), "red"))
+        table.add_row("seq error", Text(safe_text(m.sequence_error), "red"))
     return table
 
 
@@ -194,11 +194,11 @@ def breaker_view(m: TickerMetrics) -> Group:
     facts.add_row("failures", f"{m.consecutive_failures} of {m.breaker_threshold}")
     probe = "-" if m.breaker_retry_in_s is None else f"in {m.breaker_retry_in_s:.0f}s"
     facts.add_row("next probe", probe)
-    facts.add_row("last error", Text(redact(m.last_error) if m.last_error else "-", "red"))
+    facts.add_row("last error", Text(safe_text(m.last_error) if m.last_error else "-", "red"))
     lines = [state, facts]
     if m.transitions:
         lines.append(Text("recent transitions", "bright_black"))
         for t in m.transitions[-4:][::-1]:
             at = (t["at"] or "")[11:19]
-            lines.append(Text(f"{at} {t['from']}→{t['to']}: {redact(t['reason'])}", "dim"))
+            lines.append(Text(f"{at} {t['from']}→{t['to']}: {safe_text(t['reason'])}", "dim"))
     return Group(*lines)

@@ -18,6 +18,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from tickui.dispatch import read_tail
 from tickui.errors import BadInput
 from tickui.models import Occurrence, Task
+from tickui.redact import safe_text
 from tickui.schedules import preview
 from tickui.spec import TaskSpec, build_spec
 from tickui.store import default_anchor
@@ -177,7 +178,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             spec = form_spec(self.values(), now)
         except BadInput as exc:
             self.spec = None
-            verdict.update(Text(f"✗ {exc}", "bold red"))
+            verdict.update(Text(f"✗ {safe_text(exc)}", "bold red"))
             verdict.set_class(True, "-error")
         else:
             self.spec = spec
@@ -262,7 +263,7 @@ class DetailScreen(Screen[None]):
             output.update(Text("no runs yet", "bright_black"))
             return
         output.border_title = f"Output of run {occ.id} ({occ.state})"
-        tail = read_tail(occ.log_path, 4000).splitlines()[-12:]
+        tail = [safe_text(line) for line in read_tail(occ.log_path, 4000).splitlines()[-12:]]
         output.update(Text("\n".join(tail) or "(no output)", "" if tail else "bright_black"))
 
     def action_pick(self, step: int) -> None:
@@ -283,13 +284,13 @@ def task_facts(task: Task) -> Table:
     table.add_row("schedule", f"{spec.schedule_text()} ({spec.tz})")
     enabled = Text("enabled", "green") if task.enabled else Text("disabled", "yellow")
     if not task.enabled and task.note:
-        enabled.append(f": {task.note}")
+        enabled.append(f": {safe_text(task.note)}")
     table.add_row("state", enabled)
     table.add_row("misfire", spec.misfire)
     table.add_row("concurrency", spec.concurrency)
     table.add_row("timeout", format_duration(spec.timeout) if spec.timeout else "none")
     table.add_row("jitter", format_duration(spec.jitter) if spec.jitter else "none")
-    table.add_row("command", shlex.join(spec.command))
+    table.add_row("command", safe_text(shlex.join(spec.command)))
     table.add_row("source", f"{task.source}, generation {task.generation}")
     table.add_row("missed/skipped", f"{task.stats.missed}/{task.stats.skipped}")
     return table
