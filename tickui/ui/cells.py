@@ -107,7 +107,7 @@ def code_text(occ: Occurrence) -> str:
 
 
 def detail_text(occ: Occurrence) -> str:
-    detail = safe_text(occ.detail or "")
+    detail = safe_text((occ.detail or "").replace("\n", " "))
     if occ.covers > 1:
         detail = f"{detail} · covers {occ.covers} slots" if detail else f"covers {occ.covers} slots"
     return detail
