@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
+import sqlite3
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 
 from tickui import procs
 from tickui.clock import Clock
-from tickui.dispatch import Dispatcher, DispatchFailure, Job
+from tickui.dispatch import Dispatcher, DispatchFailure, Job, NotStarted
 from tickui.errors import TickuiError
 from tickui.models import Lease, Occurrence, Task
 from tickui.occurrence import Change, Progress, fold_events
@@ -108,10 +110,19 @@ async def queue_run_now(store: Store, task: Task, now: int) -> int:
 
 @dataclass
 class _LeaseView:
+    """The lease as this engine last saw it. `deadline` and `confirmed` are readings of
+    the clock's monotonic time: a pause (SIGSTOP, a suspended laptop) cannot fool them
+    the way a stale `now` from before the pause could."""
+
     token: int | None = None
     renew_at: int = 0
     seen: Lease | None = None
     state: str = "none"
+    deadline: float = 0.0  # monotonic time after which this engine may start nothing
+    confirmed: float = 0.0  # monotonic time the store last confirmed the lease
+
+
+NOT_STARTED = "not_started: this engine lost its lease before starting it"
 
 
 @dataclass
@@ -155,6 +166,7 @@ class SchedulerEngine:
         self._receipts: dict[
             int, dict[str, object]
         ] = {}  # occurrence id -> receipt not yet written
+        self._faults: dict[str, str] = {}  # what failed -> its error, logged once per outage
         store.on_events(self._wake.set)
 
     # ---- observing -----------------------------------------------------------------
@@ -252,12 +264,12 @@ class SchedulerEngine:
                     holder = self._lease.seen
                     who = f"lease held by {holder.owner}" if holder else "lease unavailable"
                     self._set_result(now, "standby", who)
+                self._recovered("scan")
             except LeaseLost as exc:
                 self._lease.token = None
                 self._set_result(now, "standby", str(exc))
             except Exception as exc:
-                log.exception("scan failed")
-                self._set_result(now, "error", redact(f"{type(exc).__name__}: {exc}")[:512])
+                self._set_result(now, "error", self._faulted("scan", exc))
         if self._wake_after_scan:
             self._wake_after_scan = False
             self._wake.set()
@@ -265,6 +277,23 @@ class SchedulerEngine:
 
     def _set_result(self, now: int, result: str, detail: str | None) -> None:
         self._scan.at, self._scan.result, self._scan.detail = now, result, detail
+
+    def _faulted(self, what: str, exc: BaseException) -> str:
+        """The one-line, redacted text of a failure; logged once per outage, not per tick
+        (a full disk would otherwise write a traceback every second)."""
+        text = fault_text(exc)
+        if self._faults.get(what) != text:
+            self._faults[what] = text
+            if is_disk_full(exc) or isinstance(exc, sqlite3.OperationalError):
+                log.warning("%s failed: %s (logged once until it recovers)", what, text)
+            else:
+                log.exception("%s failed (logged once until it recovers)", what)
+        return text
+
+    def _recovered(self, what: str) -> None:
+        fault = self._faults.pop(what, None)
+        if fault is not None:
+            log.warning("%s works again after: %s", what, fault)
 
     async def refresh_counts(self) -> None:
         """Recount occurrences by state for `status()`; a scan of all history, so it is
@@ -276,7 +305,8 @@ class SchedulerEngine:
         view = self._lease
         if view.token is not None and now < view.renew_at:
             return True
-        ttl = round(self.config.lease_ttl * self.clock.scale)
+        ttl = self._ttl
+        asked = self.clock.monotonic()
         result = await self.store.acquire_lease(self.owner, now, ttl, self._identity, _holder_gone)
         view.seen = result.lease
         if not result.held:
@@ -287,9 +317,50 @@ class SchedulerEngine:
         assert result.lease is not None
         view.token, view.state = result.lease.token, "held"
         view.renew_at = now + ttl // 2
+        self._confirmed(asked, ttl)
         if result.new:
             log.info("holding the lease (token %s)", view.token)
             await self._recover(now)
+        return True
+
+    @property
+    def _ttl(self) -> int:
+        return round(self.config.lease_ttl * self.clock.scale)
+
+    def _confirmed(self, asked: float, ttl: int) -> None:
+        """The store granted the lease for `ttl` from no earlier than `asked` (monotonic).
+        Stop starting runs a little before it lapses, so a standby never overlaps."""
+        margin = min(ttl / 10, self.clock.scale * MICROS) / MICROS
+        self._lease.deadline = asked + ttl / MICROS - margin
+        self._lease.confirmed = asked
+
+    async def may_start(self) -> bool:
+        """Whether a process may start at this instant: the lease is held by the monotonic
+        clock and by the wall clock; after a pause longer than the renew interval, only
+        once the store has confirmed it. Called by the dispatcher just before each start."""
+        view = self._lease
+        if view.token is None or view.seen is None:
+            return False
+        mono = self.clock.monotonic()
+        if mono >= view.deadline or self.clock.now() >= view.seen.expires_at:
+            log.warning("the lease lapsed (a pause?); starting nothing until it is renewed")
+            view.token, view.state = None, "none"
+            return False
+        if mono - view.confirmed <= self._ttl / 2 / MICROS:
+            return True
+        ttl, now = self._ttl, self.clock.now()
+        try:
+            expires = await self.store.renew_lease(self.owner, view.token, now, ttl)
+        except Exception as exc:
+            log.warning("cannot confirm the lease before starting a run: %s", fault_text(exc))
+            return False
+        if expires is None:
+            log.warning("lease lost while paused; starting nothing more")
+            view.token, view.state = None, "standby"
+            return False
+        view.seen.expires_at = expires
+        view.renew_at = now + ttl // 2
+        self._confirmed(mono, ttl)
         return True
 
     async def _scan_due(self, now: int) -> None:
@@ -301,6 +372,8 @@ class SchedulerEngine:
         for occ in await self.store.active_occurrences():
             active.setdefault(occ.task_id, []).append(occ)
         for start in range(0, len(due), self.config.batch):
+            if not await self.may_start():  # a pause since the lease was last confirmed
+                raise LeaseLost("the lease lapsed during the scan; claiming nothing more")
             page = await self.store.tasks_by_id(due[start : start + self.config.batch])
             plans = [self._plan(task, now, bool(active.get(task.id))) for task in page]
             await self._claim_and_dispatch({t.id: t for t in page}, plans, active, now)
@@ -342,12 +415,19 @@ class SchedulerEngine:
     async def _dispatch(self, jobs: list[Job]) -> None:
         if not jobs:
             return
-        results = await self.dispatcher.dispatch(jobs)
+        try:
+            results = await self.dispatcher.dispatch(jobs, self.may_start)
+            self._recovered("dispatch")
+        except Exception as exc:  # a dispatcher must not raise; if one does, say so per run
+            reason = self._faulted("dispatch", exc)
+            results = [DispatchFailure("DISPATCH_FAILED", reason)] * len(jobs)
         now = self.clock.now()
-        failed = []
+        failed, unstarted = [], []
         for job, result in zip(jobs, results, strict=True):
             if isinstance(result, DispatchFailure):
                 failed.append((job.occurrence.id, result.code, redact(result.detail)))
+            elif isinstance(result, NotStarted):
+                unstarted.append(job.occurrence.id)
             else:
                 receipt: dict[str, object] = {"accepted_at": now}
                 if result.command_id != job.occurrence.command_id:
@@ -356,6 +436,10 @@ class SchedulerEngine:
                     receipt["log_path"] = result.log_path
                 self._receipts[job.occurrence.id] = receipt
         await self.store.fail_occurrences(failed, now, states=("claimed",))
+        if unstarted:
+            released = await self.store.release_unstarted(unstarted, now, NOT_STARTED)
+            log.warning("lease lost: %d claimed run(s) not started, handed back", len(released))
+            self._notify(EngineChange(occurrences=frozenset(unstarted)))
 
     # ---- run now, cancel -------------------------------------------------------------
 
@@ -441,8 +525,9 @@ class SchedulerEngine:
                 continue
             try:
                 await self.reconcile()
-            except Exception:
-                log.exception("reconcile failed")
+                self._recovered("reconcile")
+            except Exception as exc:
+                self._faulted("reconcile", exc)
 
     # ---- recovery and pruning ------------------------------------------------------------
 
@@ -454,9 +539,12 @@ class SchedulerEngine:
         failed = []
         for occ in orphans:
             killed = await _kill_orphan(occ)
-            detail = f"engine {occ.owner} is gone" + (
-                "; its process group was killed" if killed else ""
-            )
+            if occ.state == "claimed" and occ.pid is None:
+                detail = f"engine {occ.owner} lost its lease; not known to have started"
+            else:
+                detail = f"engine {occ.owner} is gone" + (
+                    "; its process group was killed" if killed else ""
+                )
             failed.append((occ.id, "INTERRUPTED", detail))
         await self.store.fail_occurrences(failed, now)
         if failed:
@@ -472,6 +560,23 @@ class SchedulerEngine:
         for path in await self.store.prune(self.config.keep):
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
+            "disk is full" in str(exc)
+        )
+    return False
+
+
+def fault_text(exc: BaseException) -> str:
+    """One redacted line for a failure; a full disk says so first, for the status line."""
+    text = redact(f"{type(exc).__name__}: {exc}").splitlines()[0][:512] if str(exc) else ""
+    text = text or type(exc).__name__
+    return f"disk full: {text}" if is_disk_full(exc) else text
 
 
 def _fold(progress: Progress, events: list, receipts: dict[int, dict]) -> Change | None:

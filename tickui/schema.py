@@ -96,6 +96,12 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (  # 4: per-task stats for a few ids; occurrences_slot is partial, so it cannot serve them
         "CREATE INDEX occurrences_task_id ON occurrences(task_id, id)",
     ),
+    (  # 5: a slot recorded `skipped` (never run) no longer blocks running it later: an
+        # engine that lost its lease before starting a claimed slot hands the slot back.
+        "DROP INDEX occurrences_slot",
+        """CREATE UNIQUE INDEX occurrences_slot ON occurrences(task_id, scheduled_for)
+            WHERE kind = 'scheduled' AND state <> 'skipped'""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)

@@ -713,6 +713,57 @@ class Store:
             )
             return LeaseResult(True, Lease(owner, token, now + ttl, host, pid), new=True)
 
+    async def renew_lease(self, owner: str, token: int, now: int, ttl: int) -> int | None:
+        """Extend the lease only while `token` still holds it unexpired at `now`.
+
+        Returns the new expiry, or None when the lease lapsed or changed hands: unlike
+        `acquire_lease`, this never takes a lapsed lease back under a new token."""
+        async with self._write():
+            cursor = await self._conn.execute(
+                "UPDATE lease SET expires_at = ? WHERE name = 'engine' AND owner = ?"
+                " AND token = ? AND expires_at > ?",
+                (now + ttl, owner, token, now),
+            )
+        return now + ttl if cursor.rowcount == 1 else None
+
+    async def release_unstarted(self, ids: Sequence[int], now: int, detail: str) -> list[int]:
+        """Occurrences claimed here that may no longer be started (the lease was lost).
+
+        Each still `claimed` one is recorded `skipped` with `detail` (it never ran), and
+        its scheduled slot is handed back to its task (unless the definition changed or
+        the task already points earlier), so the lease holder's misfire policy decides
+        about it. Returns the ids recorded."""
+        if not ids:
+            return []
+        released: list[int] = []
+        async with self._write():
+            for chunk in _chunks(list(ids), 500):
+                marks = ",".join("?" * len(chunk))
+                rows = await self._all(
+                    "SELECT o.id, o.kind, o.scheduled_for, o.generation, t.id, t.name, t.spec"
+                    " FROM occurrences o LEFT JOIN tasks t ON t.id = o.task_id"
+                    f" WHERE o.id IN ({marks}) AND o.state = 'claimed'"
+                    " ORDER BY o.scheduled_for",
+                    chunk,
+                )
+                for occ_id, kind, slot, generation, task_id, name, spec in rows:
+                    await self._conn.execute(
+                        "UPDATE occurrences SET state = 'skipped', finished_at = ?, detail = ?"
+                        " WHERE id = ? AND state = 'claimed'",
+                        (now, detail, occ_id),
+                    )
+                    released.append(occ_id)
+                    if kind != "scheduled" or task_id is None:
+                        continue
+                    jitter = json.loads(spec).get("jitter", 0)
+                    await self._conn.execute(
+                        "UPDATE tasks SET next_run_at = ?, due_at = ? WHERE id = ?"
+                        " AND generation = ? AND enabled = 1"
+                        " AND (next_run_at IS NULL OR next_run_at > ?)",
+                        (slot, slot + jitter_offset(name, slot, jitter), task_id, generation, slot),
+                    )
+        return released
+
     async def release_lease(self, owner: str, token: int, now: int) -> None:
         async with self._write():
             await self._conn.execute(
