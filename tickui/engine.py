@@ -11,7 +11,6 @@ import contextlib
 import errno
 import logging
 import os
-import signal
 import sqlite3
 import uuid
 from collections import Counter
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from tickui import procs
 from tickui.clock import Clock
 from tickui.dispatch import Dispatcher, DispatchFailure, Job, NotStarted
+from tickui.dispatch.containment import end_orphaned_run
 from tickui.errors import TickuiError
 from tickui.models import Lease, Occurrence, Task
 from tickui.occurrence import Change, Progress, fold_events
@@ -601,14 +601,8 @@ def _holder_gone(host: str | None, pid: int | None, pid_start: int | None) -> bo
 
 
 async def _kill_orphan(occ: Occurrence) -> bool:
-    same_leader = procs.alive(occ.pid, occ.pid_start)
-    if not occ.pgid or not (same_leader or (occ.pid and procs.start_ticks(occ.pid) is None)):
+    """End what a vanished engine on this host left running of `occ`: its group and every
+    descendant, wherever it was reparented. Another host's processes are not ours to signal."""
+    if (occ.owner or "").split(":", 1)[0] != procs.host():
         return False
-    if not procs.group_alive(occ.pgid):
-        return False
-    procs.signal_group(occ.pgid, signal.SIGTERM)
-    for _ in range(20):
-        await asyncio.sleep(0.1)
-        if not procs.group_alive(occ.pgid):
-            return True
-    return procs.signal_group(occ.pgid, signal.SIGKILL)
+    return await end_orphaned_run(occ) > 0
