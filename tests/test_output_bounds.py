@@ -11,6 +11,7 @@ import re
 import resource
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -197,3 +198,44 @@ def test_compaction_keeps_bounds_for_any_chunking(tmp_path):
         assert path.read_bytes() == produced[:head] + dropped_marker(dropped) + produced[-tail:]
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+async def test_a_large_tail_is_compacted_off_the_event_loop_and_stays_bounded(
+    tmp_path, monkeypatch
+):
+    head, tail = 1024, 9 * 1024 * 1024  # above INLINE_COMPACT: compaction runs in a thread
+    total = 60_000_000
+    threads = []
+    compact = BoundedLog.compact
+
+    def observed(self):
+        threads.append(threading.current_thread() is threading.main_thread())
+        compact(self)
+
+    monkeypatch.setattr(BoundedLog, "compact", observed)
+    script = f"echo START; head -c {total} /dev/zero | tr '\\0' q; echo; echo END"
+    async with rig(tmp_path / "t.db") as r:
+        dispatcher = SubprocessDispatcher(r.store, r.clock, 1.0, head, tail)
+        r.engine.dispatcher = dispatcher
+        await r.add("huge", every="1h", command=["sh", "-c", script])
+        await r.engine.start()
+        path = Path((await r.history())[0].log_path)
+        largest = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while dispatcher.active() and loop.time() < deadline:
+            with contextlib.suppress(OSError):
+                largest = max(largest, path.stat().st_size)
+            await asyncio.sleep(0.005)
+        await r.settle()
+        occ = (await r.history())[0]
+        await dispatcher.shutdown(1)
+    assert occ.state == "succeeded", occ.detail
+    assert len(threads) >= 3 and not any(threads), threads  # never on the event loop
+    assert largest <= head + 100 + 2 * tail + 16 * 65536, largest
+    data = path.read_bytes()
+    found = MARKER.search(data)
+    assert found and found.start() == head
+    assert int(found[1]) == 6 + total + 5 - head - tail
+    assert data[:head] == b"START\n" + b"q" * (head - 6)
+    assert data[found.end() :] == b"q" * (tail - 5) + b"\nEND\n"

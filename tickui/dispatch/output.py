@@ -34,6 +34,7 @@ LAST_LINE_MAX = 300
 _COPY_CHUNK = 1 << 20
 _READ_CHUNK = 1 << 16
 _READS_PER_WAKEUP = 16
+INLINE_COMPACT = 8 << 20  # larger tails are compacted in a thread, reading paused meanwhile
 
 
 def read_tail(path: str | os.PathLike[str] | None, limit: int = TAIL_BYTES) -> str:
@@ -109,6 +110,7 @@ class BoundedLog:
         self.health = health or OutputHealth()
         self.head = max(0, head)
         self.tail = max(1, tail)
+        self.inline = self.tail <= INLINE_COMPACT
         self.fd: int | None = os.open(
             path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
         )
@@ -128,7 +130,7 @@ class BoundedLog:
         if not data:
             return
         self.received += len(data)
-        self._last = (self._last + data)[-LAST_BYTES:]
+        self._last = (self._last + data[-LAST_BYTES:])[-LAST_BYTES:]
         if self.fd is None:
             self._lose(len(data), "log closed")
             return
@@ -145,8 +147,11 @@ class BoundedLog:
             kept = 0 if start is None else self.size - start
             self._lose(len(data) - kept, _reason(exc))
             return
-        if self.size - self.body > 2 * self.tail:
+        if self.inline and self.needs_compaction():
             self.compact()
+
+    def needs_compaction(self) -> bool:
+        return self.fd is not None and self.size - self.body > 2 * self.tail
 
     def _append(self, data: bytes) -> None:
         assert self.fd is not None
@@ -236,12 +241,15 @@ def _reason(exc: BaseException) -> str:
 
 
 class OutputPump:
-    """Reads a run's pipe in the event loop and feeds its BoundedLog."""
+    """Reads a run's pipe in the event loop and feeds its BoundedLog. A large tail is
+    compacted in a thread while reading pauses (the run then waits on its full pipe)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, sink: BoundedLog) -> None:
         self.loop = loop
         self.fd: int | None = fd
         self.sink = sink
+        self._compacting: asyncio.Task[None] | None = None
+        self._finishing = False
         os.set_blocking(fd, False)
         loop.add_reader(fd, self._readable)
 
@@ -251,6 +259,19 @@ class OutputPump:
         except Exception:
             log.exception("reading output of %s failed", self.sink.path.name)
             self._close()
+        if self.fd is not None and self._compacting is None and self.sink.needs_compaction():
+            self.loop.remove_reader(self.fd)
+            self._compacting = self.loop.create_task(self._compact())
+
+    async def _compact(self) -> None:
+        try:
+            await asyncio.to_thread(self.sink.compact)
+        except Exception:
+            log.exception("compacting %s failed", self.sink.path.name)
+        finally:
+            self._compacting = None
+            if self.fd is not None and not self._finishing:
+                self.loop.add_reader(self.fd, self._readable)
 
     def _read(self, reads: int) -> bool:
         """Read what is there (up to `reads` chunks); True once the pipe is at its end."""
@@ -273,16 +294,23 @@ class OutputPump:
             self.sink.write(data)
         return False
 
-    def finish(self, limit: int = 4 << 20) -> None:
+    async def finish(self, limit: int = 4 << 20) -> None:
         """The run's process has ended: take what is left in the pipe (bounded, for a
-        descendant that still writes), then stop reading and close the log."""
+        descendant that still writes), then stop reading and close the log. Never raises
+        (but may be cancelled)."""
+        self._finishing = True
         try:
+            if self._compacting is not None:
+                await self._compacting
             self._read(max(1, limit // _READ_CHUNK))
         except Exception:
             log.exception("reading output of %s failed", self.sink.path.name)
         finally:
             self._close()
+        if self.sink.inline:
             self.sink.close()
+        else:
+            await asyncio.to_thread(self.sink.close)
 
     def _close(self) -> None:
         fd, self.fd = self.fd, None

@@ -234,13 +234,13 @@ class SubprocessDispatcher:
             except TimeoutError:
                 timed_out = True
                 await self._terminate(run)
-            self._finish_output(run)
+            await self._finish_output(run)
             outcome = self._outcome(run, timeout, timed_out)
         except Exception as exc:
             log.exception("watching occurrence %s failed", run.occurrence.id)
             outcome = await self._watch_failed(run, exc)
         finally:
-            self._finish_output(run)
+            await self._finish_output(run)
             await self._end_rest(run)
             self._runs.pop(run.occurrence.id, None)
             try:
@@ -265,10 +265,10 @@ class SubprocessDispatcher:
         return NewEvent(self.clock.now(), RUN_FAILED, occ.command_id, run.run_id, payload)
 
     @staticmethod
-    def _finish_output(run: _Run) -> None:
+    async def _finish_output(run: _Run) -> None:
         pump, run.output = run.output, None
         if pump is not None:
-            pump.finish()
+            await pump.finish()
 
     def _outcome(self, run: _Run, timeout: int | None, timed_out: bool) -> NewEvent:
         code = run.process.returncode
