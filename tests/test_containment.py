@@ -35,6 +35,18 @@ note() {{ echo "$1 $$" >> {pids}; }}
 """
 
 
+@pytest.fixture(autouse=True)
+def _kill_leftovers(request):
+    """A failing case must not leave its sleepers behind: kill what this test started
+    (pytest names the running test in the environment its processes inherit)."""
+    mark = f"PYTEST_CURRENT_TEST={request.node.nodeid} (call)".encode()
+    yield
+    for pid in scan():
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as handle:
+            if pid != os.getpid() and mark in handle.read():
+                os.kill(pid, signal.SIGKILL)
+
+
 def script(tmp_path: Path, body: str) -> tuple[list[str], Path]:
     pids = tmp_path / "pids"
     path = tmp_path / "run.sh"
@@ -273,8 +285,16 @@ async def test_an_orphaned_run_is_found_by_its_environment_after_a_crash(tmp_pat
     assert main is not None
     occ.pid = occ.pgid = found["main"]
     occ.pid_start = main.start
-    assert await containment.end_orphaned_run(occ, grace=1.0) >= 1
-    await wait_for(lambda: not survivors(found), 10, "the orphaned tree to end")
+    # the same occurrence id from another database (another slot): not this run's
+    other = {**env, "TICKUI_SCHEDULED_FOR": "2027-01-15T08:01:00+00:00"}
+    decoy = subprocess.Popen(["sleep", "300"], env=other, start_new_session=True)
+    try:
+        assert await containment.end_orphaned_run(occ, grace=1.0) >= 2
+        await wait_for(lambda: not survivors(found), 10, "the orphaned tree to end")
+        assert decoy.poll() is None, "a process of another run was killed"
+    finally:
+        decoy.kill()
+        decoy.wait()
 
 
 async def test_scans_are_cheap_and_off_the_loop(tmp_path):

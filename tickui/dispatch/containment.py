@@ -256,6 +256,8 @@ class Containment:
         self._environ: dict[tuple[int, int], frozenset[bytes]] = {}
         self._lock = threading.Lock()
         self._watch: asyncio.Task[None] | None = None
+        self._survey_task: asyncio.Future[Snapshot] | None = None
+        self._survey_began = 0.0
         self.scans = 0
         self.scan_seconds = 0.0  # total, for measuring what tracking costs
         self.scan_max = 0.0
@@ -285,9 +287,10 @@ class Containment:
 
     async def _follow(self) -> None:
         """While runs are active: record their descendants, reap their reparented zombies."""
+        loop = asyncio.get_running_loop()
         while self._trees:
             try:
-                await self._survey()
+                await self._survey(loop.time() - self.scan_every / 2)
             except Exception:
                 log.exception("following runs' processes failed")
             await asyncio.sleep(self.scan_every)
@@ -324,7 +327,18 @@ class Containment:
         self.scan_max = max(self.scan_max, spent)
         return snap, linked, orphans, dict(self._environ)
 
-    async def _survey(self) -> Snapshot:
+    async def _survey(self, after: float | None = None) -> Snapshot:
+        """A survey begun at or after loop time `after` (default: now): the one in flight
+        or the last one if it began late enough, else a new one. Runs being ended at once
+        share scans instead of each scanning every POLL."""
+        loop = asyncio.get_running_loop()
+        after = loop.time() if after is None else after
+        if self._survey_task is None or self._survey_began < after:
+            self._survey_began = loop.time()
+            self._survey_task = asyncio.ensure_future(self._survey_once())
+        return await asyncio.shield(self._survey_task)
+
+    async def _survey_once(self) -> Snapshot:
         """Scan once, record every tracked tree's members, reap their reparented zombies."""
         roots = {t.pid for t in self._trees.values()}
         snap, linked, orphans, environ = await asyncio.to_thread(self._scan_sync, roots)
@@ -348,8 +362,8 @@ class Containment:
 
     async def end(self, key: int, grace: float) -> int:
         """Terminate run `key`'s whole tree: SIGTERM, SIGKILL after `grace`, until none is
-        left. Returns how many processes besides the main one were found. Safe to call
-        twice (the second call waits for the first)."""
+        left. Returns how many of its processes were alive (the main one included). Safe
+        to call twice (the second call waits for the first)."""
         tree = self._trees.get(key)
         if tree is None:
             return 0
@@ -362,8 +376,8 @@ class Containment:
             if not self.tracking:
                 return await end_group(tree.pid, grace)
 
-            async def survey() -> tuple[dict[int, Proc], Proc | None, bool]:
-                snap = await self._survey()
+            async def survey(after: float) -> tuple[dict[int, Proc], Proc | None, bool]:
+                snap = await self._survey(after)
                 return tree.members_in(snap), tree.main_in(snap), tree.group_possible(snap)
 
             return await _end_tree(tree, survey, grace, f"occurrence {key}")
@@ -382,7 +396,7 @@ class Containment:
 
 
 Snapshot = dict[int, Proc]
-Survey = Callable[[], Awaitable[tuple[dict[int, Proc], Proc | None, bool]]]
+Survey = Callable[[float], Awaitable[tuple[dict[int, Proc], Proc | None, bool]]]
 
 
 async def _end_tree(tree: _Tree, survey: Survey, grace: float, what: str) -> int:
@@ -393,11 +407,14 @@ async def _end_tree(tree: _Tree, survey: Survey, grace: float, what: str) -> int
     sig = signal.SIGTERM
     sent: set[tuple[int, int]] = set()
     seen: set[int] = set()
+    signalled = loop.time()
     while True:
-        members, main, group_ok = await survey()
-        seen.update(members)
+        members, main, group_ok = await survey(signalled)  # a scan begun after the signals
         live = {p.pid: p for p in members.values() if not p.zombie}
         main_live = main is not None and not main.zombie
+        seen.update(live)
+        if main_live:
+            seen.add(tree.pid)
         if not members and not main_live:
             return len(seen)
         now = loop.time()
@@ -408,6 +425,7 @@ async def _end_tree(tree: _Tree, survey: Survey, grace: float, what: str) -> int
             left = sorted(live) + ([tree.pid] if main_live else [])
             log.warning("%s: processes left after SIGKILL: %s", what, left or "zombies")
             return len(seen)
+        signalled = loop.time()
         _signal_tree(tree.pid, group_ok, main_live, live, sig, sent)
         await asyncio.sleep(POLL)
 
@@ -477,7 +495,7 @@ async def end_orphaned_run(occurrence: Occurrence, grace: float = 2.0) -> int:
     (if their number is not another process's PID now), every process carrying its
     `TICKUI_OCCURRENCE_ID` and `TICKUI_SCHEDULED_FOR` that started after its main process,
     and their descendants, wherever they were reparented. SIGTERM, SIGKILL after `grace`.
-    Returns how many processes were found (0: nothing was left)."""
+    Returns how many processes were alive (0: nothing was left to kill)."""
     pgid = occurrence.pgid or occurrence.pid
     if not pgid:
         return 0
@@ -507,7 +525,7 @@ async def end_orphaned_run(occurrence: Occurrence, grace: float = 2.0) -> int:
                     os.waitpid(p.pid, os.WNOHANG)
         return members, main, group_ok
 
-    async def survey() -> tuple[dict[int, Proc], Proc | None, bool]:
+    async def survey(after: float) -> tuple[dict[int, Proc], Proc | None, bool]:
         return await asyncio.to_thread(look)
 
     return await _end_tree(tree, survey, grace, f"occurrence {occurrence.id} (orphaned)")
