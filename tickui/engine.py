@@ -60,6 +60,7 @@ class EngineStatus:
     counts: dict[str, int]
     coalesced: int
     was_standby: bool
+    warning: str | None = None  # something degraded while scanning works (run output)
 
     def to_json(self) -> dict[str, object]:
         from tickui.timeutil import iso
@@ -77,6 +78,7 @@ class EngineStatus:
             "counts": dict(self.counts),
             "coalesced_scans": self.coalesced,
             "was_standby": self.was_standby,
+            "warning": self.warning,
         }
 
 
@@ -210,7 +212,12 @@ class SchedulerEngine:
             counts=dict(self._scan.counts),
             coalesced=self._coalesced,
             was_standby=self._was_standby,
+            warning=self._warning(),
         )
+
+    def _warning(self) -> str | None:
+        problem = getattr(self.dispatcher, "output_problem", None)
+        return f"run output not written ({problem})" if isinstance(problem, str) else None
 
     # ---- lifecycle -------------------------------------------------------------------
 

@@ -99,6 +99,8 @@ def engine_state(status: EngineStatus | None, ticker_status: str) -> tuple[str, 
         return f"error: {safe_text(status.detail)}", "bold red"
     if status.lease_state != "held" or ticker_status != "running":
         return "waiting for ticks" if ticker_status != "running" else "waiting", "yellow"
+    if status.warning:
+        return f"running, {status.warning}", "bold yellow"
     return "running", "bold green"
 
 
