@@ -101,7 +101,9 @@ def _convert(value: Any, kind: str, name: str, from_text: bool) -> Any:
             raise BadInput(name, f"{value!r} is not true or false")
         return value
     if not isinstance(value, str) or not value.strip():
-        raise BadInput(name, f"{value!r} is not a non-empty text")
+        raise BadInput(name, f"{checks.shown(value)} is not a non-empty text")
+    if not value.isprintable():
+        raise BadInput(name, f"{checks.shown(value)} holds control characters")
     return value.strip()
 
 

@@ -9,7 +9,7 @@ MICROS = 1_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # ASCII digits only (`\d` would take full-width ones), bounded so no float overflows.
-_DURATION = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{1,6})?)\s*(ms|s|m|h|d)\s*", re.ASCII)
+_DURATION = re.compile(r" *([0-9]{1,12}(?:\.[0-9]{1,6})?) *(ms|s|m|h|d) *", re.ASCII)
 MAX_DURATION = 3660 * 86400 * MICROS  # ten years: beyond any bound a field sets
 MIN_INSTANT = 0  # 1970-01-01T00:00:00Z
 MAX_INSTANT = 253_402_300_799 * MICROS  # 9999-12-31T23:59:59Z

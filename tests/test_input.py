@@ -1,0 +1,223 @@
+"""Every value from a flag, the environment or tickui.toml goes through one checker with
+bounds: a bad one is one line naming it, exit 2, never a traceback and never accepted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import cli
+from tickui import checks, config
+from tickui.errors import BadInput
+from tickui.timeutil import MICROS, parse_duration
+
+ADD = ["task", "add", "job"]
+OK = ["--every", "1s"]
+
+
+def _refused(result, *words: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)
+
+
+BAD_FLAGS = [
+    (["history", "--limit", "99999999999999999999"], "--limit"),
+    (["history", "--limit", "100001"], "--limit"),
+    (["history", "--limit", "-1"], "--limit"),
+    (["history", "--limit", "１０"], "--limit"),  # full-width digits
+    (["history", "--limit", "1e3"], "--limit"),
+    ([*ADD[:2], "job\n", *OK, "--", "true"], "name"),  # a name ending in a newline
+    (["task", "show", "job\n"], "name"),
+    (["history", "job\n"], "name"),
+    ([*ADD, *OK, "--tz", "", "--", "true"], "tz"),
+    ([*ADD, *OK, "--tz", " ", "--", "true"], "tz"),
+    ([*ADD, *OK, "--misfire", "", "--", "true"], "misfire"),
+    ([*ADD, *OK, "--concurrency", "", "--", "true"], "concurrency"),
+    ([*ADD, *OK, "--env", "=v", "--", "true"], "env"),
+    ([*ADD, *OK, "--env", "A B=v", "--", "true"], "env"),
+    ([*ADD, *OK, "--env", "1A=v", "--", "true"], "env"),
+    ([*ADD, *OK, "--env", "Ä=v", "--", "true"], "env"),
+    ([*ADD, *OK, "--env", "novalue", "--", "true"], "env"),
+    ([*ADD, "--every", "１s", "--", "true"], "every"),  # full-width digit
+    ([*ADD, "--every", "1s\n", "--", "true"], "every"),
+    ([*ADD, "--every", "9" * 400 + "s", "--", "true"], "every"),
+    ([*ADD, *OK, "--timeout", "99999999999d", "--", "true"], "timeout"),
+    ([*ADD, *OK, "--timeout", "400d", "--", "true"], "timeout"),
+    ([*ADD, "--at", "２０３０-01-01T00:00:00Z", "--", "true"], "at"),
+    ([*ADD, "--at", "9999-12-31T23:59:59-14:00", "--", "true"], "at"),
+    ([*ADD, *OK, "--anchor", "0001-01-01T00:00:00+01:00", "--", "true"], "anchor"),
+    ([*ADD, *OK, "--cwd", "/no/such/dir", "--", "true"], "cwd"),
+    ([*ADD, *OK, "--cwd", "/etc/passwd", "--", "true"], "cwd"),
+    ([*ADD, "--cron", "", "--", "true"], "cron"),
+    (["run", "--for", "nan"], "--for"),
+    (["run", "--for", "inf"], "--for"),
+    (["run", "--for", "-5"], "--for"),
+    (["run", "--for", "0"], "--for"),
+    (["run", "--for", "1e400"], "--for"),
+    (["run", "--for", "１"], "--for"),
+    (["run", "--time-scale", "nan"], "--time-scale"),
+    (["run", "--time-scale", "inf"], "--time-scale"),
+    (["--time-scale", "nan", "run"], "--time-scale"),
+    (["demo", "--time-scale", "-inf"], "--time-scale"),
+    (["run", "--kafka", "::::"], "--kafka"),
+    (["run", "--kafka", "host:0"], "--kafka"),
+    (["run", "--kafka", "host:65536"], "--kafka"),
+    (["run", "--kafka", ":9092"], "--kafka"),
+    (["run", "--kafka", "host:９０９２"], "--kafka"),
+    (["ticks", "--kafka", "::::"], "--kafka"),
+    (["ticks", "--kafka", "h:1", "--count", "0"], "--count"),
+    (["ticks", "--kafka", "h:1", "--for", "nan"], "--for"),
+    (["run", "--valkey", "redis://h:notaport/0"], "--valkey"),
+    (["run", "--valkey", "redis://:p/w@host:6379"], "--valkey"),
+    (["run", "--valkey", "redis://h:6379/zero"], "--valkey"),
+    (["run", "--valkey", "redis://h:99999/0"], "--valkey"),
+    (["run", "--valkey", "redis://"], "--valkey"),
+    (["run", "--stop-grace", "2h"], "--stop-grace"),
+    (["run", "--stop-grace", "nan"], "--stop-grace"),
+    (["run", "--tick-interval", "1ms"], "--tick-interval"),
+    (["task", "disable", "job", "--note", "x" * 70_000], "--note"),
+    (["--db", "", "task", "list"], "--db"),
+    (["--config", "", "task", "list"], "--config"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), BAD_FLAGS)
+def test_bad_flags_are_one_line_exit_2(tmp_path, args, named):
+    db = tmp_path / "t.db"
+    _refused(cli(*args, db=db if "--db" not in args else None), named)
+    assert not db.exists()
+
+
+BAD_ENV = [
+    ({"TICKUI_MISFIRE_GRACE": "2d"}, "TICKUI_MISFIRE_GRACE"),
+    ({"TICKUI_MISFIRE_GRACE": "１s"}, "TICKUI_MISFIRE_GRACE"),
+    ({"TICKUI_BREAKER_THRESHOLD": "１０"}, "TICKUI_BREAKER_THRESHOLD"),
+    ({"TICKUI_BREAKER_THRESHOLD": "99999999999999999999999"}, "TICKUI_BREAKER_THRESHOLD"),
+    ({"TICKUI_VALKEY_URL": "redis://:p/w@h:1"}, "TICKUI_VALKEY_URL"),
+    ({"TICKUI_KAFKA_BOOTSTRAP": "::::"}, "TICKUI_KAFKA_BOOTSTRAP"),
+    ({"TICKUI_SCHEDULER_ID": "id\n"}, "TICKUI_SCHEDULER_ID"),
+    ({"TICKUI_TOPIC": "topic\n"}, "TICKUI_TOPIC"),
+    ({"TICKUI_DB": ""}, "TICKUI_DB"),
+]
+
+
+@pytest.mark.parametrize(("env", "named"), BAD_ENV)
+def test_bad_environment_values_are_one_line_exit_2(tmp_path, env, named):
+    result = cli("run", "--for", "1", env={"TICKUI_DB": str(tmp_path / "t.db"), **env})
+    _refused(result, named)
+    assert not (tmp_path / "t.db").exists()
+
+
+BAD_CONFIGS = [
+    ("[engine]\ndb = 5\n", "engine.db"),
+    ('[engine]\ndb = ""\n', "engine.db"),
+    ('[engine]\ndb = "a\\u0000b"\n', "engine.db"),
+    ("[engine]\nkeep = 0\n", "engine.keep"),
+    ("[engine]\nkeep = 1000001\n", "engine.keep"),
+    ("[engine]\nkeep = 99999999999999999999\n", "engine.keep"),
+    ("[engine]\nkeep = 1.5\n", "engine.keep"),
+    ('[engine]\nmisfire_grace = "2d"\n', "engine.misfire_grace"),
+    ('[engine]\nstop_grace = "61m"\n', "engine.stop_grace"),
+    ('[engine]\nlease_ttl = "2h"\n', "engine.lease_ttl"),
+    ('[engine]\nlog_head = "65MiB"\n', "engine.log_head"),
+    ('[engine]\nlog_tail = "512B"\n', "engine.log_tail"),
+    ('[engine]\nlog_tail = "2GiB"\n', "engine.log_tail"),
+    ('[engine]\nlog_tail = "lots"\n', "engine.log_tail"),
+    ('[valkey]\nurl = "redis://:p/w@host:6379"\n', "valkey.url"),
+    ('[kafka]\nbootstrap = "::::"\n', "kafka.bootstrap"),
+    ('[ticker]\nscheduler_id = "a\\n"\n', "ticker.scheduler_id"),
+    ('[[task]]\nname = "a\\n"\nevery = "1s"\ncommand = ["true"]\n', "task[1].name"),
+    ('[[task]]\nname = "a"\nevery = "1s"\ncommand = ["tr\\u0000ue"]\n', "task[1].command"),
+    ('[[task]]\nname = "a"\nevery = "1s"\ncommand = ["true"]\nenv = { "A=B" = "x" }\n', "env"),
+    ('[[task]]\nname = "a"\nevery = "1s"\ncommand = ["true"]\nenv = { A = "x\\u0000" }\n', "env"),
+    ('[[task]]\nname = "a"\nevery = "1s"\ncommand = ["true"]\ncwd = "/no/such"\n', "cwd"),
+    ('[[task]]\nname = "a"\nevery = "1s"\ncommand = ["true"]\ntz = ""\n', "tz"),
+    ('[[task]]\nname = "a"\nevery = "1s"\ncommand = ["true"]\nmisfire = ""\n', "misfire"),
+    ("x = " + "[" * 100_000, "tickui.toml"),
+    ("[" * 100_000, "tickui.toml"),
+    ("a = " + "{b = " * 50_000, "tickui.toml"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "named"), BAD_CONFIGS, ids=[f"{i}-{named}" for i, (_, named) in enumerate(BAD_CONFIGS)]
+)
+def test_bad_config_values_are_one_line_exit_2(tmp_path, text, named):
+    (tmp_path / "tickui.toml").write_text(text)
+    for args in (["run", "--for", "1"], ["task", "list"]):
+        _refused(cli(*args, db=tmp_path / "t.db", cwd=tmp_path), named)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tickui.toml"]
+
+
+def test_a_config_that_is_not_a_file_is_refused(tmp_path):
+    _refused(cli("--config", "/dev/zero", "task", "list", db=tmp_path / "t.db"), "/dev/zero")
+    (tmp_path / "d").mkdir()
+    _refused(cli("--config", str(tmp_path / "d"), "task", "list", db=tmp_path / "t.db"))
+
+
+def test_a_huge_config_is_refused_without_reading_it_all(tmp_path):
+    big = tmp_path / "tickui.toml"
+    big.write_text("# padding\n" * (config.MAX_CONFIG_BYTES // 10 + 10))
+    _refused(cli("task", "list", db=tmp_path / "t.db", cwd=tmp_path), "tickui.toml")
+
+
+GOOD_ENGINE = [
+    ({"keep": 1}, lambda e: e.keep == 1),
+    ({"keep": 1_000_000}, lambda e: e.keep == 1_000_000),
+    ({"misfire_grace": "0s"}, lambda e: e.misfire_grace == 0),
+    ({"misfire_grace": "1d"}, lambda e: e.misfire_grace == 86400 * MICROS),
+    ({"stop_grace": "1h"}, lambda e: e.stop_grace == 3600 * MICROS),
+    ({"log_head": "0B"}, lambda e: e.log_head == 0),
+    ({"log_head": "64MiB"}, lambda e: e.log_head == 64 * 1024 * 1024),
+    ({"log_tail": "1KiB"}, lambda e: e.log_tail == 1024),
+    ({"log_tail": "1GiB"}, lambda e: e.log_tail == 1024**3),
+    ({"log_tail": "1.5MiB"}, lambda e: e.log_tail == 1536 * 1024),
+    ({"log_tail": 4096}, lambda e: e.log_tail == 4096),
+    ({}, lambda e: (e.log_head, e.log_tail) == (64 * 1024, 1024 * 1024)),
+]
+
+
+@pytest.mark.parametrize(("raw", "check"), GOOD_ENGINE)
+def test_engine_values_at_their_bounds_are_accepted(raw, check):
+    assert check(config._engine(raw, {}))
+
+
+def test_the_checker_refuses_what_python_would_take():
+    for text in ("nan", "inf", "-inf", "1e5", "１", "0x10", "1_000", " ", ""):
+        with pytest.raises(BadInput):
+            checks.number(text, "n", 0, 10**6)
+    for value in (float("nan"), float("inf"), True):
+        with pytest.raises(BadInput):
+            checks.number(value, "n", 0, 10)
+    for text in ("１s", "1s\n", "1 s s", "1e3s", "nan s", "5"):
+        with pytest.raises(BadInput):
+            parse_duration(text)
+    for text in ("::::", "h:", ":1", "h:1,", "h:0", "[::1]:", "user:pw@h:1", "h:1 ,g:2"):
+        with pytest.raises(BadInput):
+            checks.bootstrap(text, "b")
+    assert checks.bootstrap("h:1,[::1]:9092,k.example.com:65535", "b")
+    assert checks.valkey_url("redis://user:ab@pw@host/0", "u")  # the last @ ends the user part
+    assert checks.valkey_url("redis://:p%2Fw@host:6379", "u")
+
+
+def test_a_cli_with_no_traceback_even_for_a_bug(tmp_path):
+    """The last resort: an unexpected exception is still one line (exit 1)."""
+    code = (
+        "import sys, tickui.cli as c\n"
+        "def boom(argv): raise ZeroDivisionError('x')\n"
+        "c.run = boom\n"
+        "c.main(['task', 'list'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "internal error" in result.stderr
