@@ -216,8 +216,15 @@ class SchedulerEngine:
         )
 
     def _warning(self) -> str | None:
-        problem = getattr(self.dispatcher, "output_problem", None)
-        return f"run output not written ({problem})" if isinstance(problem, str) else None
+        said = []
+        for attribute, what in (
+            ("recording_problem", "run events not recorded"),
+            ("output_problem", "run output not written"),
+        ):
+            problem = getattr(self.dispatcher, attribute, None)
+            if isinstance(problem, str):
+                said.append(f"{what} ({problem})")
+        return "; ".join(said) or None
 
     # ---- lifecycle -------------------------------------------------------------------
 
