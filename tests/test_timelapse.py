@@ -148,9 +148,12 @@ def test_real_commands_run_on_the_copy_on_time(tmp_path):
 
     slots = sorted(datetime.fromisoformat(s) for s in out.read_text().split())
     assert len(slots) >= 30, f"only {len(slots)} minutes ran in 4 s at 900x"
-    assert {(b - a).total_seconds() for a, b in itertools.pairwise(slots)} == {60}
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(slots)]
+    assert all(gap > 0 and gap % 60 == 0 for gap in gaps), gaps  # on the grid, none twice
     task = final_json(run.stderr)["time_lapse"]["tasks"]["minutely"]
-    assert task["missed"] == 0 and task.get("failed", 0) == 0
+    assert task["succeeded"] == len(slots) and task.get("failed", 0) == 0
+    # A slot a loaded machine scanned too late is counted missed, never lost.
+    assert len(slots) + task["missed"] == (slots[-1] - slots[0]).total_seconds() / 60 + 1
     assert task["late_max_s"] < 60  # late by less than one slot, in engine time
     assert digest(db) == before and beside(db) == files
     assert list(scratch.iterdir()) == []
@@ -263,6 +266,15 @@ def test_a_database_in_use_is_copied_with_its_wal_and_real_runs_are_never_signal
         holder.close()
         real_run.kill()
         real_run.wait()
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie nobody reaped yet does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # ---- the simulated dispatcher -----------------------------------------------------------
@@ -511,7 +523,7 @@ def test_dashboard_time_lapse_in_a_terminal_and_sigterm_removes_the_copy(tmux, t
     assert folder.name.startswith(TEMP_PREFIX)
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
-    while list(scratch.iterdir()) or Path(f"/proc/{pid}").exists():
+    while list(scratch.iterdir()) or _running(pid):
         assert time.monotonic() < deadline, "the dashboard did not end and clean up"
         time.sleep(0.1)
     assert list(marks.iterdir()) == []
