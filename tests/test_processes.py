@@ -94,6 +94,7 @@ def _running(db):
 
 def test_kill_9_then_restart_interrupts_and_carries_on(tmp_path):
     db = tmp_path / "t.db"
+    escaped = tmp_path / "escaped.pid"
     added = cli(
         "task",
         "add",
@@ -101,18 +102,23 @@ def test_kill_9_then_restart_interrupts_and_carries_on(tmp_path):
         "--every",
         "2s",
         "--",
-        sys.executable,
+        "sh",
         "-c",
-        "import time; time.sleep(60)",
+        # a setsid child leaves the run's process group and session: recovery finds it
+        # by the occurrence's variables in its environment
+        f"setsid sh -c 'echo $$ > {escaped}; exec sleep 60' & exec sleep 60",
         db=db,
     )
     assert added.returncode == 0, added.stderr
     engine = _spawn(db, "--for", "60")
     occ_id, child, _ = _wait_for(lambda: _running(db), 15, "a running occurrence")
-    assert _alive(child)
+    setsid_child = int(_wait_for(lambda: escaped.exists() and escaped.read_text(), 15, "pid"))
+    assert _alive(child) and _alive(setsid_child)
+    assert os.getsid(setsid_child) != os.getsid(child)
     engine.send_signal(signal.SIGKILL)
     engine.wait(10)
     assert _alive(child), "the run should outlive its engine (own process group)"
+    assert _alive(setsid_child)
 
     restarted = _spawn(db, "--for", "5", "--stop-grace", "500ms")
     _, err = restarted.communicate(timeout=60)
@@ -121,6 +127,7 @@ def test_kill_9_then_restart_interrupts_and_carries_on(tmp_path):
     interrupted = next(o for o in history if o["id"] == occ_id)
     assert interrupted["state"] == "failed" and interrupted["error_code"] == "INTERRUPTED"
     assert not _alive(child), "the orphaned run was not terminated"
+    assert not _alive(setsid_child), "the orphaned run's setsid child was not terminated"
     slots = [o["scheduled_for"] for o in history]
     assert len(slots) == len(set(slots)), "a slot ran twice"
     later = [o for o in history if o["scheduled_for"] > interrupted["scheduled_for"]]
