@@ -1,0 +1,149 @@
+"""One redaction wherever text leaves tickui, and control characters never reach a
+terminal raw: real `tickui` processes, every output of a task that carries secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from helpers import cli
+from tickui.redact import RedactingFilter, printable, redact, redact_data, safe_text
+
+# (text holding a secret, the secret) for every form the issue names, and a few more.
+FORMS = [
+    ("redis://user:ab@pw1@host/0", "ab@pw1"),
+    ("redis://:p/w2@host:6379", "p/w2"),
+    ("redis://user:p/w@x3@host:6379/0", "p/w@x3"),
+    ("rediss://:only4@host", "only4"),
+    ("user:hunter5@broker:9092", "hunter5"),
+    ("--kafka user:hunter6@broker:9092,other:9092", "hunter6"),
+    ("postgres://me:s3cr3t7@db.example.com/x", "s3cr3t7"),
+    ("password=sw0rd8", "sw0rd8"),
+    ("DB_PASSWORD=sw0rd9 other", "sw0rd9"),
+    ("token: tok10", "tok10"),
+    ("Authorization: Bearer abcdef1234511", "abcdef1234511"),
+    ("mysql --password sw0rd12 -h db", "sw0rd12"),
+    ("'redis://a:one13@h', 'redis://b:two14@h'", "one13"),
+    ("'redis://a:one13@h', 'redis://b:two14@h'", "two14"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), FORMS)
+def test_every_form_is_redacted(text, secret):
+    assert secret not in redact(text)
+    assert "***" in redact(text)
+    assert secret not in safe_text(text)
+
+
+def test_what_is_not_a_secret_is_left_alone():
+    for text in ("every 1s", "exit 3", "at 12:30 today", "user@host", "http://h:80/p?x=1", "a:b"):
+        assert redact(text) == text
+    assert redact("redis://user:pw@host:6379/0") == "redis://user:***@host:6379/0"
+
+
+def test_data_is_redacted_inside_lists_and_flags_hide_their_value():
+    data = redact_data(
+        {"command": ["mysql", "--password", "x1", "redis://u:x2@h"], "env": {"API_TOKEN": "x3"}}
+    )
+    text = json.dumps(data)
+    assert not any(s in text for s in ("x1", "x2", "x3"))
+    assert data["command"][0] == "mysql"
+
+
+def test_control_characters_are_made_visible():
+    raw = "a\x1b[2J\x07b\rc\x00d\x9b\u202ee\u2028f"
+    shown = printable(raw)
+    assert shown.isprintable()
+    assert "\\x1b" in shown and "\\u202e" in shown
+    assert printable("one\ntwo", newlines=True) == "one\ntwo"
+    assert printable("one\ntwo") == "one\\x0atwo"
+
+
+def test_the_log_filter_redacts_and_keeps_a_record_on_one_line():
+    record = logging.LogRecord(
+        "t", logging.ERROR, "f", 1, "url %s\x1b[31m\nforged", ("redis://u:pw@h",), None
+    )
+    RedactingFilter().filter(record)
+    message = record.getMessage()
+    assert "pw@" not in message and "\n" not in message and "\x1b" not in message
+
+
+SECRET_COMMAND = (
+    "echo start; echo 'redis://user:ab@pw1@host/0'; echo 'user:hunter5@broker:9092';"
+    " printf 'password=sw0rd8 \\033[31mred\\033[0m redis://:p/w2@host:6379\\n'; exit 3"
+)
+SECRETS = ["ab@pw1", "hunter5", "sw0rd8", "p/w2"]
+
+
+def _clean(text: str, where: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text, (where, secret, text)
+    assert "\x1b" not in text, (where, text)
+
+
+def test_no_secret_and_no_raw_escape_in_any_output(tmp_path):
+    db = tmp_path / "t.db"
+    added = cli(
+        "task", "add", "leaky", "--every", "1s",
+        "--env", "TARGET=redis://user:ab@pw1@host/0",
+        "--env", "API_TOKEN=hunter5",
+        "--", "sh", "-c", SECRET_COMMAND,
+        db=db,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    _clean(added.stdout + added.stderr, "task add")
+    disabled = cli("task", "disable", "leaky", "--note", "\x1b[2Jpassword=sw0rd8", db=db)
+    _clean(disabled.stdout + disabled.stderr, "disable")
+    assert cli("task", "enable", "leaky", db=db).returncode == 0
+    run = cli(
+        "run", "--for", "2.5", "--valkey", "redis://user:ab@pw1@127.0.0.1:1/0", db=db, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    _clean(run.stdout + run.stderr, "run (its log)")
+    assert "127.0.0.1" in run.stderr  # the Valkey error is there, redacted
+    outputs = {}
+    for args in (
+        ["task", "show", "leaky"],
+        ["task", "show", "leaky", "--json"],
+        ["task", "list"],
+        ["task", "list", "--json"],
+        ["history"],
+        ["history", "--json"],
+        ["history", "leaky", "--json"],
+    ):
+        result = cli(*args, db=db)
+        assert result.returncode == 0, (args, result.stderr)
+        _clean(result.stdout + result.stderr, " ".join(args))
+        outputs[" ".join(args)] = result.stdout
+    failed = [o for o in json.loads(outputs["history --json"]) if o["state"] == "failed"]
+    assert failed, outputs["history --json"]
+    assert "redis://:***@host:6379" in failed[0]["detail"]  # the detail is there, redacted
+    assert "\\x1b" in outputs["history"] or "***" in outputs["history"]
+    shown = json.loads(outputs["task show leaky --json"])[0]
+    assert shown["command"][0] == "sh"
+
+
+@pytest.mark.parametrize(
+    ("args", "secret"),
+    [
+        (["run", "--valkey", "redis://:p/w2@host:6379"], "p/w2"),
+        (["run", "--valkey", "redis://user:ab@pw1@host:notaport/0"], "ab@pw1"),
+        (["run", "--kafka", "user:hunter5@broker:9092"], "hunter5"),
+        (["ticks", "--kafka", "user:hunter5@broker:9092"], "hunter5"),
+        (["run", "--valkey", "redis://u:sw0rd8@h:1/0?socket_timeout=x"], "sw0rd8"),
+    ],
+)
+def test_error_lines_never_show_the_secret(tmp_path, args, secret):
+    result = cli(*args, db=tmp_path / "t.db")
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert secret not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_config_values_are_quoted_redacted(tmp_path):
+    (tmp_path / "tickui.toml").write_text('[valkey]\nurl = "redis://:p/w2@host:6379"\n')
+    result = cli("task", "list", db=tmp_path / "t.db", cwd=tmp_path)
+    assert result.returncode == 2 and "p/w2" not in result.stderr
+    assert "valkey.url" in result.stderr
