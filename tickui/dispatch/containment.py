@@ -408,6 +408,7 @@ async def _end_tree(tree: _Tree, survey: Survey, grace: float, what: str) -> int
     sent: set[tuple[int, int]] = set()
     seen: set[int] = set()
     signalled = loop.time()
+    me = os.getpid()
     while True:
         members, main, group_ok = await survey(signalled)  # a scan begun after the signals
         live = {p.pid: p for p in members.values() if not p.zombie}
@@ -415,7 +416,10 @@ async def _end_tree(tree: _Tree, survey: Survey, grace: float, what: str) -> int
         seen.update(live)
         if main_live:
             seen.add(tree.pid)
-        if not members and not main_live:
+        # a zombie is over; only those this process must reap (reparented here) are waited
+        # for, so they are gone, not merely dead, when the run is recorded as ended
+        reaping = any(p.zombie and p.ppid == me for p in members.values())
+        if not live and not main_live and not reaping:
             return len(seen)
         now = loop.time()
         if sig == signal.SIGTERM and now >= deadline:
