@@ -74,6 +74,7 @@ BAD_FLAGS = [
     (["ticks", "--kafka", "::::"], "--kafka"),
     (["ticks", "--kafka", "h:1", "--count", "0"], "--count"),
     (["ticks", "--kafka", "h:1", "--for", "nan"], "--for"),
+    (["ticks", "--kafka", "h:1", "--topic", "no spaces"], "--topic"),
     (["run", "--valkey", "redis://h:notaport/0"], "--valkey"),
     (["run", "--valkey", "redis://:p/w@host:6379"], "--valkey"),
     (["run", "--valkey", "redis://h:6379/zero"], "--valkey"),
@@ -154,6 +155,15 @@ def test_bad_config_values_are_one_line_exit_2(tmp_path, text, named):
     for args in (["run", "--for", "1"], ["task", "list"]):
         _refused(cli(*args, db=tmp_path / "t.db", cwd=tmp_path), named)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tickui.toml"]
+
+
+def test_a_bad_environment_value_is_blamed_on_the_variable_beside_a_good_file(tmp_path):
+    (tmp_path / "tickui.toml").write_text("[engine]\nkeep = 5\n")
+    result = cli(
+        "task", "list", db=tmp_path / "t.db", cwd=tmp_path, env={"TICKUI_MISFIRE_GRACE": "9d"}
+    )
+    _refused(result, "TICKUI_MISFIRE_GRACE")
+    assert "tickui.toml" not in result.stderr
 
 
 def test_a_config_that_is_not_a_file_is_refused(tmp_path):

@@ -23,6 +23,7 @@ from tickui.redact import redact_data, safe_text
 from tickui.schedules import preview
 from tickui.spec import build_spec, check_name
 from tickui.store import Store
+from tickui.ticker_config import TOPIC
 from tickui.timeutil import iso
 
 EXIT_BAD_INPUT = 2
@@ -335,6 +336,8 @@ def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
     if not bootstrap:
         raise BadInput("kafka", "give --kafka BOOTSTRAP (or TICKUI_KAFKA_BOOTSTRAP)")
     topic = args.topic or settings.ticker.topic
+    if not TOPIC.fullmatch(topic):
+        raise BadInput("--topic", f"{checks.shown(topic)} is not a valid Kafka topic name")
     return main_sync(bootstrap, topic, args.json, args.duration, args.count, args.from_beginning)
 
 

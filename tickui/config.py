@@ -55,9 +55,9 @@ class Settings:
 
 
 def default_db() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share"
-    )
+    base = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(base) or "\x00" in base:  # the XDG spec: ignore a relative one
+        base = os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "tickui" / "tickui.db"
 
 
@@ -149,6 +149,8 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     try:
         engine = _engine(engine_raw, env)
     except BadInput as exc:
+        if exc.field.startswith("TICKUI_"):  # the environment's value, not the file's
+            raise
         raise _fail(path, text, "engine", 0, exc, "engine.") from None
     tasks = _tasks(path, text, data.get("task", []), now)
     try:
