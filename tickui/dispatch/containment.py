@@ -14,8 +14,10 @@ reused PID is never signalled): SIGTERM, then SIGKILL after the grace, rescannin
 nothing of the tree is left. Zombies of reparented orphans are reaped by pid; the run's
 main process is asyncio's child and is never waited for here.
 
-Without /proc or prctl (macOS, the BSDs) only the run's process group is signalled:
-children that leave it (`setsid`, a daemon's double fork) are not found.
+Without /proc (macOS, the BSDs) only the run's process group is signalled: children that
+leave it (`setsid`, a daemon's double fork) are not found. On a Linux that refuses the
+subreaper, orphans are looked for among init's children too (found while they keep the
+run's variables; reaping them is init's business).
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ PR_SET_CHILD_SUBREAPER = 36
 HAVE_PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
 POLL = 0.05  # how often a run being ended is rescanned
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for the tree before giving up
-MARKER_KEYS = ("TICKUI_OCCURRENCE_ID", "TICKUI_SCHEDULED_FOR")
 
 _subreaper: bool | None = None
 
