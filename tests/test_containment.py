@@ -306,3 +306,26 @@ async def test_scans_are_cheap_and_off_the_loop(tmp_path):
     per_scan = (time.perf_counter() - began) / 20
     print(f"\n/proc scan: {len(scan())} processes, {per_scan * 1000:.2f} ms a scan")
     assert c.scans == 20
+
+
+async def test_without_proc_the_process_group_is_still_ended(tmp_path):
+    """The fallback where processes cannot be listed (macOS, the BSDs): the run's group is
+    signalled as a group, SIGKILL after the grace; a setsid child is out of reach there."""
+    command, pids = script(
+        tmp_path,
+        "trap '' TERM\nnote main\n"
+        f"sh -c 'echo \"child $$\" >> {tmp_path / 'pids'}; exec sleep 300' &\nwait",
+    )
+    async with rig(tmp_path / "t.db") as r:
+        r.engine.dispatcher._containment.tracking = False
+        await r.add("fallback", every="1h", command=command)
+        await r.engine.start()
+        found = await wait_pids(pids, {"main", "child"})
+        (run,) = await r.history()
+        assert await asyncio.wait_for(r.engine.cancel(run.id), 10), "cancel hung"
+        # nothing reaps here without tracking (init would, where there is no subreaper)
+        live = lambda: {n: s for n, s in survivors(found).items() if s != "zombie"}  # noqa: E731
+        await wait_for(lambda: not live(), 10, "the group to end")
+        for pid in found.values():
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
