@@ -37,7 +37,14 @@ from tickui.ui.panes import (
     TicksPane,
 )
 from tickui.ui.rows import OccurrenceRows, TaskRows
-from tickui.ui.screens import AddTaskScreen, ConfirmScreen, DetailScreen, HelpScreen, QuitScreen
+from tickui.ui.screens import (
+    AddTaskScreen,
+    ConfirmScreen,
+    DetailScreen,
+    DetailSource,
+    HelpScreen,
+    QuitScreen,
+)
 from tickui.ui.table import RowTable
 
 DRAIN_EVERY = 0.05  # engine notifications reach the panes within this
@@ -434,7 +441,16 @@ class TickuiApp(App[int]):
     def action_detail(self) -> None:
         task = self._need_task()
         if task is not None and not isinstance(self.screen, DetailScreen):
-            self.push_screen(DetailScreen(task))
+            self.push_screen(DetailScreen(task, self._detail_source()))
+
+    def _detail_source(self) -> DetailSource:
+        assert self.host is not None
+        return DetailSource(
+            current_task=lambda task: self.task_rows.by_id.get(task.id, task),
+            history=lambda name, limit: self.host.store.history(name, limit=limit),
+            now=self._now,
+            cancel=self.cancel_occurrence,
+        )
 
     def action_add_task(self) -> None:
         self.push_screen(AddTaskScreen(self._now), self._added)

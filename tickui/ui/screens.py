@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from rich.table import Table
 from rich.text import Text
@@ -25,8 +26,16 @@ from tickui.store import default_anchor
 from tickui.timeutil import format_duration
 from tickui.ui.cells import STATE_STYLE, code_text, detail_text, duration, lateness, stamp_text
 
-if TYPE_CHECKING:
-    from tickui.ui.app import TickuiApp
+
+@dataclass(frozen=True)
+class DetailSource:
+    """What the detail screen needs from whoever shows it, handed down rather than
+    reached for: the task's live row, its run history, the time, and how to cancel."""
+
+    current_task: Callable[[Task], Task]
+    history: Callable[[str, int], Awaitable[list[Occurrence]]]
+    now: Callable[[], int]
+    cancel: Callable[[Occurrence | None], Awaitable[None]]
 
 
 class HelpScreen(ModalScreen[None]):
@@ -213,15 +222,12 @@ class DetailScreen(Screen[None]):
         Binding("c", "cancel_selected", "Cancel run"),
     ]
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, source: DetailSource) -> None:
         super().__init__()
         self.task_row = task
+        self.source = source
         self.recent: list[Occurrence] = []
         self.picked = 0
-
-    @property
-    def tickui(self) -> TickuiApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="detail-top"):
@@ -240,15 +246,15 @@ class DetailScreen(Screen[None]):
         self.set_interval(0.25, self.reload)
 
     async def reload(self) -> None:
-        app = self.tickui
+        source = self.source
         # The dashboard's rows are kept current (engine notices, other processes' commits);
         # only this task's run history is read here.
-        self.task_row = app.task_rows.by_id.get(self.task_row.id, self.task_row)
+        self.task_row = source.current_task(self.task_row)
         picked = self.recent[self.picked].id if self.recent else None
-        self.recent = await app.host.store.history(self.task_row.name, limit=12)
+        self.recent = await source.history(self.task_row.name, 12)
         ids = [o.id for o in self.recent]
         self.picked = ids.index(picked) if picked in ids else 0
-        self.render_all(app.clock.now())
+        self.render_all(source.now())
 
     def render_all(self, now: int) -> None:
         self.query_one("#detail-facts", Static).update(task_facts(self.task_row))
@@ -269,11 +275,11 @@ class DetailScreen(Screen[None]):
     def action_pick(self, step: int) -> None:
         if self.recent:
             self.picked = max(0, min(len(self.recent) - 1, self.picked + step))
-            self.render_all(self.tickui.clock.now())
+            self.render_all(self.source.now())
 
     async def action_cancel_selected(self) -> None:
         occ = self.recent[self.picked] if self.recent else None
-        await self.tickui.cancel_occurrence(occ)
+        await self.source.cancel(occ)
 
 
 def task_facts(task: Task) -> Table:
