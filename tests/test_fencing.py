@@ -205,7 +205,7 @@ def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(tmp_path):
     db, out, config = tmp_path / "t.db", tmp_path / "ran.txt", tmp_path / "tickui.toml"
     config.write_text('[engine]\nlease_ttl = "2s"\n')
     now = time.time()
-    anchor = (int(now) // 10 + 2) * 10  # a common slot 10 to 20 s ahead
+    anchor = int(now) + 8  # a common slot 8 s ahead: time for both engines to start
     script = (
         f'echo "$TICKUI_OCCURRENCE_ID $TICKUI_TASK@$TICKUI_SCHEDULED_FOR $(date +%s%N)" >> {out}'
     )
