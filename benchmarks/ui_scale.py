@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tickui.clock import Clock, SystemClock
 from tickui.config import Settings
-from tickui.dispatch import DispatchFailure, Job, Receipt
+from tickui.dispatch import DispatchFailure, Fence, Job, Receipt
 from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION, TERMINAL
 from tickui.spec import build_spec
 from tickui.store import NewEvent, Store
@@ -195,11 +195,15 @@ class InProcessDispatcher:
     def active(self) -> int:
         return len(self._runs)
 
-    async def dispatch(self, jobs: Sequence[Job]) -> list[Receipt | DispatchFailure]:
+    async def dispatch(
+        self, jobs: Sequence[Job], may_start: Fence | None = None
+    ) -> list[Receipt | DispatchFailure]:
         results: list[Receipt | DispatchFailure] = []
         started: list[NewEvent] = []
         runs: list[_FakeRun] = []
         for job in jobs:
+            if may_start is not None and not await may_start():  # as the real one, per start
+                raise AssertionError("the benchmark engine lost its lease")
             occ = job.occurrence
             seconds = 0.1 + (occ.id % 10) * 0.02
             run = _FakeRun(occ.id, occ.command_id, f"run-{uuid.uuid4().hex[:16]}", seconds)
