@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from engine_procs import wait_for
+
 from helpers import T0, rig
 from tickui.clock import ManualClock
 from tickui.dispatch import SubprocessDispatcher
@@ -187,16 +189,6 @@ def _spawn(db: Path, config: Path, log: Path) -> subprocess.Popen:
     )
 
 
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
@@ -228,12 +220,12 @@ def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(tmp_path):
     asyncio.run(seed())
     holder = _spawn(db, config, tmp_path / "a.log")
     try:
-        _wait(lambda: "running on" in (tmp_path / "a.log").read_text(), 20, "the holder")
+        wait_for(lambda: "running on" in (tmp_path / "a.log").read_text(), 20, "the holder")
         standby = _spawn(db, config, tmp_path / "b.log")
         try:
-            _wait(lambda: "standby" in (tmp_path / "b.log").read_text(), 20, "the standby")
+            wait_for(lambda: "standby" in (tmp_path / "b.log").read_text(), 20, "the standby")
             # Freeze the holder as soon as its burst has begun.
-            started = _wait(lambda: len(_lines(out)), 30, "the burst")
+            started = wait_for(lambda: len(_lines(out)), 30, "the burst", step=0.005)
             os.kill(holder.pid, signal.SIGSTOP)
             at_stop = len(_lines(out))
             assert at_stop < BURST, f"the burst ended ({at_stop}) before SIGSTOP; too fast"

@@ -5,26 +5,43 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from dataclasses import dataclass
 
 
 def host() -> str:
     return socket.gethostname()
 
 
-def start_ticks(pid: int) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot), or None if it is gone."""
+@dataclass(frozen=True, slots=True)
+class Proc:
+    pid: int
+    ppid: int
+    pgrp: int
+    session: int
+    start: int
+    zombie: bool
+
+
+def read_proc(pid: int) -> Proc | None:
+    """One process's stat line, or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             data = handle.read()
     except OSError:
         return None
     fields = data[data.rfind(b")") + 2 :].split()
-    if fields and fields[0] == b"Z":
-        return None  # a zombie has finished
     try:
-        return int(fields[19])
+        return Proc(
+            pid, int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), fields[0] == b"Z"
+        )
     except (IndexError, ValueError):
         return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if it is gone."""
+    proc = read_proc(pid)
+    return None if proc is None or proc.zombie else proc.start
 
 
 def alive(pid: int | None, started: int | None) -> bool:

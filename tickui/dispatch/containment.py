@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tickui.models import Occurrence
+from tickui.procs import Proc, read_proc
 from tickui.timeutil import iso
 
 log = logging.getLogger("tickui.dispatch")
@@ -79,32 +80,6 @@ def _marker_bytes(marker: Mapping[str, str]) -> frozenset[bytes]:
 
 
 # ---- /proc -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Proc:
-    pid: int
-    ppid: int
-    pgrp: int
-    session: int
-    start: int
-    zombie: bool
-
-
-def read_proc(pid: int) -> Proc | None:
-    """One process's stat line, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return Proc(
-            pid, int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), fields[0] == b"Z"
-        )
-    except (IndexError, ValueError):
-        return None
 
 
 def scan() -> dict[int, Proc]:
