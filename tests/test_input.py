@@ -80,6 +80,13 @@ BAD_FLAGS = [
     (["run", "--valkey", "redis://h:6379/zero"], "--valkey"),
     (["run", "--valkey", "redis://h:99999/0"], "--valkey"),
     (["run", "--valkey", "redis://"], "--valkey"),
+    # what the client library refuses, for every scheme, is refused at the flag
+    (["run", "--valkey", "unix:///tmp/v.sock?db=abc"], "--valkey"),
+    (["run", "--valkey", "unix:///tmp/v.sock?socket_timeout=x"], "--valkey"),
+    (["run", "--valkey", "redis://h:1/0?max_connections=-1"], "--valkey"),
+    (["run", "--valkey", "redis://h:1/0?no_such_option=1"], "--valkey"),
+    (["run", "--valkey", "redis://h:1/0?protocol=9"], "--valkey"),
+    (["run", "--valkey", "rediss://h:1/0?ssl_cert_reqs=bogus"], "--valkey"),
     (["run", "--stop-grace", "2h"], "--stop-grace"),
     (["run", "--stop-grace", "nan"], "--stop-grace"),
     (["run", "--tick-interval", "1ms"], "--tick-interval"),
@@ -215,6 +222,12 @@ def test_the_checker_refuses_what_python_would_take():
     assert checks.bootstrap("h:1,[::1]:9092,k.example.com:65535", "b")
     assert checks.valkey_url("redis://user:ab@pw@host/0", "u")  # the last @ ends the user part
     assert checks.valkey_url("redis://:p%2Fw@host:6379", "u")
+    # valkey:// is accepted as README says, and handed on as the client reads it
+    assert checks.valkey_url("valkey://h:6379/0", "u") == "redis://h:6379/0"
+    from tickui import ticker_config
+
+    built = ticker_config.build({}, {"TICKUI_VALKEY_URL": "valkey://h:6379/0"})
+    assert built.valkey_url == "redis://h:6379/0"
 
 
 def test_a_cli_with_no_traceback_even_for_a_bug(tmp_path):

@@ -140,7 +140,8 @@ def test_good_ticker_values_at_the_edges(ticker, check):
         ({"valkey": {"retries": 10}}, lambda c: c.valkey_retries == 10),
         ({"valkey": {"url": "redis://h:6379/0"}}, lambda c: c.valkey_url == "redis://h:6379/0"),
         ({"valkey": {"url": "rediss://u:p@h:1"}}, lambda c: c.valkey_url.startswith("rediss")),
-        ({"valkey": {"url": "valkey://h"}}, lambda c: c.valkey_url == "valkey://h"),
+        # valkey:// is redis:// to the client library (handed on unchanged it crashed the run)
+        ({"valkey": {"url": "valkey://h"}}, lambda c: c.valkey_url == "redis://h"),
         ({"valkey": {"url": "unix:///tmp/r.sock"}}, lambda c: c.valkey_url.startswith("unix")),
         ({"kafka": {"bootstrap": "127.0.0.1:9092"}}, lambda c: c.kafka_bootstrap),
         ({"kafka": {"bootstrap": "a:1,b.example:2"}}, lambda c: c.kafka_bootstrap),

@@ -134,7 +134,8 @@ def bootstrap(value: Any, name: str) -> str:
 
 def valkey_url(value: Any, name: str) -> str:
     """A Redis/Valkey URL that the client library will accept, checked here so that a bad
-    one is one line naming `name` (the URL itself is shown redacted)."""
+    one is one line naming `name` (the URL itself is shown redacted). Returned as the
+    client reads it: `valkey://` becomes `redis://`."""
     if not isinstance(value, str) or not re.match(r"(redis|rediss|valkey|unix)://", value):
         raise BadInput(name, "must start with redis://, rediss://, valkey:// or unix://")
     text(value, name, limit=4096)
@@ -152,27 +153,37 @@ def valkey_url(value: Any, name: str) -> str:
     if parts.scheme == "unix":
         if not parts.path:
             raise BadInput(name, f"{shown(value)} names no socket path")
-        return value
-    if not parts.hostname:
-        raise BadInput(
-            name,
-            f"{shown(value)} names no host (write / @ : in a password as %2F %40 %3A)",
-        )
-    if port is not None and not 1 <= port <= 65535:
-        raise BadInput(name, f"{shown(value)}: port {port} is out of range (1 to 65535)")
-    db = parts.path.lstrip("/")
-    if db and not re.fullmatch(r"[0-9]{1,5}", db, re.ASCII):
-        raise BadInput(
-            name,
-            f"{shown(value)}: the database after / must be a number (write / in a password as %2F)",
-        )
+    else:
+        if not parts.hostname:
+            raise BadInput(
+                name,
+                f"{shown(value)} names no host (write / @ : in a password as %2F %40 %3A)",
+            )
+        if port is not None and not 1 <= port <= 65535:
+            raise BadInput(name, f"{shown(value)}: port {port} is out of range (1 to 65535)")
+        db = parts.path.lstrip("/")
+        if db and not re.fullmatch(r"[0-9]{1,5}", db, re.ASCII):
+            raise BadInput(
+                name,
+                f"{shown(value)}: the database after / must be a number"
+                " (write / in a password as %2F)",
+            )
+    # The redis client understands redis://, rediss:// and unix:// only: valkey:// is
+    # redis:// to it. Build the connection the sequence store would (without connecting),
+    # so that whatever the client refuses (a query option it does not know or cannot
+    # read, for every scheme) is refused here, in one line, not later as a crash.
+    if value.startswith("valkey://"):
+        value = "redis://" + value[len("valkey://") :]
     try:
-        from redis.connection import parse_url
-
-        parse_url(value.replace("valkey://", "redis://", 1))
+        from redis.asyncio import ConnectionPool
     except ImportError:
-        pass
-    except (ValueError, TypeError) as exc:
+        return value
+    try:
+        pool = ConnectionPool.from_url(
+            value, socket_timeout=1.0, socket_connect_timeout=1.0, retry_on_timeout=False
+        )
+        pool.make_connection()
+    except Exception as exc:  # the client's own refusal: TypeError, ValueError, RedisError
         raise BadInput(name, f"{shown(value)}: {redact(str(exc))}") from None
     return value
 

@@ -135,7 +135,8 @@ def _check(cfg: TickerConfig, origin: dict[str, str]) -> None:
     if not cfg.sequence_key or len(cfg.sequence_key) > 512 or not cfg.sequence_key.isprintable():
         raise bad("sequence_key", f"{checks.shown(cfg.sequence_key)} is not a valid key")
     if cfg.valkey_url:
-        checks.valkey_url(cfg.valkey_url, origin.get("valkey_url", "valkey_url"))
+        # valkey:// comes back as redis://, the form the client library reads
+        cfg.valkey_url = checks.valkey_url(cfg.valkey_url, origin.get("valkey_url", "valkey_url"))
     if cfg.kafka_bootstrap:
         checks.bootstrap(cfg.kafka_bootstrap, origin.get("kafka_bootstrap", "kafka_bootstrap"))
 
