@@ -7,6 +7,13 @@ to tickui instead of init and stays in view. While runs are active, a scan of /p
 ticks); orphans reparented to tickui are matched to their run by the `TICKUI_*` variables
 in their environment, and members of the run's process group or session count too.
 
+An orphan that scrubbed its environment (`setsid env -i cmd &`) and whose parent died
+between two scans carries nothing of its run but what it inherited: it is matched by the
+run's output pipe among its open files, and failing that (it closed them too) by time:
+tickui starts no process outside a run in a session of its own, so such an orphan came
+from a run that was active when it started. It belongs to that run when only one was;
+when several were, it is ended with the last of them (never with a run still going).
+
 Ending a run (its main process exited, it timed out, was cancelled, or the engine stops)
 signals its process group as a group, every other group whose leader is a verified member
 as a group, and every remaining member one by one after checking its start ticks (a
@@ -111,6 +118,22 @@ def links(snap: Mapping[int, Proc]) -> dict[int, list[int]]:
     return out
 
 
+def pipes_of(pid: int) -> frozenset[int]:
+    """The inodes of the pipes among a process's open files (empty when unreadable)."""
+    found = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return frozenset()
+    for name in names:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+            if target.startswith("pipe:["):
+                with contextlib.suppress(ValueError):
+                    found.add(int(target[6:-1]))
+    return frozenset(found)
+
+
 def tickui_environ(pid: int) -> frozenset[bytes]:
     """The `TICKUI_*` entries of a process's environment (empty when unreadable)."""
     try:
@@ -158,6 +181,7 @@ class _Tree:
     pid: int
     start: int | None
     marker: frozenset[bytes]
+    pipe: int | None = None  # inode of the pipe the run's output goes to
     members: dict[int, int] = field(default_factory=dict)  # pid -> start ticks, now
     seen: dict[int, int] = field(default_factory=dict)  # members and gone group leaders
     ending: asyncio.Future[int] | None = None
@@ -173,11 +197,13 @@ class _Tree:
         orphans: Iterable[Proc],
         environ: Mapping[tuple[int, int], frozenset[bytes]],
         roots: set[int],
+        adopted: Iterable[int] = (),
     ) -> None:
         """Record everything of this tree in `snap` but the main process, zombies included:
         descendants of the main process and of every member seen before, members of a
         group or session one of them leads (also after its leader is gone: the number
-        stays reserved while the group lives), and orphans carrying the run's marker."""
+        stays reserved while the group lives), orphans carrying the run's marker, and
+        the `adopted` orphans found to be this run's otherwise."""
         known = dict(self.seen)
         if self.start is not None:
             known[self.pid] = self.start
@@ -194,6 +220,7 @@ class _Tree:
         for p in orphans:
             if p.start >= after and self.marker <= environ.get((p.pid, p.start), frozenset()):
                 seeds.append(p.pid)
+        seeds.extend(pid for pid in adopted if pid in snap)
         found: dict[int, Proc] = {}
         stack = seeds
         while stack:
@@ -228,8 +255,10 @@ class Containment:
         self.subreaper = enable_subreaper()
         self.tracking = HAVE_PROC
         self._me = os.getpid()
+        self._session = os.getsid(0)
         self._trees: dict[int, _Tree] = {}
         self._environ: dict[tuple[int, int], frozenset[bytes]] = {}
+        self._pipes: dict[tuple[int, int], frozenset[int]] = {}  # of unmarked orphans
         self._lock = threading.Lock()
         self._watch: asyncio.Task[None] | None = None
         self._survey_task: asyncio.Future[Snapshot] | None = None
@@ -240,14 +269,17 @@ class Containment:
 
     # ---- registration ----------------------------------------------------------------
 
-    def track(self, occurrence: Occurrence, pid: int) -> None:
+    def track(self, occurrence: Occurrence, pid: int, output: int | None = None) -> None:
         """Follow `occurrence`'s run, whose main process `pid` leads its own group and
-        session and carries `marker_for(occurrence)` in its environment. Call it right
-        after the process starts. Never raises (a run it cannot follow is ended by group)."""
+        session and carries `marker_for(occurrence)` in its environment; `output` is a
+        file descriptor of the pipe its output goes to. Call it right after the process
+        starts. Never raises (a run it cannot follow is ended by group)."""
         try:
             proc = read_proc(pid) if self.tracking else None
             marker = _marker_bytes(marker_for(occurrence))
-            self._trees[occurrence.id] = _Tree(pid, proc.start if proc else None, marker)
+            pipe = os.fstat(output).st_ino if output is not None else None
+            start = proc.start if proc else None
+            self._trees[occurrence.id] = _Tree(pid, start, marker, pipe)
             if self.tracking and (self._watch is None or self._watch.done()):
                 self._watch = asyncio.get_running_loop().create_task(self._follow())
         except Exception:
@@ -275,13 +307,13 @@ class Containment:
 
     def _scan_sync(
         self, roots: set[int]
-    ) -> tuple[dict[int, Proc], dict[int, list[int]], list[Proc], dict]:
+    ) -> tuple[dict[int, Proc], dict[int, list[int]], list[Proc], dict, dict]:
         with self._lock:  # two surveys may overlap (the follower and an ending run)
             return self._scan_locked(roots)
 
     def _scan_locked(
         self, roots: set[int]
-    ) -> tuple[dict[int, Proc], dict[int, list[int]], list[Proc], dict]:
+    ) -> tuple[dict[int, Proc], dict[int, list[int]], list[Proc], dict, dict]:
         began = time.perf_counter()
         snap = scan()
         linked = links(snap)
@@ -295,13 +327,46 @@ class Containment:
             seen.add(key)
             if key not in self._environ:
                 self._environ[key] = tickui_environ(p.pid)
+            if self._unmarked(p) and key not in self._pipes:
+                self._pipes[key] = pipes_of(p.pid)
         for key in [k for k in self._environ if k not in seen]:
             del self._environ[key]
+        for key in [k for k in self._pipes if k not in seen]:
+            del self._pipes[key]
         spent = time.perf_counter() - began
         self.scans += 1
         self.scan_seconds += spent
         self.scan_max = max(self.scan_max, spent)
-        return snap, linked, orphans, dict(self._environ)
+        return snap, linked, orphans, dict(self._environ), dict(self._pipes)
+
+    def _unmarked(self, p: Proc) -> bool:
+        """An orphan that carries no run's marker and was not started by tickui itself
+        (whose own children stay in its session; a run's descendants never can)."""
+        env = self._environ.get((p.pid, p.start), frozenset())
+        return p.session != self._session and not any(
+            e.startswith(b"TICKUI_OCCURRENCE_ID=") for e in env
+        )
+
+    def _adopt(
+        self, orphans: Iterable[Proc], pipes: Mapping[tuple[int, int], frozenset[int]]
+    ) -> dict[int, list[int]]:
+        """Which run each orphan without a marker came from: the run whose output pipe it
+        holds; else, for one reparented to tickui, the run active when it started if only
+        one was, or every such run once all of them are ending. Run key -> pids."""
+        out: dict[int, list[int]] = {}
+        trees = list(self._trees.items())
+        for p in orphans:
+            held = pipes.get((p.pid, p.start))
+            if held is None:
+                continue
+            owners = [k for k, t in trees if t.pipe is not None and t.pipe in held]
+            if not owners and p.ppid == self._me:
+                before = [(k, t) for k, t in trees if t.start is not None and t.start <= p.start]
+                going = [k for k, t in before if t.ending is None]
+                owners = going if len(going) == 1 else [k for k, _ in before] if not going else []
+            for key in owners:
+                out.setdefault(key, []).append(p.pid)
+        return out
 
     async def _survey(self, after: float | None = None) -> Snapshot:
         """A survey begun at or after loop time `after` (default: now): the one in flight
@@ -317,10 +382,11 @@ class Containment:
     async def _survey_once(self) -> Snapshot:
         """Scan once, record every tracked tree's members, reap their reparented zombies."""
         roots = {t.pid for t in self._trees.values()}
-        snap, linked, orphans, environ = await asyncio.to_thread(self._scan_sync, roots)
+        snap, linked, orphans, environ, pipes = await asyncio.to_thread(self._scan_sync, roots)
         roots = {t.pid for t in self._trees.values()}
-        for tree in list(self._trees.values()):
-            tree.collect(snap, linked, orphans, environ, roots)
+        adopted = self._adopt(orphans, pipes)
+        for key, tree in list(self._trees.items()):
+            tree.collect(snap, linked, orphans, environ, roots, adopted.get(key, ()))
         self._reap(snap, roots)
         return snap
 

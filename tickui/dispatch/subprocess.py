@@ -179,7 +179,8 @@ class SubprocessDispatcher:
                     continue
                 self._runs[job.occurrence.id] = run
                 try:  # the run has started: a tracking fault must not end the batch
-                    self._containment.track(job.occurrence, run.process.pid)
+                    pipe = run.output.fd if run.output is not None else None
+                    self._containment.track(job.occurrence, run.process.pid, pipe)
                 except Exception:
                     log.exception("cannot track the processes of occurrence %s", run.occurrence.id)
                 runs.append((run, job.task.spec.timeout))
