@@ -549,7 +549,15 @@ class SchedulerEngine:
         """Runs left active by an engine that is gone end failed/INTERRUPTED, orphans killed."""
         await self.reconcile()
         assert self._lease.token is not None
-        orphans = await self.store.foreign_active(self._lease.token)
+        # This engine's own runs under an older token (its lease lapsed during a pause or
+        # a wall-clock step, and no one else took it) are not orphans: its dispatcher
+        # still watches them and records how they end. Only claims it never started
+        # (their outcome could not be written) are left to recover.
+        orphans = [
+            occ
+            for occ in await self.store.foreign_active(self._lease.token)
+            if occ.owner != self.owner or occ.state == "claimed"
+        ]
         failed = []
         for occ in orphans:
             killed = await _kill_orphan(occ)
