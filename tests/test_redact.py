@@ -27,6 +27,24 @@ FORMS = [
     ("mysql --password sw0rd12 -h db", "sw0rd12"),
     ("'redis://a:one13@h', 'redis://b:two14@h'", "one13"),
     ("'redis://a:one13@h', 'redis://b:two14@h'", "two14"),
+    # *_KEY= pairs (README) and the other short names as a whole part of a name
+    ("STRIPE_KEY=sk15", "sk15"),
+    ("x-api-key=k16", "k16"),
+    ("X-Api-Key: k17", "k17"),
+    ("DB_PASS=p18", "p18"),
+    ("--key=k19", "k19"),
+    # a quoted value is hidden to its closing quote, not to its first space
+    ("PASSWORD='two words20' next", "words20"),
+    ('mysql --password "two words21"', "words21"),
+    ("password=escaped\\ space22", "space22"),
+    # JSON and Python dict forms: the key's own closing quote
+    ('{"password": "pw23", "name": "n"}', "pw23"),
+    ("{'client_secret': 'pw24'}", "pw24"),
+    # whatever the scheme, an Authorization header's value
+    ('curl -H "Authorization: token tok25" h', "tok25"),
+    # curl / wget -u user:password
+    ("curl -u bob:pw26 https://h", "pw26"),
+    ("wget --user=bob:pw27 h", "pw27"),
 ]
 
 
@@ -40,6 +58,8 @@ def test_every_form_is_redacted(text, secret):
 def test_what_is_not_a_secret_is_left_alone():
     for text in ("every 1s", "exit 3", "at 12:30 today", "user@host", "http://h:80/p?x=1", "a:b"):
         assert redact(text) == text
+    for text in ("monkey=banana", "author=Bob", "bypass=1", "sort key: name", "--keep 5"):
+        assert redact(text) == text
     assert redact("redis://user:pw@host:6379/0") == "redis://user:***@host:6379/0"
 
 
@@ -50,6 +70,7 @@ def test_data_is_redacted_inside_lists_and_flags_hide_their_value():
     text = json.dumps(data)
     assert not any(s in text for s in ("x1", "x2", "x3"))
     assert data["command"][0] == "mysql"
+    assert redact_data(["curl", "-u", "bob:x4", "h"]) == ["curl", "-u", "bob:***", "h"]
 
 
 def test_control_characters_are_made_visible():

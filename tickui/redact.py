@@ -18,11 +18,27 @@ _USERINFO = re.compile(
     r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?P<user>[^\s:/@'\"<>()\[\]{},;=]*):(?P<pw>[^\s'\"<>]*)@"
 )
 _SECRET_WORD = (
-    r"(?:password|passwd|pwd|secret|token|api_?key|access_?key|private_?key|credentials?)"
+    r"(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|credentials?)"
 )
+# An Authorization header's value is hidden whole, whatever its scheme (`token abc`).
+_AUTHORIZATION = re.compile(
+    r"""(?i)(?P<key>\b(?:proxy-)?authorization['"]?)(?P<sep>\s*[=:]\s*)(?P<quote>['"]?)"""
+    r"""(?P<value>(?<=')[^'\n]*|(?<=")[^"\n]*|[^'"\n]+)"""
+)
+# Short words are secret names only as a whole part of a name (`DB_PASS`, `STRIPE_KEY`,
+# `x-api-key`, `auth`, `session`), not inside another word (`monkey`, `author`).
+_SHORT_WORD = r"(?<![A-Za-z])(?:pass|pw|key|auth|cookie|session|creds?)(?![A-Za-z])"
+# A pair's value: quoted, it runs to the closing quote (spaces and all; to the end when
+# the quote is never closed); bare, to the next space or separator (`\ ` escapes kept).
+_VALUE = r"""(?P<value>(?<=')[^']*|(?<=")[^"]*|(?:\\.|[^\s&;,'"\\])+)"""
 _KEY_VALUE = re.compile(
-    rf"(?i)(?P<key>\b[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*)(?P<sep>\s*[=:]\s*)"
-    r"(?P<quote>['\"]?)(?P<value>[^\s&;,'\"]+)"
+    rf"(?i)(?P<key>\b[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*['\"]?)(?P<sep>\s*[=:]\s*)"
+    rf"(?P<quote>['\"]?){_VALUE}"
+)
+_SHORT_KEY_VALUE = re.compile(
+    rf"(?i)(?P<key>\b[A-Za-z0-9_.-]*{_SHORT_WORD}[A-Za-z0-9_.-]*['\"]?)(?P<sep>\s*=\s*)"
+    rf"(?P<quote>['\"]?){_VALUE}"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
 # Names whose value is hidden whole: environment variables and flags (`--password X`).
@@ -30,8 +46,15 @@ SECRET_NAME = re.compile(
     r"(?i)-{0,2}[A-Za-z0-9_.-]*(?:pass|pw|secret|token|key|auth|cred|cookie|session)[A-Za-z0-9_.-]*"
 )
 _SECRET_FLAG = re.compile(
-    r"(?i)(?P<key>--?[A-Za-z0-9_-]*(?:pass|secret|token|key|auth|cred)[A-Za-z0-9_-]*)(?P<sep>\s+)(?P<value>[^\s'\"-][^\s'\"]*)"
+    r"(?i)(?P<key>--?[A-Za-z0-9_-]*(?:pass|secret|token|key|auth|cred)[A-Za-z0-9_-]*)"
+    r"""(?P<sep>\s+|=)(?P<quote>['"]?)(?P<value>(?<=')[^']*|(?<=")[^"]*|[^\s'"-][^\s'"]*)"""
 )
+# curl's and wget's `-u user:password` / `--user=user:password`: the part after the colon.
+_USER_FLAG = re.compile(
+    r"""(?P<key>(?<![\w-])(?:-u|--user|--proxy-user))(?P<sep>\s+|=)(?P<quote>['"])?"""
+    r"""(?P<user>[^\s:'"]*):(?P<value>(?(quote)[^'"]*|[^\s'"]+))"""
+)
+USER_FLAGS = ("-u", "--user", "--proxy-user")
 MASK = "***"
 
 # C0 controls, DEL, C1 controls, and the invisible formatting characters that can reorder
@@ -50,9 +73,18 @@ def redact(text: Any) -> str:
     """Hide passwords in URLs (`redis://u:pw@h`, also with `@` or `/` in the password),
     `user:pw@host:port`, `password=...` / `TOKEN=...` pairs and bearer tokens."""
     text = _USERINFO.sub(_hide_userinfo, str(text))
-    text = _KEY_VALUE.sub(lambda m: f"{m['key']}{m['sep']}{m['quote']}{MASK}", text)
-    text = _SECRET_FLAG.sub(lambda m: f"{m['key']}{m['sep']}{MASK}", text)
+    text = _AUTHORIZATION.sub(_hide_value, text)
+    text = _KEY_VALUE.sub(_hide_value, text)
+    text = _SHORT_KEY_VALUE.sub(_hide_value, text)
+    text = _SECRET_FLAG.sub(_hide_value, text)
+    text = _USER_FLAG.sub(
+        lambda m: f"{m['key']}{m['sep']}{m['quote'] or ''}{m['user']}:{MASK}", text
+    )
     return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
+
+
+def _hide_value(match: re.Match[str]) -> str:
+    return f"{match['key']}{match['sep']}{match['quote']}{MASK}"
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -97,6 +129,8 @@ def redact_data(value: Any) -> Any:
             before = value[i - 1]
             if isinstance(before, str) and before.startswith("-") and SECRET_NAME.fullmatch(before):
                 out_list[i] = MASK
+            elif before in USER_FLAGS and isinstance(value[i], str) and ":" in value[i]:
+                out_list[i] = value[i].split(":", 1)[0] + ":" + MASK  # curl -u user:password
         return out_list
     return value
 
