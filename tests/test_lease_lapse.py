@@ -4,7 +4,15 @@ runs still going are its own: not orphans to kill and record INTERRUPTED."""
 
 from __future__ import annotations
 
-from helpers import rig, wait_for
+import asyncio
+import os
+
+from helpers import T0, rig, wait_for
+from tickui.clock import ManualClock
+from tickui.dispatch import SubprocessDispatcher
+from tickui.engine import EngineConfig, SchedulerEngine
+from tickui.spec import build_spec
+from tickui.store import Store
 from tickui.timeutil import MICROS
 
 
@@ -43,3 +51,41 @@ async def test_a_gone_engines_runs_are_still_recovered(tmp_path):
         await r.engine.start()
         (occ,) = [o for o in await r.history() if o.owner == "gone:1:x"]
         assert occ.state == "failed" and occ.error_code == "INTERRUPTED"
+
+
+class FreezingDispatcher(SubprocessDispatcher):
+    """The real dispatcher, frozen once between the lease check and the fork (as SIGSTOP
+    between the two would): the lease lapses meanwhile, in engine and in real time."""
+
+    frozen = False
+
+    async def _spawn(self, job):
+        if not self.frozen:
+            self.frozen = True
+            self.clock.advance(40)
+            await asyncio.sleep(0.2)
+        return await super()._spawn(job)
+
+
+async def test_a_run_started_across_a_pause_that_lost_the_lease_is_killed_at_once(tmp_path):
+    store = await Store.open(tmp_path / "t.db")
+    clock = ManualClock(T0)
+    dispatcher = FreezingDispatcher(store, clock, kill_grace=1.0)
+    engine = SchedulerEngine(store, dispatcher, clock, EngineConfig(lease_ttl=30 * MICROS))
+    pids = tmp_path / "pids"
+    try:
+        for i in range(3):
+            command = ["sh", "-c", f"echo $$ >> {pids}; exec sleep 300"]
+            spec = build_spec({"name": f"t{i}", "every": "1h", "command": command}, T0)
+            await store.add_task(spec, T0)
+        await engine.start()
+        history = await store.history(limit=10)
+        assert not [o for o in history if o.state in ("accepted", "running")], [
+            (o.task, o.state, o.detail) for o in history
+        ]
+        assert sum(o.state == "skipped" for o in history) == 2
+        for pid in map(int, pids.read_text().split() if pids.exists() else ()):
+            assert not os.path.exists(f"/proc/{pid}"), "a run started without the lease lives"
+    finally:
+        await engine.stop(grace=0)
+        await store.close()

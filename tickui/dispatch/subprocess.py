@@ -39,6 +39,10 @@ from tickui.timeutil import MICROS, format_duration, iso
 
 log = logging.getLogger("tickui.dispatch")
 
+# A start that took longer than this after its lease check (the process was paused
+# around the fork) asks the fence again; far below the lease's own margin (>= 0.1 s).
+FENCE_SLACK = 0.05
+
 
 @dataclass
 class _Run:
@@ -172,6 +176,7 @@ class SubprocessDispatcher:
                 if fenced is not None:
                     results.append(fenced)
                     continue
+                checked = time.monotonic()
                 try:
                     run = await self._spawn(job)
                 except Exception as exc:
@@ -183,6 +188,15 @@ class SubprocessDispatcher:
                     self._containment.track(job.occurrence, run.process.pid, pipe)
                 except Exception:
                     log.exception("cannot track the processes of occurrence %s", run.occurrence.id)
+                if (
+                    may_start is not None
+                    and time.monotonic() - checked > FENCE_SLACK
+                    and (fenced := await self._fence(may_start)) is not None
+                ):
+                    # Paused between the lease check and the start (SIGSTOP, a suspend):
+                    # it may have started after the lease was lost. Stop it at once.
+                    results.append(await self._abort(run))
+                    continue
                 runs.append((run, job.task.spec.timeout))
                 started.append(self._started(run))
                 results.append(Receipt(job.occurrence.command_id or "", str(run.log_path)))
@@ -193,6 +207,27 @@ class SubprocessDispatcher:
                 self._watchers.add(watcher)
                 watcher.add_done_callback(self._watchers.discard)
         return results
+
+    async def _abort(self, run: _Run) -> DispatchFailure:
+        """End a run that may have started without the lease, at once (no grace)."""
+        log.warning(
+            "occurrence %s started after a pause that lost the lease; stopped at once",
+            run.occurrence.id,
+        )
+        try:
+            if self._containment.knows(run.occurrence.id):
+                await self._containment.end(run.occurrence.id, 0)
+            else:
+                await end_group(run.process.pid, 0)
+            await run.process.wait()
+            await self._finish_output(run)
+        except Exception:
+            log.exception("stopping occurrence %s failed", run.occurrence.id)
+        finally:
+            self._runs.pop(run.occurrence.id, None)
+        return DispatchFailure(
+            "DISPATCH_FAILED", "lease lost while it started (a pause); killed at once"
+        )
 
     @staticmethod
     async def _fence(may_start: Fence) -> NotStarted | None:
