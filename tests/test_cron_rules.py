@@ -330,6 +330,36 @@ class TestExtensions:
         # Sunday 29 February: 2032, 2060, 2088, then 2128 (2100 is no leap year).
         assert walls("0 0 29 2 */7", "2089-01-01T00:00:00Z", 1) == ["2128-02-29 Sun 00:00"]
 
+    def test_never_fires_in_its_zone_when_every_match_is_in_a_dst_gap(self):
+        """A real-time job whose every match is a local time that does not exist (02:xx
+        on the last Sunday of March in Berlin) never fires there: refused, quickly, and a
+        stored one gives no fire time quickly instead of walking to the year 9999."""
+        import time
+
+        now = at("2026-06-01T00:00:00Z")
+        for expr, tz in [
+            ("* 2 * 3 0L", "Europe/Berlin"),
+            ("*/15 2 8-14 3 */7", "America/New_York"),  # the second Sunday of March
+            ("* 2 * 3 0#2", "America/Chicago"),
+        ]:
+            began = time.monotonic()
+            with pytest.raises(BadInput, match=f"never fires in {tz}"):
+                cron(expr, tz, now=now)
+            with pytest.raises(BadInput, match="never fires"):
+                build_spec({"name": "a", "cron": expr, "tz": tz, "command": ["true"]}, now)
+            began_stored = time.monotonic()
+            stored = CronSchedule(expr, tz)
+            assert preview(stored, now, 2) == []
+            assert stored.slots(now, now + 400 * DAY, 3) == SlotWindow(0, [])
+            assert time.monotonic() - began_stored < 3
+            assert time.monotonic() - began < 6
+        # the same times fire where they exist, and a fixed-time job fires at the change
+        assert preview(cron("* 2 * 3 0L", "America/New_York", now=now), now, 1)
+        assert preview(cron("* 2 * 3 0L", "UTC", now=now), now, 1)
+        assert preview(cron("0 2 * 3 0L", "Europe/Berlin", now=now), now, 1) == [
+            at("2027-03-28T01:00:00Z")
+        ]
+
     def test_stored_expression_the_rules_refuse_never_fires(self):
         s = CronSchedule("0 22-2 * * *")  # accepted by croniter before, stored
         assert s.next_after(0) is None

@@ -172,32 +172,40 @@ class CronSchedule:
             wall = found
 
     def _next_real(self, rules: cron_rules.CronRules, start: int) -> int | None:
-        """The first instant at or after `start` whose local wall time matches."""
+        """The first instant at or after `start` whose local wall time matches (None when
+        none does before the horizon: every match falls in a DST gap, as `* 2 * 3 0L` in
+        Europe/Berlin, whose last-Sunday-of-March 02:xx never exists)."""
+        limit = _real_horizon(start)
         while True:
             offset = self._offset(start)
             found = rules.next_wall(_naive(start + offset - 1))
             if found is None:
                 return None
             candidate = _naive_micros(found) - offset
+            if candidate > limit:
+                return None
             changes = _changes_between(self.tz, start, candidate)
             if not changes:
                 return candidate
             start = changes[0]  # the offset changed before the candidate: look again there
 
-    def _prev_real(self, rules: cron_rules.CronRules, stop: int) -> int | None:
-        """The last instant at or before `stop` whose local wall time matches."""
+    def _prev_real(self, rules: cron_rules.CronRules, stop: int, floor: int) -> int | None:
+        """The last instant at or before `stop` whose local wall time matches (None when
+        there is none at or after `floor`)."""
         while True:
             offset = self._offset(stop)
             found = rules.prev_wall(_naive(stop + offset))
             if found is None:
                 return None
             candidate = _naive_micros(found) - offset
+            if candidate < floor - _MAX_OFFSET:
+                return None
             changes = _changes_between(self.tz, candidate, stop)
             if not changes:
                 return candidate
             stop = changes[-1] - 1
 
-    def _prev_fixed(self, rules: cron_rules.CronRules, stop: int) -> int | None:
+    def _prev_fixed(self, rules: cron_rules.CronRules, stop: int, floor: int) -> int | None:
         local = from_micros(stop).astimezone(self._zone)
         wall = local.replace(tzinfo=None)
         if local.fold:  # second pass of a repeated hour: first-pass times up to here count
@@ -219,7 +227,7 @@ class CronSchedule:
         found: list[int] = []
         current = end
         while len(found) < keep:
-            candidate = prev(rules, current)
+            candidate = prev(rules, current, start)
             if candidate is None or candidate < start:
                 break
             found.append(candidate)
@@ -245,6 +253,18 @@ class CronSchedule:
 
 
 _EPOCH = datetime(1970, 1, 1)
+# Zone rules are explicit up to 2037 and a yearly rule after it, which repeats with the
+# 400-year calendar: a real-time job with no fire in the 401 years after
+# max(start, 2038) never fires.
+_RULES_PERIODIC_FROM = 2038
+_MAX_OFFSET = 2 * 86400 * MICROS  # more than any zone's offset from UTC
+
+
+def _real_horizon(start: int) -> int:
+    year = max(from_micros(start).year, _RULES_PERIODIC_FROM) + 401
+    if year > 9999:
+        return to_micros(datetime(9999, 12, 31, tzinfo=UTC))
+    return to_micros(datetime(year, 1, 1, tzinfo=UTC))
 
 
 def _naive(micros: int) -> datetime:
@@ -323,11 +343,26 @@ def check_zone(tz: str, field: str = "tz") -> str:
     return tz
 
 
-def cron(expr: str, tz: str = "UTC", field: str = "cron") -> CronSchedule:
+def cron(expr: str, tz: str = "UTC", field: str = "cron", now: int | None = None) -> CronSchedule:
     """Validate a cron expression (tickui.cron: Debian cron's rules): 5 fields, 6 with
-    seconds first, or a macro."""
+    seconds first, or a macro. A job run by real time whose every matching local time
+    falls in a DST gap of its zone never fires there, and is refused like one no date
+    matches."""
     check_zone(tz)
-    return CronSchedule(cron_rules.check(expr, field), tz)
+    schedule = CronSchedule(cron_rules.check(expr, field), tz)
+    rules = schedule._rules
+    if rules is not None and rules.wildcard_time and tz != "UTC":
+        after = _NEVER_FIRES_FROM if now is None else now
+        if schedule.next_after(after) is None:
+            raise BadInput(
+                field,
+                f"{expr!r} never fires in {tz}: every local time it matches falls in a"
+                " daylight-saving gap there",
+            )
+    return schedule
+
+
+_NEVER_FIRES_FROM = to_micros(datetime(2000, 1, 1, tzinfo=UTC))
 
 
 def interval(every: int, anchor: int, field: str = "every") -> IntervalSchedule:

@@ -148,7 +148,7 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
         if not isinstance(raw["cron"], str):
             raise BadInput("cron", f"{raw['cron']!r} is not a cron text")
         checks.text(raw["cron"], "cron", limit=1000)
-        kind, expr = "cron", schedules.cron(raw["cron"], tz).expr
+        kind, expr = "cron", schedules.cron(raw["cron"], tz, now=now).expr
     elif kind_key == "every":
         every = _duration(raw["every"], "every")
         schedules.interval(every, anchor or now)
