@@ -244,7 +244,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     async def action(store: Store) -> int:
         if args.action == "add":
             task = await store.add_task(spec, clock.now())
-            say(f"added {task.name}: {task.spec.schedule_text()}, next run {iso(task.next_run_at)}")
+            nxt = iso(task.next_run_at) or "none"
+            say(f"added {task.name}: {task.spec.schedule_text()}, next run {nxt}")
             return 0
         if args.action == "list":
             tasks = await store.list_tasks()
@@ -255,7 +256,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                     [
                         t.name,
                         t.spec.schedule_text(),
-                        iso(t.next_run_at) if t.enabled else "-",
+                        (iso(t.next_run_at) or "-") if t.enabled else "-",
                         "yes" if t.enabled else f"no {t.note or ''}".strip(),
                         t.spec.misfire,
                         t.spec.concurrency,

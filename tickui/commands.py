@@ -37,7 +37,7 @@ async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> i
     name = args.name
     if args.action == "enable":
         task = await store.set_enabled(name, True, clock.now())
-        say(f"enabled {name}; next run {iso(task.next_run_at)}")
+        say(f"enabled {name}; next run {iso(task.next_run_at) or 'none'}")
     elif args.action == "disable":
         await store.set_enabled(name, False, clock.now(), note=args.note)
         say(f"disabled {name}" + (f" ({args.note})" if args.note else ""))
