@@ -295,3 +295,23 @@ def test_odd_database_paths_give_one_line_not_a_traceback(tmp_path, where, code)
     assert "Traceback" not in listed.stderr
     assert plain.read_text() == "not a folder\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "plain.txt"]
+
+
+def test_a_tilde_db_path_is_the_same_file_for_every_command(tmp_path):
+    """`--db '~/t.db'` (quoted, or from TICKUI_DB): the readers look where the writer
+    created it; a `~user` that does not exist is bad input, in one line."""
+    env = {"HOME": str(tmp_path)}
+    added = cli("--db", "~/t.db", "task", "add", "job", "--every", "1h", "--", "true", env=env)
+    assert added.returncode == 0, added.stderr
+    assert (tmp_path / "t.db").exists()
+    for args in READ_ONLY:
+        result = cli("--db", "~/t.db", *args, env=env, cwd=tmp_path)
+        assert result.returncode == 0, (args, result.stderr)
+        assert "no database" not in result.stderr
+    listed = cli("task", "list", env={**env, "TICKUI_DB": "~/t.db"}, cwd=tmp_path)
+    assert "job" in listed.stdout
+    assert not (tmp_path / "~").exists()
+    for args in (["task", "list"], ["task", "add", "job", "--every", "1h", "--", "true"]):
+        result = cli("--db", "~no_such_user_zz/t.db", *args, env=env, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -149,11 +149,17 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 
 def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
-    given = getattr(args, "db", None)
+    """The database path, with a leading `~` expanded here, once, so that every command
+    (the read-only ones too) looks at the same file."""
+    given, name = getattr(args, "db", None), "--db"
     if given is None and "TICKUI_DB" in os.environ:
         given = checks.path_text(os.environ["TICKUI_DB"], "TICKUI_DB")
+        name = "TICKUI_DB"
     if given:
-        return Path(given)
+        try:
+            return Path(given).expanduser()
+        except RuntimeError:  # `~user` with no such user, or no home directory
+            raise BadInput(name, f"{checks.shown(given)}: cannot expand '~' here") from None
     return settings.db or config_mod.default_db()
 
 
