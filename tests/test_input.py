@@ -33,6 +33,10 @@ BAD_FLAGS = [
     (["history", "--limit", "-1"], "--limit"),
     (["history", "--limit", "１０"], "--limit"),  # full-width digits
     (["history", "--limit", "1e3"], "--limit"),
+    (["history", "--limit", "5\n"], "--limit"),  # a trailing newline is not a number's
+    (["history", "--limit", "\t5"], "--limit"),
+    ([*ADD, "--at", "2030-01-01T00:00:00Z\n", "--", "true"], "at"),
+    ([*ADD, *OK, "--anchor", "2030-01-01T00:00:00Z\n", "--", "true"], "anchor"),
     ([*ADD[:2], "job\n", *OK, "--", "true"], "name"),  # a name ending in a newline
     (["task", "show", "job\n"], "name"),
     (["history", "job\n"], "name"),
@@ -108,6 +112,9 @@ BAD_ENV = [
     ({"TICKUI_MISFIRE_GRACE": "１s"}, "TICKUI_MISFIRE_GRACE"),
     ({"TICKUI_BREAKER_THRESHOLD": "１０"}, "TICKUI_BREAKER_THRESHOLD"),
     ({"TICKUI_BREAKER_THRESHOLD": "99999999999999999999999"}, "TICKUI_BREAKER_THRESHOLD"),
+    ({"TICKUI_BREAKER_THRESHOLD": "5\n"}, "TICKUI_BREAKER_THRESHOLD"),
+    ({"TICKUI_VALKEY_RETRIES": "1\n"}, "TICKUI_VALKEY_RETRIES"),
+    ({"TICKUI_PERSIST_SEQUENCE": "true\n"}, "TICKUI_PERSIST_SEQUENCE"),
     ({"TICKUI_VALKEY_URL": "redis://:p/w@h:1"}, "TICKUI_VALKEY_URL"),
     ({"TICKUI_KAFKA_BOOTSTRAP": "::::"}, "TICKUI_KAFKA_BOOTSTRAP"),
     ({"TICKUI_SCHEDULER_ID": "id\n"}, "TICKUI_SCHEDULER_ID"),
@@ -138,6 +145,7 @@ BAD_CONFIGS = [
     ('[engine]\nlog_tail = "512B"\n', "engine.log_tail"),
     ('[engine]\nlog_tail = "2GiB"\n', "engine.log_tail"),
     ('[engine]\nlog_tail = "lots"\n', "engine.log_tail"),
+    ('[engine]\nlog_tail = "2MiB\\n"\n', "engine.log_tail"),
     ('[valkey]\nurl = "redis://:p/w@host:6379"\n', "valkey.url"),
     ('[kafka]\nbootstrap = "::::"\n', "kafka.bootstrap"),
     ('[ticker]\nscheduler_id = "a\\n"\n', "ticker.scheduler_id"),

@@ -25,7 +25,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 # Plain ASCII decimals, long enough to say "out of range" rather than "not a number".
 _NUMBER = re.compile(r"[+-]?(?:[0-9]{1,100}(?:\.[0-9]{0,20})?|\.[0-9]{1,20})", re.ASCII)
 _INTEGER = re.compile(r"[+-]?[0-9]{1,100}", re.ASCII)
-_SIZE = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,6})?)\s*(B|KiB|MiB|GiB)?", re.ASCII | re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,6})?) *(B|KiB|MiB|GiB)?", re.ASCII | re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kib": KIB, "mib": MIB, "gib": GIB}
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]", re.ASCII)
 
@@ -34,7 +34,7 @@ def number(value: Any, name: str, low: float, high: float, integer: bool = False
     """A finite number within [low, high]; text must be plain ASCII digits (no nan, inf,
     exponent or full-width digits)."""
     if isinstance(value, str):
-        text = value.strip()
+        text = value.strip(" ")  # spaces only: a newline or a tab is not part of a number
         if not (_INTEGER if integer else _NUMBER).fullmatch(text):
             kind = "a whole number" if integer else "a number"
             raise BadInput(name, f"{shown(value)} is not {kind}")
@@ -53,7 +53,7 @@ def size(value: Any, name: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise BadInput(name, f"{shown(value)} is not a size such as '64KiB'")
     if isinstance(value, str):
-        match = _SIZE.fullmatch(value.strip())
+        match = _SIZE.fullmatch(value.strip(" "))
         if not match:
             raise BadInput(name, f"{shown(value)} is not a size (use e.g. 512B, 64KiB, 1MiB)")
         value = round(float(match[1]) * _SIZE_UNITS[(match[2] or "b").lower()])

@@ -92,7 +92,7 @@ def _convert(value: Any, kind: str, name: str, from_text: bool) -> Any:
         return value
     if kind == "bool":
         if from_text and isinstance(value, str):
-            lowered = value.strip().lower()
+            lowered = value.strip(" ").lower()
             if lowered in ("1", "true", "yes", "on"):
                 return True
             if lowered in ("0", "false", "no", "off"):

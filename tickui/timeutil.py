@@ -62,7 +62,7 @@ def parse_instant(text: str, field: str = "at") -> int:
     """An ISO 8601 instant with an offset (or Z) to microseconds."""
     from tickui.errors import BadInput
 
-    text = str(text).strip()
+    text = str(text).strip(" ")  # spaces only: a trailing newline is refused
     if not text.isascii():
         raise BadInput(field, f"{text!r} is not an ISO 8601 instant (ASCII digits only)")
     try:
