@@ -252,3 +252,24 @@ def test_a_cli_with_no_traceback_even_for_a_bug(tmp_path):
     assert result.returncode == 1
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "internal error" in result.stderr
+
+
+def test_a_reader_that_goes_away_ends_tickui_quietly(tmp_path):
+    """`tickui task list --json | head -1`: no 'tickui: tickui: Broken pipe', no traceback;
+    tickui ends as a command that SIGPIPE ends does."""
+    db = tmp_path / "t.db"
+    assert cli(*ADD, *OK, "--", "true", db=db).returncode == 0
+    read, write = os.pipe()
+    os.close(read)  # nobody reads
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tickui", "--db", str(db), "task", "list", "--json"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -390,8 +391,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = EXIT_FAILURE
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        # The reader went away (`tickui history | head`): end quietly, as a command that
+        # SIGPIPE ends does, and keep Python from complaining when it flushes stdout.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + 13  # SIGPIPE
     except OSError as exc:
-        _complain(dbfile.os_failure(exc, exc.filename or "tickui"))
+        what = f"{exc.filename}" if exc.filename else "system error"
+        _complain(dbfile.os_failure(exc, what))
         code = EXIT_FAILURE
     except sqlite3.Error as exc:
         _complain(f"database: {exc}")
