@@ -1,0 +1,237 @@
+"""The connection every query group shares: opening (checked, private, migrated, or
+read-only), one write transaction at a time, and the file check done before any write."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import stat
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+import aiosqlite
+
+from tickui import dbfile, schema
+from tickui.errors import StoreError, Unavailable
+from tickui.models import OCCURRENCE_COLUMNS, TaskStats
+from tickui.occurrence import ACTIVE
+from tickui.spec import TaskSpec
+
+NO_STATS = TaskStats()
+SPEC_CACHE_MAX = 100_000
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 5000
+DEFAULT_KEEP = 1000
+_OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
+_ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
+
+
+OLDEST_READABLE = 2  # read-only commands read every column from this schema on
+
+
+async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+
+class LeaseLost(StoreError):
+    """A claim was made with a token that no longer holds the lease (fencing)."""
+
+
+@dataclass(slots=True)
+class NewEvent:
+    at: int
+    type: str
+    command_id: str | None
+    run_id: str | None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def inspect_file(path: Path) -> int | None:
+    """Check a database file before using it; return its schema version.
+
+    None means the file is new or empty. A file that is not SQLite, belongs to another
+    program, or was written by a newer tickui raises StoreError and is left untouched.
+    Reads only (a read-only connection), so it works on read-only media and beside a writer.
+    """
+    info = dbfile.lookup(path)
+    if info is None:
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        raise StoreError(f"database {path} is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(f"database {path} is not a regular file")
+    try:
+        with open(path, "rb") as handle:  # read even when the size says 0 (/proc files)
+            header = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise dbfile.os_failure(exc, f"cannot read database {path}") from None
+    if not header:
+        return None
+    if header != SQLITE_MAGIC:
+        raise StoreError(
+            f"database {path} is not a SQLite file (corrupt or foreign); left untouched"
+        )
+    try:
+        conn = dbfile.connect_ro(path, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = [
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            ]
+            conn.execute("PRAGMA quick_check(1)").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        raise dbfile.sqlite_failure(exc, path) from None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"database {path} is unreadable ({exc}); left untouched") from None
+    if app_id != schema.APPLICATION_ID:
+        if not tables and app_id == 0:
+            return None
+        shown = ", ".join(tables[:4]) or "none"
+        raise StoreError(
+            f"database {path} belongs to another program (tables: {shown}); left untouched"
+        )
+    if version > schema.VERSION:
+        raise StoreError(
+            f"database {path} has schema {version}, newer than this tickui's {schema.VERSION}; "
+            "upgrade tickui (the file was left untouched)"
+        )
+    return version
+
+
+def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class StoreBase:
+    """One connection to one tickui database file, and the plumbing every query uses."""
+
+    def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
+        self.path = path
+        self._conn = conn
+        self._lock = asyncio.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self.log_dir = path.with_name(path.name + ".logs")
+        self._specs: dict[str, TaskSpec] = {}  # parsed definitions by their JSON text
+        self.readonly = False
+
+    # ---- opening -------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> Self:
+        """Open for writing (creating the file, private, when missing; migrating it), or
+        with `readonly` for commands that only read: SQLite `mode=ro`, no migration, no
+        pragma that writes, nothing created when the file is missing."""
+        db = Path(path).expanduser()
+        if readonly:
+            return await cls._open_readonly(db)
+        await asyncio.to_thread(inspect_file, db)  # refuses a foreign or newer file
+        created: list[Path] = []
+        if dbfile.lookup(db) is None:
+            created = await asyncio.to_thread(dbfile.create_private, db)
+        if not created:
+            log_dir = db.with_name(db.name + ".logs")
+            await asyncio.to_thread(dbfile.secure_existing, db, log_dir)
+        conn = None
+        try:
+            conn = await aiosqlite.connect(db, isolation_level=None)
+            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await conn.execute("PRAGMA journal_mode = WAL")
+            await conn.execute("PRAGMA synchronous = NORMAL")
+            await conn.execute("PRAGMA cache_size = -32000")
+            await conn.execute("PRAGMA temp_store = MEMORY")
+            store = cls(db, conn)
+            await store._migrate()
+        except sqlite3.Error as exc:
+            await _close_quietly(conn)
+            await asyncio.to_thread(dbfile.remove_created, created)
+            raise dbfile.sqlite_failure(exc, db) from None
+        except BaseException:
+            await _close_quietly(conn)
+            await asyncio.to_thread(dbfile.remove_created, created)
+            raise
+        return store
+
+    @classmethod
+    async def _open_readonly(cls, db: Path) -> Self:
+        if dbfile.lookup(db) is None:
+            raise Unavailable(f"no database at {db} (tickui task add or tickui run creates one)")
+        version = await asyncio.to_thread(inspect_file, db)
+        if version is None:
+            raise Unavailable(f"database {db} is empty (tickui task add or tickui run sets it up)")
+        if version < OLDEST_READABLE:
+            raise Unavailable(
+                f"database {db} has schema {version}, older than this tickui's {schema.VERSION};"
+                " run `tickui run` (or any task change) once to migrate it"
+            )
+        uri = await asyncio.to_thread(dbfile.read_only_uri, db)
+        conn = None
+        try:
+            conn = await aiosqlite.connect(uri, uri=True, isolation_level=None)
+            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await conn.execute("PRAGMA query_only = 1")
+            await (await conn.execute("SELECT count(*) FROM sqlite_master")).close()
+        except sqlite3.Error as exc:
+            await _close_quietly(conn)
+            raise dbfile.sqlite_failure(exc, db) from None
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        store = cls(db, conn)
+        store.readonly = True
+        return store
+
+    async def _migrate(self) -> None:
+        async with self._write():
+            version = (await self._one("PRAGMA user_version"))[0]
+            if version > schema.VERSION:
+                raise StoreError(
+                    f"database {self.path} has schema {version}, newer than this tickui's"
+                )
+            for step in schema.MIGRATIONS[version:]:
+                for statement in step:
+                    await self._conn.execute(statement)
+            await self._conn.execute(f"PRAGMA user_version = {schema.VERSION}")
+            await self._conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    # ---- plumbing --------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _write(self):
+        """One write transaction at a time on this connection, taken eagerly (IMMEDIATE)."""
+        async with self._lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            await self._conn.execute("COMMIT")
+
+    async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        async with self._conn.execute(sql, params) as cursor:
+            return await cursor.fetchone()
+
+    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        async with self._conn.execute(sql, params) as cursor:
+            return list(await cursor.fetchall())
+
+    async def data_version(self) -> int:
+        """Changes whenever another connection commits: a cheap 'has anything changed'."""
+        return (await self._one("PRAGMA data_version"))[0]
+
+    def on_events(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (in the loop) after runtime events are appended through this store."""
+        self._listeners.append(listener)

@@ -1,0 +1,278 @@
+"""Scanning and claiming due slots under the lease (one transaction per page), the
+occurrence rows that result, their acceptance and direct failure, history and pruning."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from tickui.errors import NotFound
+from tickui.models import Occurrence, Task, occurrence_from_row
+from tickui.occurrence import ACTIVE
+from tickui.planning import Plan, due_time
+from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, DEFAULT_KEEP, LeaseLost, StoreBase, _chunks
+
+
+class ClaimQueries(StoreBase):
+    """Claims, occurrences and their history."""
+
+    # ---- scanning and claiming -----------------------------------------------------------
+
+    async def due_task_ids(self, now: int) -> list[int]:
+        """Ids of the enabled tasks due at `now`: a snapshot, so a task a scan moves to a
+        slot that is still due is not visited twice in that scan."""
+        rows = await self._all(
+            "SELECT id FROM tasks WHERE enabled = 1 AND due_at IS NOT NULL AND due_at <= ?"
+            " ORDER BY due_at, id",
+            (now,),
+        )
+        return [row[0] for row in rows]
+
+    async def tasks_by_id(self, ids: Sequence[int]) -> list[Task]:
+        marks = ",".join("?" * len(ids))
+        rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks WHERE id IN ({marks})", ids)
+        order = {task_id: index for index, task_id in enumerate(ids)}
+        return sorted((self._task(row) for row in rows), key=lambda t: order[t.id])
+
+    async def task_versions(self) -> dict[int, tuple[int, int | None, int, int]]:
+        """Per task what a viewer compares to spot another process's change: updated_at,
+        next_run_at, enabled and generation. One narrow scan, no definitions parsed."""
+        rows = await self._all("SELECT id, updated_at, next_run_at, enabled, generation FROM tasks")
+        return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
+
+    async def newest_occurrences(self, limit: int, after_id: int = 0) -> list[Occurrence]:
+        """The newest `limit` occurrences with an id above `after_id`, newest first."""
+        rows = await self._all(
+            f"{_OCC_SELECT} WHERE id > ? ORDER BY id DESC LIMIT ?", (after_id, limit)
+        )
+        return [occurrence_from_row(row) for row in rows]
+
+    async def active_occurrences(self) -> list[Occurrence]:
+        rows = await self._all(f"{_OCC_SELECT} WHERE state IN {_ACTIVE_SQL} ORDER BY id")
+        return [occurrence_from_row(row) for row in rows]
+
+    async def _check_lease(self, owner: str, token: int, now: int) -> None:
+        cursor = await self._conn.execute(
+            "SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
+            " AND expires_at > ?",
+            (owner, token, now),
+        )
+        if await cursor.fetchone() is None:
+            raise LeaseLost("the lease is no longer held by this engine")
+
+    async def claim(
+        self, plans: Sequence[Plan], owner: str, token: int, now: int
+    ) -> list[Occurrence]:
+        """Advance each task and insert its planned occurrences, in one transaction.
+
+        Each task row moves only if its generation, slot and enabled flag are what the
+        plan was made from, and only while `token` still holds the lease. The unique
+        slot key makes a second claim of a slot impossible whatever process tries.
+        """
+        if not plans:
+            return []
+        try:
+            async with self._write():
+                await self._check_lease(owner, token, now)
+                first = (await self._one("SELECT coalesce(max(id), 0) FROM occurrences"))[0] + 1
+                rows = _occurrence_rows(plans, first, owner, token, now)
+                cursor = await self._conn.executemany(_ADVANCE_TASK, [_advance(p) for p in plans])
+                if cursor.rowcount != len(plans):
+                    raise _SlowPath
+                try:
+                    await self._conn.executemany(_INSERT_OCC, rows)
+                except sqlite3.IntegrityError:
+                    raise _SlowPath from None
+        except _SlowPath:
+            return await self.claim_one_by_one(plans, owner, token, now)
+        return [_claimed(row) for row in rows]
+
+    async def claim_one_by_one(
+        self, plans: Sequence[Plan], owner: str, token: int, now: int
+    ) -> list[Occurrence]:
+        """The careful path: each plan applies alone; stale plans and taken slots drop out."""
+        ids: list[int] = []
+        async with self._write():
+            await self._check_lease(owner, token, now)
+            next_id = (await self._one("SELECT coalesce(max(id), 0) FROM occurrences"))[0] + 1
+            for plan in plans:
+                cursor = await self._conn.execute(_ADVANCE_TASK, _advance(plan))
+                if cursor.rowcount != 1:
+                    continue
+                for row in _occurrence_rows([plan], next_id, owner, token, now):
+                    try:
+                        await self._conn.execute(_INSERT_OCC, row)
+                    except sqlite3.IntegrityError:
+                        continue  # that slot was claimed before: never twice
+                    ids.append(row[0])
+                    next_id += 1
+        return await self.occurrences_by_id(ids)
+
+    async def claim_manual(self, task: Task, owner: str, token: int, now: int) -> Occurrence:
+        async with self._write():
+            await self._check_lease(owner, token, now)
+            cursor = await self._conn.execute(
+                "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at,"
+                " owner, lease_token, generation, command_id)"
+                " VALUES (?, ?, 'manual', ?, 'claimed', ?, ?, ?, ?, ?)",
+                (task.id, task.name, now, now, owner, token, task.generation, None),
+            )
+            occ_id = cursor.lastrowid
+            await self._conn.execute(
+                "UPDATE occurrences SET command_id = ? WHERE id = ?", (f"cmd-{occ_id}", occ_id)
+            )
+        return (await self.occurrences_by_id([occ_id]))[0]
+
+    async def occurrences_by_id(self, ids: Sequence[int]) -> list[Occurrence]:
+        result: list[Occurrence] = []
+        for chunk in _chunks(list(ids), 900):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._all(f"{_OCC_SELECT} WHERE id IN ({marks}) ORDER BY id", chunk)
+            result.extend(occurrence_from_row(row) for row in rows)
+        return result
+
+    async def get_occurrence(self, occ_id: int) -> Occurrence:
+        found = await self.occurrences_by_id([occ_id])
+        if not found:
+            raise NotFound(f"no occurrence {occ_id}")
+        return found[0]
+
+    async def mark_accepted(
+        self, items: Sequence[tuple[int, str | None, str | None]], now: int
+    ) -> None:
+        """Receipts from the dispatcher: (occurrence id, command id, log path)."""
+        if not items:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "UPDATE occurrences SET state = 'accepted', accepted_at = ?,"
+                " command_id = coalesce(?, command_id),"
+                " log_path = coalesce(?, log_path) WHERE id = ? AND state = 'claimed'",
+                [(now, command_id, log, occ_id) for occ_id, command_id, log in items],
+            )
+
+    async def fail_occurrences(
+        self, items: Sequence[tuple[int, str, str]], now: int, states: tuple[str, ...] = ACTIVE
+    ) -> None:
+        """Settle directly as failed: (id, error code, detail). Only for non-runtime facts."""
+        if not items:
+            return
+        marks = "('" + "', '".join(states) + "')"
+        async with self._write():
+            await self._conn.executemany(
+                "UPDATE occurrences SET state = 'failed', finished_at = ?, error_code = ?,"
+                f" detail = ? WHERE id = ? AND state IN {marks}",
+                [(now, code, detail, occ_id) for occ_id, code, detail in items],
+            )
+
+    # ---- history -------------------------------------------------------------------------
+
+    async def history(self, task: str | None = None, limit: int = 50) -> list[Occurrence]:
+        if task is None:
+            rows = await self._all(f"{_OCC_SELECT} ORDER BY id DESC LIMIT ?", (limit,))
+        else:
+            rows = await self._all(
+                f"{_OCC_SELECT} WHERE task = ? ORDER BY id DESC LIMIT ?", (task, limit)
+            )
+        return [occurrence_from_row(row) for row in rows]
+
+    async def prune(self, keep: int = DEFAULT_KEEP) -> list[str]:
+        """Keep the newest `keep` occurrences per task; drop older ones, their events and logs.
+
+        Returns the log paths of pruned occurrences, for the caller to delete.
+        """
+        over = await self._all(
+            "SELECT task_id FROM occurrences GROUP BY task_id HAVING count(*) > ?", (keep,)
+        )
+        logs: list[str] = []
+        for (task_id,) in over:
+            newest = (
+                "SELECT id FROM occurrences WHERE task_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
+            )
+            cutoff = (await self._one(newest, (task_id, keep - 1)))[0]
+            where = f"task_id = ? AND id < ? AND state NOT IN {_ACTIVE_SQL}"
+            async with self._write():
+                rows = await self._all(
+                    f"SELECT command_id, log_path FROM occurrences WHERE {where}", (task_id, cutoff)
+                )
+                commands = [(r[0],) for r in rows if r[0]]
+                await self._conn.executemany("DELETE FROM events WHERE command_id = ?", commands)
+                await self._conn.execute(
+                    f"DELETE FROM occurrences WHERE {where}", (task_id, cutoff)
+                )
+            logs.extend(r[1] for r in rows if r[1])
+        return logs
+
+
+class _SlowPath(Exception):
+    """The batch claim met a stale plan or a taken slot; redo it one plan at a time."""
+
+
+_ADVANCE_TASK = (
+    "UPDATE tasks SET next_run_at = ?, due_at = ? WHERE id = ? AND generation = ?"
+    " AND next_run_at = ? AND enabled = 1"
+)
+_INSERT_OCC = (
+    "INSERT INTO occurrences (id, task_id, task, kind, scheduled_for, state, claimed_at, covers,"
+    " missed, detail, finished_at, owner, lease_token, generation, command_id)"
+    " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _claimed(row: tuple[Any, ...]) -> Occurrence:
+    """The Occurrence an _INSERT_OCC row makes, without reading it back."""
+    return Occurrence(
+        id=row[0],
+        task_id=row[1],
+        task=row[2],
+        kind="scheduled",
+        scheduled_for=row[3],
+        state=row[4],
+        claimed_at=row[5],
+        covers=row[6],
+        missed=row[7],
+        detail=row[8],
+        finished_at=row[9],
+        owner=row[10],
+        lease_token=row[11],
+        generation=row[12],
+        command_id=row[13],
+    )
+
+
+def _advance(plan: Plan) -> tuple[Any, ...]:
+    task = plan.task
+    due = due_time(task, plan.next_run_at) if plan.next_run_at is not None else None
+    return (plan.next_run_at, due, task.id, task.generation, task.next_run_at)
+
+
+def _occurrence_rows(
+    plans: Sequence[Plan], first_id: int, owner: str, token: int, now: int
+) -> list[tuple[Any, ...]]:
+    rows = []
+    next_id = first_id
+    for plan in plans:
+        task = plan.task
+        for item in plan.occurrences:
+            finished = now if item.state == "skipped" else None
+            rows.append(
+                (
+                    next_id,
+                    task.id,
+                    task.name,
+                    item.scheduled_for,
+                    item.state,
+                    now,
+                    item.covers,
+                    item.missed,
+                    item.detail,
+                    finished,
+                    owner,
+                    token,
+                    task.generation,
+                    f"cmd-{next_id}",
+                )
+            )
+            next_id += 1
+    return rows

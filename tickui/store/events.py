@@ -1,0 +1,93 @@
+"""The runtime event log: facts appended by whoever watches a run, and the reads that
+let reconcile move each active occurrence by the events after its cursor."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from tickui.occurrence import Change, Progress, RuntimeEvent
+from tickui.store.base import _ACTIVE_SQL, NewEvent, StoreBase
+
+
+class EventLog(StoreBase):
+    """Runtime events and reconcile's reads and writes."""
+
+    # ---- runtime events and reconcile -------------------------------------------------
+
+    async def append_events(self, events: Sequence[NewEvent]) -> None:
+        if not events:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "INSERT INTO events (at, command_id, run_id, type, payload) VALUES (?,?,?,?,?)",
+                [(e.at, e.command_id, e.run_id, e.type, json.dumps(e.payload)) for e in events],
+            )
+        for listener in list(self._listeners):
+            listener()
+
+    async def unreconciled(
+        self, after_id: int = 0, limit: int = 500
+    ) -> tuple[list[tuple[Progress, list[RuntimeEvent]]], int | None]:
+        """One page of active occurrences (ids above `after_id`), each with the
+        events after its cursor, in order; and the id to continue after (None at the end)."""
+        page = await self._all(
+            "SELECT id, state, command_id, run_id, event_cursor FROM occurrences"
+            f" WHERE state IN {_ACTIVE_SQL} AND id > ? ORDER BY id LIMIT ?",
+            (after_id, limit),
+        )
+        if not page:
+            return [], None
+        progress = {row[0]: (Progress(*row), []) for row in page}
+        cols = "o.id, e.seq, e.at, e.command_id, e.run_id, e.type, e.payload"
+        scope = (
+            "WITH o AS (SELECT id, command_id, run_id, event_cursor FROM occurrences"
+            f" WHERE state IN {_ACTIVE_SQL} AND id BETWEEN ? AND ?)"
+        )
+        rows = await self._all(
+            f"{scope} SELECT {cols} FROM o JOIN events e"
+            " ON e.command_id = o.command_id AND e.seq > o.event_cursor"
+            f" UNION ALL SELECT {cols} FROM o JOIN events e ON e.run_id = o.run_id"
+            " AND e.seq > o.event_cursor AND e.command_id IS NULL"
+            " ORDER BY 1, 2",
+            (page[0][0], page[-1][0]),
+        )
+        for row in rows:
+            entry = progress.get(row[0])
+            if entry is not None:
+                entry[1].append(RuntimeEvent(*row[1:6], _payload(row[6])))
+        found = [entry for entry in progress.values() if entry[1]]
+        return found, page[-1][0] if len(page) == limit else None
+
+    async def apply_changes(self, changes: Sequence[Change]) -> None:
+        """Write reconcile's results; the state guard keeps terminal states immutable."""
+        shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        for change in changes:
+            keys = tuple(sorted(change.fields))
+            values = tuple(change.fields[k] for k in keys)
+            shapes.setdefault(keys, []).append((change.state, change.cursor, *values, change.id))
+        if not shapes:
+            return
+        async with self._write():
+            for keys, rows in shapes.items():
+                sets = "".join(f", {key} = ?" for key in keys)
+                await self._conn.executemany(
+                    f"UPDATE occurrences SET state = coalesce(?, state), event_cursor = ?{sets}"
+                    f" WHERE id = ? AND state IN {_ACTIVE_SQL}",
+                    rows,
+                )
+
+    async def state_counts(self) -> dict[str, int]:
+        rows = await self._all("SELECT state, count(*) FROM occurrences GROUP BY state")
+        return {state: count for state, count in rows}
+
+    async def last_event_seq(self) -> int:
+        return (await self._one("SELECT coalesce(max(seq), 0) FROM events"))[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _payload(text: str) -> dict[str, Any]:
+    """Event payloads repeat (`{"exit_code": 0}`); parse each text once. Read-only."""
+    return json.loads(text)
