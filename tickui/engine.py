@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import sqlite3
@@ -22,7 +21,9 @@ from tickui.clock import Clock
 from tickui.dispatch import Dispatcher, DispatchFailure, Job, NotStarted
 from tickui.dispatch.containment import end_orphaned_run
 from tickui.errors import TickuiError
-from tickui.models import Lease, Occurrence, Task
+from tickui.faults import fault_text, is_disk_full
+from tickui.lease import LeaseKeeper
+from tickui.models import Occurrence, Task
 from tickui.occurrence import Change, Progress, fold_events
 from tickui.planning import DueTask, Plan, plan_task, run_now_refusal
 from tickui.redact import redact
@@ -110,20 +111,6 @@ async def queue_run_now(store: Store, task: Task, now: int) -> int:
     return request
 
 
-@dataclass
-class _LeaseView:
-    """The lease as this engine last saw it. `deadline` and `confirmed` are readings of
-    the clock's monotonic time: a pause (SIGSTOP, a suspended laptop) cannot fool them
-    the way a stale `now` from before the pause could."""
-
-    token: int | None = None
-    renew_at: int = 0
-    seen: Lease | None = None
-    state: str = "none"
-    deadline: float = 0.0  # monotonic time after which this engine may start nothing
-    confirmed: float = 0.0  # monotonic time the store last confirmed the lease
-
-
 NOT_STARTED = "not_started: this engine lost its lease before starting it"
 
 
@@ -152,8 +139,7 @@ class SchedulerEngine:
         self.clock = clock
         self.config = config or EngineConfig()
         self.owner = self.config.owner or default_owner()
-        self._identity = (procs.host(), os.getpid(), procs.start_ticks(os.getpid()))
-        self._lease = _LeaseView()
+        self._lease = LeaseKeeper(store, clock, self.owner, self.config.lease_ttl)
         self._scan = _Scan()
         self._running = False
         self._scanning = asyncio.Lock()
@@ -162,7 +148,6 @@ class SchedulerEngine:
         self._reconciler: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[EngineChange], None]] = []
         self._coalesced = 0
-        self._was_standby = False
         self._last_prune: int | None = None
         self._wake_after_scan = False
         self._receipts: dict[
@@ -211,7 +196,7 @@ class SchedulerEngine:
             next_scan_at=last + self.config.tick_period if last and self._running else None,
             counts=dict(self._scan.counts),
             coalesced=self._coalesced,
-            was_standby=self._was_standby,
+            was_standby=self._lease.was_standby,
             warning=self._warning(),
         )
 
@@ -250,10 +235,8 @@ class SchedulerEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconciler
             self._reconciler = None
-        if self._lease.token is not None:
-            with contextlib.suppress(Exception):
-                await self.store.release_lease(self.owner, self._lease.token, self.clock.now())
-        self._lease = _LeaseView()
+        with contextlib.suppress(Exception):
+            await self._lease.release()
         await self.refresh_counts()
         self._notify(EngineChange(status=True))
 
@@ -280,7 +263,7 @@ class SchedulerEngine:
                     self._set_result(now, "standby", who)
                 self._recovered("scan")
             except LeaseLost as exc:
-                self._lease.token = None
+                self._lease.lost()
                 self._set_result(now, "standby", str(exc))
             except Exception as exc:
                 self._set_result(now, "error", self._faulted("scan", exc))
@@ -316,66 +299,14 @@ class SchedulerEngine:
             self._scan.counts = Counter(await self.store.state_counts())
 
     async def _hold_lease(self, now: int) -> bool:
-        view = self._lease
-        if view.token is not None and now < view.renew_at:
-            return True
-        ttl = self._ttl
-        asked = self.clock.monotonic()
-        result = await self.store.acquire_lease(self.owner, now, ttl, self._identity, _holder_gone)
-        view.seen = result.lease
-        if not result.held:
-            if view.token is not None:
-                log.warning("lost the lease to %s", result.lease.owner if result.lease else "?")
-            view.token, view.state, self._was_standby = None, "standby", True
-            return False
-        assert result.lease is not None
-        view.token, view.state = result.lease.token, "held"
-        view.renew_at = now + ttl // 2
-        self._confirmed(asked, ttl)
-        if result.new:
-            log.info("holding the lease (token %s)", view.token)
+        held, new = await self._lease.hold(now)
+        if new:
             await self._recover(now)
-        return True
-
-    @property
-    def _ttl(self) -> int:
-        return round(self.config.lease_ttl * self.clock.scale)
-
-    def _confirmed(self, asked: float, ttl: int) -> None:
-        """The store granted the lease for `ttl` from no earlier than `asked` (monotonic).
-        Stop starting runs a little before it lapses, so a standby never overlaps."""
-        margin = min(ttl / 10, self.clock.scale * MICROS) / MICROS
-        self._lease.deadline = asked + ttl / MICROS - margin
-        self._lease.confirmed = asked
+        return held
 
     async def may_start(self) -> bool:
-        """Whether a process may start at this instant: the lease is held by the monotonic
-        clock and by the wall clock; after a pause longer than the renew interval, only
-        once the store has confirmed it. Called by the dispatcher just before each start."""
-        view = self._lease
-        if view.token is None or view.seen is None:
-            return False
-        mono = self.clock.monotonic()
-        if mono >= view.deadline or self.clock.now() >= view.seen.expires_at:
-            log.warning("the lease lapsed (a pause?); starting nothing until it is renewed")
-            view.token, view.state = None, "none"
-            return False
-        if mono - view.confirmed <= self._ttl / 2 / MICROS:
-            return True
-        ttl, now = self._ttl, self.clock.now()
-        try:
-            expires = await self.store.renew_lease(self.owner, view.token, now, ttl)
-        except Exception as exc:
-            log.warning("cannot confirm the lease before starting a run: %s", fault_text(exc))
-            return False
-        if expires is None:
-            log.warning("lease lost while paused; starting nothing more")
-            view.token, view.state = None, "standby"
-            return False
-        view.seen.expires_at = expires
-        view.renew_at = now + ttl // 2
-        self._confirmed(mono, ttl)
-        return True
+        """The fence the dispatcher asks just before each start (see LeaseKeeper)."""
+        return await self._lease.may_start()
 
     async def _scan_due(self, now: int) -> None:
         """Claim and dispatch due tasks a page at a time, yielding between pages."""
@@ -584,23 +515,6 @@ class SchedulerEngine:
                 os.unlink(path)
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return True
-    if isinstance(exc, sqlite3.Error):
-        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
-            "disk is full" in str(exc)
-        )
-    return False
-
-
-def fault_text(exc: BaseException) -> str:
-    """One redacted line for a failure; a full disk says so first, for the status line."""
-    text = redact(f"{type(exc).__name__}: {exc}").splitlines()[0][:512] if str(exc) else ""
-    text = text or type(exc).__name__
-    return f"disk full: {text}" if is_disk_full(exc) else text
-
-
 def _fold(progress: Progress, events: list, receipts: dict[int, dict]) -> Change | None:
     """Events folded into an occurrence, with its dispatch receipt when one is pending."""
     receipt = receipts.pop(progress.id, None)
@@ -615,11 +529,6 @@ def _fold(progress: Progress, events: list, receipts: dict[int, dict]) -> Change
     change = fold_events(start, events) or Change(progress.id, progress.cursor)
     state = change.state or ("accepted" if accepted else None)
     return Change(change.id, change.cursor, state, {**receipt, **change.fields})
-
-
-def _holder_gone(host: str | None, pid: int | None, pid_start: int | None) -> bool:
-    """A holder on this host whose process is gone cannot renew: no need to wait out its TTL."""
-    return host == procs.host() and pid is not None and not procs.alive(pid, pid_start)
 
 
 async def _kill_orphan(occ: Occurrence) -> bool:
