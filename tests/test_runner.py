@@ -53,6 +53,41 @@ def test_sigterm_stops_gracefully_and_cancels_what_still_runs(tmp_path):
     assert occ["state"] == "cancelled" and occ["detail"] == "engine_stopped"
 
 
+def test_sigterm_repeated_until_it_exits_still_stops_cleanly(tmp_path):
+    """A supervisor that repeats SIGTERM while tickui stops must not kill it halfway:
+    every signal after the first is absorbed until the process has exited with 0."""
+    db = tmp_path / "t.db"
+    added = cli("task", "add", "quick", "--every", "1h", "--", "sleep", "0.3", db=db)
+    assert added.returncode == 0, added.stderr
+    env = {k: v for k, v in os.environ.items() if k != "TICKUI_DB"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tickui", "--db", str(db), "run"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        # Up, with its handlers set: its first run is recorded.
+        while (
+            proc.poll() is None and time.monotonic() < deadline and not cli_json("history", db=db)
+        ):
+            time.sleep(0.05)
+        sent = 0
+        while proc.poll() is None and time.monotonic() < deadline:
+            proc.send_signal(signal.SIGTERM)
+            sent += 1
+            time.sleep(0.005)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert sent > 1
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads(err.strip().splitlines()[-1])["engine"]["running"] is False
+
+
 def test_redact_hides_passwords_in_urls_and_pairs():
     text = "redis://app:s3cret@cache:6379/0 and kafka://user:pa%40ss@h:9092 password=hunter2"
     cleaned = redact(text)

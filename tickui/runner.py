@@ -159,6 +159,10 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+            # Stopping is done: a repeated SIGTERM (a supervisor insisting) while the loop and
+            # the interpreter wind down must not kill the process halfway through its exit.
+            # SIG_IGN, not a Python handler: the interpreter resets those as it finalizes.
+            signal.signal(sig, signal.SIG_IGN)
 
 
 async def _run(

@@ -121,15 +121,20 @@ def dashboard_session(
 def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: bool) -> int:
     from tickui.ui.app import TickuiApp
 
-    with dashboard_session(args, settings, db, demo) as session:
+    app: TickuiApp | None = None
+    # Installed around the session too: a signal while the demo folder or the time-lapse
+    # copy is being removed is noted, not allowed to cut the clean-up short.
+    with (
+        _exit_on_signals(lambda: app) as received,
+        dashboard_session(args, settings, db, demo) as session,
+    ):
         if session.lapse is not None:
             print(session.lapse.banner(), file=sys.stderr, flush=True)
         path = session.path.expanduser()
         inspect_file(path)  # a foreign or broken file: one line, before the UI
         _log_to_file(path)  # under time-lapse, beside the copy (and removed with it)
         app = TickuiApp(session.factory)
-        with _exit_on_signals(app) as received:
-            code = app.run()
+        code = app.run()
         if app.failure:
             print(f"tickui: {app.failure}", file=sys.stderr)
             return 2
@@ -139,18 +144,23 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: 
 
 
 @contextlib.contextmanager
-def _exit_on_signals(app: App) -> Iterator[list[int]]:
+def _exit_on_signals(current_app: Callable[[], App | None]) -> Iterator[list[int]]:
     """SIGTERM or SIGHUP (the terminal went away) quit the app as `q` does, so the engine
-    stops cleanly and a time-lapse copy or demo database is removed."""
+    stops cleanly and a time-lapse copy or demo database is removed. Outside the app's
+    loop (setting up, cleaning up) a signal is only noted: the caller is on its way out."""
     received: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:
         received.append(signum)
+        app = current_app()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            raise SystemExit(128 + signum) from None
-        loop.call_soon_threadsafe(app.exit)
+            if app is None:  # before the app: nothing to clean up yet, stop here
+                raise SystemExit(128 + signum) from None
+            return
+        if app is not None:
+            loop.call_soon_threadsafe(app.exit)
 
     wanted = (signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.signal(sig, handler) for sig in wanted}
