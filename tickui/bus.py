@@ -6,12 +6,25 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from tickui.redact import redact
+from tickui.wire import kafka_headers
 
 log = logging.getLogger("tickui.bus")
-Headers = Sequence[tuple[str, bytes]]
+# A TickHeaders (or any object with ONEX ModelEventHeaders' attributes), or, for old
+# callers, Kafka header tuples; None sends no headers.
+Headers = Any
+
+
+def to_kafka(headers: Headers) -> list[tuple[str, bytes]]:
+    """Kafka header tuples from a headers object, a list of tuples or None."""
+    if headers is None:
+        return []
+    if isinstance(headers, Sequence) and not isinstance(headers, (str, bytes)):
+        return [(str(name), bytes(value)) for name, value in headers]
+    kafka = getattr(headers, "kafka", None)
+    return kafka() if callable(kafka) else kafka_headers(headers)
 
 
 class PublishError(Exception):
@@ -30,14 +43,16 @@ class EventBus(Protocol):
 
 
 class MemoryBus:
-    """Keeps what is published in a list; can be slowed down or made to fail."""
+    """Keeps what is published in a list (headers as Kafka tuples, as a broker would
+    hand them back); can be slowed down or made to fail."""
 
     name = "memory"
 
     def __init__(self, delay: float = 0.0, keep: int | None = None) -> None:
         self.delay = delay
         self.fail_with: str | None = None
-        self.messages: deque[tuple[str, bytes, bytes, Headers]] = deque(maxlen=keep)
+        self.messages: deque[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]
+        self.messages = deque(maxlen=keep)
         self.attempts = 0
 
     async def start(self) -> None:
@@ -45,11 +60,12 @@ class MemoryBus:
 
     async def publish(self, topic: str, key: bytes, value: bytes, headers: Headers) -> None:
         self.attempts += 1
+        tuples = to_kafka(headers)
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail_with:
             raise PublishError(self.fail_with)
-        self.messages.append((topic, key, value, headers))
+        self.messages.append((topic, key, value, tuples))
 
     async def stop(self) -> None:
         return None
@@ -129,10 +145,11 @@ class KafkaBus:
         self.attempts += 1
         delivered = False
         try:
+            tuples = to_kafka(headers)
             await self._ensure_producer()
             await self._ensure_topic(topic)
             assert self._producer is not None
-            await self._producer.send_and_wait(topic, value, key=key, headers=list(headers))
+            await self._producer.send_and_wait(topic, value, key=key, headers=tuples)
             delivered = True
         except PublishError:
             raise

@@ -26,6 +26,7 @@ from tickui.spec import build_spec, check_name
 from tickui.store import Store
 from tickui.ticker_config import TOPIC
 from tickui.timeutil import iso
+from tickui.wire import DEFAULT_TOPIC, WIRES
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
@@ -88,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
     )
     run.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP", help="publish ticks to Kafka")
-    run.add_argument("--topic", metavar="NAME", help="tick topic (runtime.tick.v1)")
+    run.add_argument("--topic", metavar="NAME", help="tick topic (default: the wire's)")
+    wires = {"choices": WIRES, "metavar": "bare|envelope"}
+    run.add_argument("--wire", **wires, help="tick format on Kafka (bare: the seed's)")
     run.add_argument(
         "--valkey",
         type=arg(checks.valkey_url, "--valkey"),
@@ -99,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     ticks = sub.add_parser("ticks", parents=[shared], help="follow ticks on Kafka")
     ticks.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP")
     ticks.add_argument("--topic", metavar="NAME")
+    ticks.add_argument("--wire", **wires, help="only picks the default topic; both are read")
     ticks.add_argument("--json", action="store_true", help="one JSON object per line")
     ticks.add_argument("--for", dest="duration", type=seconds, metavar="SECONDS")
     ticks.add_argument("--count", type=arg_number("--count", 1, 10**9, integer=True), metavar="N")
@@ -343,7 +347,7 @@ def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
     bootstrap = args.kafka or settings.ticker.kafka_bootstrap
     if not bootstrap:
         raise BadInput("kafka", "give --kafka BOOTSTRAP (or TICKUI_KAFKA_BOOTSTRAP)")
-    topic = args.topic or settings.ticker.topic
+    topic = args.topic or (DEFAULT_TOPIC[args.wire] if args.wire else settings.ticker.topic)
     if not TOPIC.fullmatch(topic):
         raise BadInput("--topic", f"{checks.shown(topic)} is not a valid Kafka topic name")
     return main_sync(bootstrap, topic, args.json, args.duration, args.count, args.from_beginning)

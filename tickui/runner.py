@@ -53,6 +53,7 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
         "interval_ms": (interval, "--tick-interval"),
         "kafka_bootstrap": (args.kafka, "--kafka"),
         "topic": (args.topic, "--topic"),
+        "wire": (getattr(args, "wire", None), "--wire"),
         "valkey_url": (args.valkey, "--valkey"),
     }
     ticker = build_ticker(settings.raw, settings.env, flags)

@@ -1,4 +1,8 @@
-"""`tickui ticks`: follow ticks on Kafka as an orchestrator would, flagging restarts and gaps."""
+"""`tickui ticks`: follow ticks on Kafka as an orchestrator would, flagging restarts and gaps.
+
+Both wire formats are read, told apart per message (tickui.wire.decode): the bare tick of
+the seed and ONEX 0.38.6, and the envelope of ONEX 0.38.76; each line says which it was.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 
 from tickui.errors import TickuiError
 from tickui.redact import redact, redact_data, safe_text
+from tickui.wire import DecodedTick, WireError, decode
 
 
 @dataclass(slots=True)
@@ -49,18 +54,28 @@ async def _partitions(consumer, topic: str, wait: float) -> list[Any]:
         await asyncio.sleep(0.2)
 
 
-def _line(tick: dict[str, Any], flag: str | None, missing: int, as_json: bool) -> str:
+def _line(tick: DecodedTick, flag: str | None, missing: int, as_json: bool) -> str:
     """One output line. A tick comes from the network: redacted, control characters shown."""
     if as_json:
-        return json.dumps(redact_data({"tick": tick, "flag": flag, "missing": missing}))
+        data = {"tick": tick.tick, "format": tick.format, "flag": flag, "missing": missing}
+        return json.dumps(redact_data(data))
     text = safe_text(
-        f"{tick.get('now')} seq={tick.get('sequence_number')} {tick.get('scheduler_id')}"
+        f"{tick.now} seq={tick.sequence_number} {tick.scheduler_id} format={tick.format}"
     )
     if flag == "restart":
         text += "  RESTART: the sequence went down (the scheduler restarted)"
     elif flag == "gap":
         text += f"  GAP: {missing} tick(s) missing"
     return text
+
+
+def _unreadable(record: Any, reason: str, as_json: bool) -> str:
+    """One line for a message that is not a tick in either format (it is skipped)."""
+    where = f"partition {record.partition} offset {record.offset}"
+    if as_json:
+        return json.dumps({"error": redact(f"not a tick: {reason}"), "at": where})
+    shown = safe_text(repr(record.value)[:80])
+    return safe_text(redact(f"not a tick ({where}): {reason}: ")) + shown
 
 
 async def tail(
@@ -101,14 +116,12 @@ async def tail(
             batches = await consumer.getmany(timeout_ms=200)
             for records in batches.values():
                 for record in records:
-                    tick = _decode(record.value)
-                    if tick is None:
-                        shown = safe_text(repr(record.value)[:80])
-                        print(f"not a tick (offset {record.offset}): {shown}", flush=True)
+                    try:
+                        tick = decode(record.value)
+                    except WireError as exc:
+                        print(_unreadable(record, str(exc), as_json), flush=True)
                         continue
-                    flag, missing = watch.see(
-                        str(tick.get("scheduler_id")), tick["sequence_number"]
-                    )
+                    flag, missing = watch.see(tick.scheduler_id, tick.sequence_number)
                     print(_line(tick, flag, missing, as_json), flush=True)
                     seen += 1
                     if count is not None and seen >= count:
@@ -116,21 +129,6 @@ async def tail(
     finally:
         await _stop(consumer)
     return 0
-
-
-def _decode(value: Any) -> dict[str, Any] | None:
-    """A tick message, or None when it is not one (a topic is anyone's to write to)."""
-    try:
-        tick = json.loads(value)
-    except (ValueError, TypeError, RecursionError):
-        return None
-    if not isinstance(tick, dict):
-        return None
-    sequence = tick.get("sequence_number", 0)
-    if isinstance(sequence, bool) or not isinstance(sequence, int):
-        return None
-    tick["sequence_number"] = sequence
-    return tick
 
 
 async def _stop(consumer) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from tickui import checks, procs
 from tickui.errors import BadInput
 from tickui.timeutil import parse_duration
+from tickui.wire import DEFAULT_TOPIC, MIN_INTERVAL_MS, WIRES
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII)  # always fullmatch
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}", re.ASCII)
@@ -26,7 +27,8 @@ class TickerConfig:
     breaker_reset_s: float = 60.0
     publish_timeout_s: float = 1.0
     scheduler_id: str = ""
-    topic: str = "runtime.tick.v1"
+    topic: str = ""  # empty: the wire's default topic
+    wire: str = "bare"
     persist_sequence: bool = True
     sequence_key: str = ""
     kafka_bootstrap: str | None = None
@@ -35,6 +37,8 @@ class TickerConfig:
     valkey_retries: int = 0
 
     def __post_init__(self) -> None:
+        if not self.topic:
+            self.topic = DEFAULT_TOPIC.get(self.wire, DEFAULT_TOPIC["bare"])
         if not self.scheduler_id:
             self.scheduler_id = f"tickui-{procs.host()}"
         if not self.sequence_key:
@@ -54,7 +58,11 @@ FILE_KEYS: dict[str, dict[str, tuple[str, str]]] = {
         "persist_sequence": ("persist_sequence", "bool"),
         "sequence_key": ("sequence_key", "str"),
     },
-    "kafka": {"bootstrap": ("kafka_bootstrap", "str"), "topic": ("topic", "str")},
+    "kafka": {
+        "bootstrap": ("kafka_bootstrap", "str"),
+        "topic": ("topic", "str"),
+        "wire": ("wire", "str"),
+    },
     "valkey": {
         "url": ("valkey_url", "str"),
         "timeout": ("valkey_timeout_s", "s"),
@@ -72,6 +80,7 @@ ENV_KEYS: dict[str, tuple[str, str]] = {
     "TICKUI_PERSIST_SEQUENCE": ("persist_sequence", "bool"),
     "TICKUI_SEQUENCE_KEY": ("sequence_key", "str"),
     "TICKUI_KAFKA_BOOTSTRAP": ("kafka_bootstrap", "str"),
+    "TICKUI_KAFKA_WIRE": ("wire", "str"),
     "TICKUI_VALKEY_URL": ("valkey_url", "str"),
     "TICKUI_VALKEY_TIMEOUT": ("valkey_timeout_s", "s"),
     "TICKUI_VALKEY_RETRIES": ("valkey_retries", "int"),
@@ -130,6 +139,14 @@ def _check(cfg: TickerConfig, origin: dict[str, str]) -> None:
         raise bad("valkey_retries", "must be from 0 to 10")
     if not ID.fullmatch(cfg.scheduler_id):
         raise bad("scheduler_id", f"{checks.shown(cfg.scheduler_id)} is not a valid id")
+    if cfg.wire not in WIRES:
+        raise bad("wire", f"{checks.shown(cfg.wire)} is not a wire format (bare or envelope)")
+    if cfg.kafka_bootstrap and cfg.interval_ms < MIN_INTERVAL_MS:
+        raise bad(
+            "interval_ms",
+            f"{cfg.interval_ms} ms ticks cannot go to Kafka: ONEX consumers reject a "
+            f"tick_interval_ms under {MIN_INTERVAL_MS} (local ticks without Kafka may be faster)",
+        )
     if not TOPIC.fullmatch(cfg.topic):
         raise bad("topic", f"{checks.shown(cfg.topic)} is not a valid Kafka topic name")
     if not cfg.sequence_key or len(cfg.sequence_key) > 512 or not cfg.sequence_key.isprintable():

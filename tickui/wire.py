@@ -147,10 +147,10 @@ def tick_json(tick: Tick) -> dict[str, Any]:
     """The bare tick (ModelRuntimeTick's fields, in its order) with ONEX's times."""
     return {
         "now": onex_time(tick.now),
-        "tick_id": tick.tick_id,
+        "tick_id": str(tick.tick_id),
         "sequence_number": tick.sequence_number,
         "scheduled_at": onex_time(tick.scheduled_at),
-        "correlation_id": tick.correlation_id,
+        "correlation_id": str(tick.correlation_id),
         "scheduler_id": tick.scheduler_id,
         "tick_interval_ms": tick.tick_interval_ms,
     }
@@ -166,7 +166,7 @@ def envelope(tick: Tick, envelope_id: str, timestamp: int) -> dict[str, Any]:
         "payload": tick_json(tick),
         "envelope_id": envelope_id,
         "envelope_timestamp": onex_time(timestamp),
-        "correlation_id": tick.correlation_id,
+        "correlation_id": str(tick.correlation_id),
         "parent_envelope_id": None,
         "source_tool": f"runtime-scheduler.{tick.scheduler_id}",
         "target_tool": None,
@@ -212,8 +212,8 @@ def encode(tick: Tick, wire: str, topic: str | None = None) -> tuple[bytes, byte
         value = json.dumps(tick_json(tick), separators=(",", ":")).encode()
         headers = TickHeaders(
             content_type="application/json",
-            correlation_id=UUID(tick.correlation_id),
-            message_id=UUID(tick.tick_id),
+            correlation_id=UUID(str(tick.correlation_id)),
+            message_id=UUID(str(tick.tick_id)),
             timestamp=when,
             source=source,
             event_type=BARE_EVENT_TYPE,
@@ -223,7 +223,7 @@ def encode(tick: Tick, wire: str, topic: str | None = None) -> tuple[bytes, byte
     value = json.dumps(envelope(tick, envelope_id, tick.now)).encode()
     headers = TickHeaders(
         content_type="application/json",
-        correlation_id=UUID(tick.correlation_id),
+        correlation_id=UUID(str(tick.correlation_id)),
         message_id=UUID(envelope_id),
         timestamp=when,
         source=source,
