@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import services
 from helpers import cli
 from tickui.errors import BadInput
 from tickui.ticker_config import build
@@ -403,3 +404,77 @@ def test_cli_good_settings_run_and_report_them(tmp_path):
     assert metrics["interval_ms"] == 50  # flag over file
     assert metrics["breaker_threshold"] == 4  # env over file
     assert metrics["ticks_emitted"] >= 3
+
+
+# ---- wire format, its default topic, and the 100 ms rule for Kafka (issue 10) ----------------
+
+
+def test_wire_defaults_to_bare_and_the_topic_follows_the_wire():
+    assert (build({}, {}).wire, build({}, {}).topic) == ("bare", "runtime.tick.v1")
+    cfg = build({"kafka": {"wire": "envelope"}}, {})
+    assert (cfg.wire, cfg.topic) == ("envelope", "onex.intent.platform.runtime-tick.v1")
+    cfg = build({}, {"TICKUI_KAFKA_WIRE": "envelope"})
+    assert cfg.topic == "onex.intent.platform.runtime-tick.v1"
+    cfg = build({"kafka": {"wire": "envelope"}}, {}, {"wire": ("bare", "--wire")})
+    assert (cfg.wire, cfg.topic) == ("bare", "runtime.tick.v1")  # flag over file
+
+
+def test_a_given_topic_stays_whatever_the_wire():
+    cfg = build({"kafka": {"wire": "envelope", "topic": "mine.ticks"}}, {})
+    assert (cfg.wire, cfg.topic) == ("envelope", "mine.ticks")
+    cfg = build({}, {"TICKUI_TOPIC": "env.ticks"}, {"wire": ("envelope", "--wire")})
+    assert cfg.topic == "env.ticks"
+
+
+@pytest.mark.parametrize(
+    ("tables", "env", "field"),
+    [
+        ({"kafka": {"wire": "xml"}}, {}, "kafka.wire"),
+        ({"kafka": {"wire": 1}}, {}, "kafka.wire"),
+        ({}, {"TICKUI_KAFKA_WIRE": "Envelope2"}, "TICKUI_KAFKA_WIRE"),
+    ],
+)
+def test_a_bad_wire_names_its_source(tables, env, field):
+    with pytest.raises(BadInput) as caught:
+        build(tables, env)
+    assert caught.value.field == field
+
+
+KAFKA = {"bootstrap": "h:1"}
+
+
+@pytest.mark.parametrize(
+    ("tables", "env", "flags", "field"),
+    [
+        ({"kafka": KAFKA, "ticker": {"interval": "50ms"}}, {}, {}, "ticker.interval"),
+        ({"kafka": KAFKA}, {"TICKUI_TICK_INTERVAL": "99ms"}, {}, "TICKUI_TICK_INTERVAL"),
+        ({}, {"TICKUI_KAFKA_BOOTSTRAP": "h:1"}, {"interval_ms": (10, "--tick")}, "--tick"),
+    ],
+)
+def test_kafka_with_ticks_under_100ms_is_refused_naming_onex(tables, env, flags, field):
+    with pytest.raises(BadInput) as caught:
+        build(tables, env, flags)
+    assert caught.value.field == field
+    assert "ONEX consumers reject" in str(caught.value) and "100" in str(caught.value)
+
+
+def test_100ms_to_kafka_and_faster_local_ticks_are_fine():
+    assert build({"kafka": {"bootstrap": "h:1"}, "ticker": {"interval": "100ms"}}, {}).interval_ms
+    assert build({"ticker": {"interval": "10ms"}}, {}).interval_ms == 10  # no Kafka
+
+
+def test_cli_run_kafka_under_100ms_exits_2_with_one_line_before_anything(tmp_path):
+    port = services.free_port()  # nothing listens: the refusal comes before any connection
+    result = cli(
+        "run", "--for", "1", "--kafka", f"127.0.0.1:{port}", "--tick-interval", "50ms",
+        db=tmp_path / "t.db", cwd=tmp_path,
+    )  # fmt: skip
+    line = _one_line(result)
+    assert "--tick-interval" in line and "ONEX consumers reject" in line
+    assert not (tmp_path / "t.db").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "ticks"])
+def test_cli_bad_wire_flag_exits_2_with_one_line(tmp_path, command):
+    line = _one_line(cli(command, "--wire", "xml", db=tmp_path / "t.db", cwd=tmp_path))
+    assert "--wire" in line
