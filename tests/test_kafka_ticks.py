@@ -24,6 +24,7 @@ from tickui.store import Store
 from tickui.ticker import RuntimeScheduler
 from tickui.ticker_config import TickerConfig
 from tickui.timeutil import MICROS
+from tickui.wire import DEFAULT_TOPIC, ENVELOPE_KEYS, HEADER_NAMES
 
 
 async def _consume(bootstrap: str, topic: str, want: int, timeout: float = 15.0) -> list:
@@ -96,11 +97,14 @@ async def test_ticks_arrive_with_json_key_and_headers(kafka_bootstrap):
         "scheduler_id",
         "tick_interval_ms",
     }
+    assert [name for name, _ in records[0].headers] == list(HEADER_NAMES)  # ONEX's ten, in order
     headers = dict(records[0].headers)
     assert headers["event_type"] == b"runtime.tick.v1"
     assert headers["message_id"] == bodies[0]["tick_id"].encode()
     assert headers["correlation_id"] == bodies[0]["correlation_id"].encode()
-    assert headers["source"] == b"tickui.kafka-test" and headers["timestamp"]
+    assert headers["source"] == b"runtime-scheduler.kafka-test" and headers["timestamp"]
+    assert headers["content_type"] == b"application/json" and headers["max_retries"] == b"3"
+    assert bodies[0]["now"].endswith("Z") and bodies[0]["scheduled_at"].endswith("Z")
     numbers = [b["sequence_number"] for b in bodies]
     assert numbers == sorted(set(numbers)), "sequence not strictly increasing"
 
@@ -267,3 +271,144 @@ def test_tickui_ticks_with_a_dead_broker_is_one_line_and_exit_1():
     result = cli("ticks", "--kafka", f"127.0.0.1:{port}", "--for", "2", timeout=60)
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1 and "not reachable" in result.stderr
+
+
+# ---- wire formats (issue 10) ------------------------------------------------------------------
+
+
+def test_run_with_envelope_wire_publishes_onex_envelopes_that_tickui_ticks_reads(
+    tmp_path, kafka_bootstrap
+):
+    scheduler = f"env-{uuid.uuid4().hex[:8]}"
+    run = cli(
+        "run", "--kafka", kafka_bootstrap, "--wire", "envelope", "--tick-interval", "100ms",
+        "--for", "1.5", db=tmp_path / "t.db", cwd=tmp_path, env={"TICKUI_SCHEDULER_ID": scheduler},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    final = json.loads(run.stderr.strip().splitlines()[-1])["ticker"]
+    published = final.get("ticks_published", final.get("ticks_emitted"))
+    topic = DEFAULT_TOPIC["envelope"]  # no --topic: the wire's default
+    records = asyncio.run(_consume(kafka_bootstrap, topic, published))
+    mine = [r for r in records if r.key == scheduler.encode()]
+    assert len(mine) >= 5, (len(records), run.stderr)
+    for record in mine:
+        body = json.loads(record.value)
+        assert list(body) == list(ENVELOPE_KEYS)
+        assert body["event_type"] == "platform.runtime-tick"
+        assert body["source_tool"] == f"runtime-scheduler.{scheduler}"
+        assert body["payload"]["scheduler_id"] == scheduler
+        assert body["payload"]["tick_interval_ms"] == 100
+        headers = dict(record.headers)
+        assert [name for name, _ in record.headers] == list(HEADER_NAMES)
+        assert headers["message_id"] == body["envelope_id"].encode()
+        assert headers["event_type"] == topic.encode()
+        assert headers["source"] == f"runtime-scheduler.{scheduler}".encode()
+    numbers = [json.loads(r.value)["payload"]["sequence_number"] for r in mine]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+    for as_json in (True, False):
+        tail = cli(
+            "ticks", "--kafka", kafka_bootstrap, "--wire", "envelope", "--from-beginning",
+            "--count", str(len(records)), "--for", "20", *(["--json"] if as_json else []),
+        )  # fmt: skip
+        assert tail.returncode == 0, tail.stderr
+        lines = tail.stdout.splitlines()
+        if as_json:
+            seen = [json.loads(line) for line in lines]
+            seen = [x for x in seen if x["tick"]["scheduler_id"] == scheduler]
+            assert [x["tick"]["sequence_number"] for x in seen] == numbers
+            assert {x["format"] for x in seen} == {"envelope"}
+            assert {x["flag"] for x in seen} == {None}
+        else:
+            seen = [line for line in lines if f" {scheduler} " in line]
+            assert len(seen) == len(numbers)
+            assert all("format=envelope" in line for line in seen)
+            assert not any("RESTART" in line or "GAP" in line for line in seen)
+            assert f"seq={numbers[0]} " in seen[0]
+
+
+def _bare(scheduler: str, seq: int) -> bytes:
+    """A bare tick as ONEX 0.38.6 publishes it (compact pydantic JSON, Z times)."""
+    return json.dumps(
+        {
+            "now": f"2026-12-03T15:03:5{seq % 10}.621354Z",
+            "tick_id": str(uuid.uuid4()),
+            "sequence_number": seq,
+            "scheduled_at": f"2026-12-03T15:03:5{seq % 10}.621354Z",
+            "correlation_id": str(uuid.uuid4()),
+            "scheduler_id": scheduler,
+            "tick_interval_ms": 200,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def _envelope(scheduler: str, seq: int) -> bytes:
+    """An envelope as ONEX 0.38.76 publishes it: its whole key set, json.dumps spacing."""
+    payload = json.loads(_bare(scheduler, seq))
+    body = dict.fromkeys(ENVELOPE_KEYS)
+    body.update(
+        payload=payload,
+        envelope_id=str(uuid.uuid4()),
+        envelope_timestamp=payload["now"],
+        correlation_id=payload["correlation_id"],
+        source_tool=f"runtime-scheduler.{scheduler}",
+        metadata={"headers": {}, "tags": {}},
+        event_type="platform.runtime-tick",
+        priority=5,
+        retry_count=0,
+        onex_version={"major": 1, "minor": 0, "patch": 0, "prerelease": None, "build": None},
+        envelope_version={"major": 2, "minor": 3, "patch": 0, "prerelease": None, "build": None},
+    )
+    return json.dumps(body).encode()
+
+
+def test_tickui_ticks_on_a_topic_with_both_formats_and_junk(kafka_bootstrap):
+    from aiokafka import AIOKafkaProducer
+
+    topic = f"ticks.{uuid.uuid4().hex[:8]}"
+    messages = [
+        _bare("a", 1),
+        _bare("a", 2),
+        _envelope("a", 3),  # the same scheduler switching format: no restart
+        b"\xff not json",
+        _envelope("a", 5),  # GAP 1
+        b'{"payload": {"hello": 1}, "envelope_id": "x"}',  # an envelope, not of a tick
+        _envelope("b", 1),  # another scheduler: its own numbering
+        _bare("a", 1),  # RESTART
+    ]
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=False
+        )
+        await producer.start()
+        try:
+            for value in messages:
+                await producer.send_and_wait(topic, value, key=b"k")
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    args = ("ticks", "--kafka", kafka_bootstrap, "--topic", topic, "--from-beginning")
+    text = cli(*args, "--count", "6", "--for", "20")
+    assert text.returncode == 0, text.stderr
+    assert "Traceback" not in text.stderr
+    lines = text.stdout.splitlines()
+    assert len(lines) == 8, text.stdout
+    formats = [line.split("format=")[1].split()[0] for line in lines if "format=" in line]
+    assert formats == ["bare", "bare", "envelope", "envelope", "envelope", "bare"]
+    assert lines[3].startswith("not a tick (partition 0 offset 3): not JSON")
+    assert lines[5].startswith("not a tick (partition 0 offset 5): an envelope whose payload")
+    assert "GAP: 1 tick(s) missing" in lines[4]
+    assert "RESTART" in lines[7] and "RESTART" not in "".join(lines[:7])
+    assert "seq=1 b format=envelope" in lines[6]
+
+    as_json = cli(*args, "--count", "6", "--for", "20", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    rows = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [r.get("format") for r in rows] == [
+        "bare", "bare", "envelope", None, "envelope", None, "envelope", "bare"
+    ]  # fmt: skip
+    assert [r.get("flag") for r in rows] == [None, None, None, None, "gap", None, None, "restart"]
+    assert rows[3]["error"].startswith("not a tick: not JSON")

@@ -256,7 +256,7 @@ def decode(value: bytes | str | None) -> DecodedTick:
     if "payload" in data and "envelope_id" in data:
         event_type = data.get("event_type")
         if event_type is not None and event_type != EVENT_TYPE:
-            raise WireError(f"an envelope of event_type {str(event_type)[:60]!r}, not a tick")
+            raise WireError(f"an envelope of event_type {str(event_type)[:60]!r}, not a tick event")
         payload = data["payload"]
         if not isinstance(payload, dict):
             raise WireError("an envelope whose payload is not an object")
@@ -268,10 +268,10 @@ def _tick(form: str, tick: dict[str, Any], what: str) -> DecodedTick:
     sequence = tick.get("sequence_number")
     if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
         shown = "no sequence_number" if sequence is None else "a bad sequence_number"
-        raise WireError(f"{what} {shown}, not a tick")
+        raise WireError(f"{what} {shown}")
     scheduler = tick.get("scheduler_id")
     if not isinstance(scheduler, str) or not scheduler:
-        raise WireError(f"{what} no scheduler_id, not a tick")
+        raise WireError(f"{what} no scheduler_id")
     now, scheduled = tick.get("now"), tick.get("scheduled_at")
     return DecodedTick(
         format=form,
