@@ -354,3 +354,106 @@ class TestFold:
         assert change.fields["error_code"] == "INTERRUPTED"
         assert change.fields["started_at"] == 1_000
         assert change.fields["finished_at"] == 2_000
+
+
+# --------------------------------------------------------------------------- ksadk's shape
+
+
+def ks(seq: int, type_: str, payload=None, *, run_id: str | None = RUN, cause=CMD):
+    """An event as ksadk's AgentControl writes it: no command id, the command as cause."""
+    return RuntimeEvent(seq, 1_000 * seq, None, run_id, type_, payload or {}, cause)
+
+
+class TestKsadkEvents:
+    def test_causation_binds_the_run_and_starts_it(self):
+        after, change = apply_event(occ("accepted"), ks(1, RUN_TRANSITION, {"state": "running"}))
+        assert after == Progress(42, "running", CMD, RUN, 1)
+        assert change.state == "running" and change.fields["run_id"] == RUN
+
+    @pytest.mark.parametrize("state", ["paused", "waiting"])
+    def test_paused_and_waiting_runs_have_started(self, state):
+        _, change = apply_event(occ("accepted"), ks(1, RUN_TRANSITION, {"state": state}))
+        assert change.state == "running"
+
+    @pytest.mark.parametrize("state", ["queued", "completed", "failed", None, {"x": 1}])
+    def test_other_transition_states_bind_only(self, state):
+        after, change = apply_event(occ("accepted"), ks(1, RUN_TRANSITION, {"state": state}))
+        assert after == Progress(42, "accepted", CMD, RUN, 1)
+        assert change == Change(42, 1, None, {"run_id": RUN})
+
+    def test_another_cause_or_an_explicit_other_command_is_not_ours(self):
+        for foreign in (
+            ks(1, RUN_TRANSITION, cause="cmd-9"),
+            ks(1, RUN_COMPLETED, cause="cmd-9"),
+            RuntimeEvent(1, 1, "cmd-9", RUN, RUN_COMPLETED, {}, CMD),
+        ):
+            after, change = apply_event(occ("accepted"), foreign)
+            assert after == Progress(42, "accepted", CMD, None, 1)
+            assert change == Change(42, 1)
+
+    def test_nested_error_settles_failed_with_its_code_and_message(self):
+        error = {"code": "TOOL_TIMEOUT", "message": "tool took 30s"}
+        events = [ks(1, RUN_TRANSITION), ks(2, RUN_FAILED, {"error": error}, cause=None)]
+        change = fold_events(occ("accepted"), events)
+        assert change.state == "failed"
+        assert change.fields["error_code"] == "TOOL_TIMEOUT"
+        assert change.fields["detail"] == "tool took 30s"
+        assert change.fields["exit_code"] is None
+
+    def test_flat_fields_win_over_nested_and_a_bare_error_is_the_detail(self):
+        payload = {"error_code": "EXIT_NONZERO", "detail": "exit 2", "error": {"code": "X"}}
+        _, change = apply_event(occ("running", run_id=RUN), ks(2, RUN_FAILED, payload))
+        assert (change.fields["error_code"], change.fields["detail"]) == ("EXIT_NONZERO", "exit 2")
+        _, change = apply_event(occ("running", run_id=RUN), ks(2, RUN_FAILED, {"error": "boom"}))
+        assert (change.fields["error_code"], change.fields["detail"]) == ("RUN_FAILED", "boom")
+
+    def test_message_is_redacted_then_bounded_and_code_bounded(self):
+        error = {"code": "C" * 500, "message": "login with token=s3cr3t failed " + "y" * 9000}
+        _, change = apply_event(occ("running", run_id=RUN), ks(2, RUN_FAILED, {"error": error}))
+        assert "s3cr3t" not in change.fields["detail"]
+        assert change.fields["detail"].startswith("login with token=")
+        assert len(change.fields["detail"]) == DETAIL_MAX
+        assert change.fields["error_code"] == "C" * 64
+
+    @pytest.mark.parametrize("type_", [RUN_CANCELED, "run.cancelled"])
+    def test_canceled_in_either_spelling_ends_cancelled(self, type_):
+        error = {"code": "USER_CANCELED", "message": "stopped"}
+        _, change = apply_event(occ("running", run_id=RUN), ks(3, type_, {"error": error}))
+        assert change.state == "cancelled"
+        assert (change.fields["error_code"], change.fields["detail"]) == (
+            "USER_CANCELED",
+            "stopped",
+        )
+        _, change = apply_event(occ("running", run_id=RUN), ks(3, type_))
+        assert change.state == "cancelled" and "error_code" not in change.fields
+
+    def test_interrupted_keeps_a_nested_code(self):
+        error = {"code": "WORKER_LOST", "message": "node gone"}
+        _, change = apply_event(
+            occ("running", run_id=RUN), ks(3, RUN_INTERRUPTED, {"error": error})
+        )
+        assert (change.state, change.fields["error_code"]) == ("failed", "WORKER_LOST")
+
+    def test_an_event_naming_our_command_and_no_run_settles_a_bound_run(self):
+        _, change = apply_event(occ("running", run_id=RUN), ks(3, RUN_COMPLETED, run_id=None))
+        assert change.state == "succeeded" and "run_id" not in change.fields
+
+    def test_unknown_types_and_odd_payloads_only_move_the_cursor(self):
+        running = occ("running", run_id=RUN)
+        for odd in (
+            ks(4, "run.progress", {"step": 1}),
+            ks(4, "control.heartbeat"),
+            RuntimeEvent(4, 4, None, RUN, RUN_TRANSITION, ["not", "a", "dict"], CMD),
+        ):
+            after, change = apply_event(running, odd)
+            assert after.state == "running" and change.state is None
+        # A non-object payload on a failure still settles it, with the defaults.
+        bad = RuntimeEvent(5, 5, None, RUN, RUN_FAILED, ["x"], None)
+        _, change = apply_event(running, bad)
+        assert (change.state, change.fields["error_code"]) == ("failed", "RUN_FAILED")
+
+    def test_terminal_never_changes(self):
+        done = occ("failed", run_id=RUN, cursor=3)
+        events = [ks(4, RUN_COMPLETED), ks(5, RUN_TRANSITION), ks(6, RUN_CANCELED)]
+        change = fold_events(done, events)
+        assert change.state is None and change.fields == {}

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tickui.redact import redact
+
 ACTIVE = ("claimed", "accepted", "running")
 TERMINAL = ("succeeded", "failed", "cancelled", "skipped")
 STATES = ACTIVE + TERMINAL
 DETAIL_MAX = 1024
+CODE_MAX = 64
 
 _MOVES = {
     "claimed": {"accepted", "running", "failed", "cancelled"},
@@ -20,8 +23,13 @@ RUN_TRANSITION = "control.run_transition"
 RUN_COMPLETED = "run.completed"
 RUN_FAILED = "run.failed"
 RUN_CANCELED = "run.canceled"
+RUN_CANCELLED = "run.cancelled"  # the other spelling, accepted alike
 RUN_INTERRUPTED = "run.interrupted"
 EVENT_TYPES = (RUN_TRANSITION, RUN_COMPLETED, RUN_FAILED, RUN_CANCELED, RUN_INTERRUPTED)
+# A transition to one of these run states means the run has started (ksadk's set); any
+# other state (`queued`, `completed`, ...) binds the run to the command and moves nothing:
+# outcomes come from the run.* events alone.
+STARTED_STATES = frozenset({"running", "paused", "waiting"})
 
 
 def can_move(source: str, target: str) -> bool:
@@ -36,6 +44,14 @@ def bound(detail: str | None) -> str | None:
     return detail if len(detail) <= DETAIL_MAX else detail[: DETAIL_MAX - 1] + "…"
 
 
+def _text(value: Any) -> str | None:
+    """A runtime's free text as stored: redacted, then bounded. Only a prefix is redacted,
+    so a huge message costs no more than a short one; what is past it is cut anyway."""
+    if value is None or value == "":
+        return None
+    return bound(redact(str(value)[: 2 * DETAIL_MAX]))
+
+
 @dataclass(slots=True)
 class RuntimeEvent:
     """One appended fact about a run, as stored in the event log."""
@@ -46,6 +62,8 @@ class RuntimeEvent:
     run_id: str | None
     type: str
     payload: dict[str, Any] = field(default_factory=dict)
+    # The id of what caused this event; ksadk's runtime names the command here.
+    causation_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -69,46 +87,83 @@ class Change:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+def _error(payload: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The failure's code and text: tickui's flat `error_code`/`detail`, else ksadk's
+    nested `error: {code, message}` (or a bare `error` string)."""
+    error = payload.get("error")
+    nested_code = nested_text = None
+    if isinstance(error, dict):
+        nested_code, nested_text = error.get("code"), error.get("message")
+    elif isinstance(error, str):
+        nested_text = error
+    code = payload.get("error_code") or nested_code
+    text = payload.get("detail")
+    if text is None or text == "":
+        text = nested_text
+    return (str(code)[:CODE_MAX] if code else None), _text(text)
+
+
+def _exit_code(payload: dict[str, Any]) -> int | None:
+    value = payload.get("exit_code")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _settle(event: RuntimeEvent) -> tuple[str, dict[str, Any]] | None:
-    payload = event.payload
-    exit_code = payload.get("exit_code")
-    if event.type == RUN_COMPLETED:
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    type_ = event.type
+    if type_ == RUN_COMPLETED:
+        exit_code = _exit_code(payload)
         return "succeeded", {"exit_code": exit_code if exit_code is not None else 0}
-    if event.type == RUN_FAILED:
-        return "failed", {
-            "exit_code": exit_code,
-            "error_code": str(payload.get("error_code") or "RUN_FAILED")[:64],
-            "detail": bound(payload.get("detail")),
-        }
-    if event.type == RUN_CANCELED:
-        return "cancelled", {"exit_code": exit_code, "detail": bound(payload.get("detail"))}
-    if event.type == RUN_INTERRUPTED:
-        return "failed", {
-            "exit_code": exit_code,
-            "error_code": "INTERRUPTED",
-            "detail": bound(payload.get("detail") or "run interrupted"),
-        }
-    return None
+    if type_ not in (RUN_FAILED, RUN_CANCELED, RUN_CANCELLED, RUN_INTERRUPTED):
+        return None
+    code, detail = _error(payload)
+    fields: dict[str, Any] = {"exit_code": _exit_code(payload), "detail": detail}
+    if type_ == RUN_FAILED:
+        fields["error_code"] = code or "RUN_FAILED"
+        return "failed", fields
+    if type_ == RUN_INTERRUPTED:
+        fields["error_code"] = code or "INTERRUPTED"
+        fields["detail"] = detail or "run interrupted"
+        return "failed", fields
+    if code:  # a cancellation keeps the runtime's reason code when it gives one
+        fields["error_code"] = code
+    return "cancelled", fields
+
+
+def _names_command(occ: Progress, event: RuntimeEvent) -> bool:
+    """The event is about this occurrence's command: by its command id or, when it names
+    none (ksadk's runtime), by its causation id."""
+    if occ.command_id is None:
+        return False
+    if event.command_id is not None:
+        return event.command_id == occ.command_id
+    return event.causation_id == occ.command_id
 
 
 def apply_event(occ: Progress, event: RuntimeEvent) -> tuple[Progress, Change]:
     """Fold one event into an occurrence; unrelated or late events only move the cursor."""
     if occ.state not in ACTIVE:
         return occ, Change(occ.id, event.seq)
-    if event.type == RUN_TRANSITION and event.command_id == occ.command_id:
-        fields: dict[str, Any] = {"run_id": event.run_id}
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    names_command = _names_command(occ, event)
+    if event.type == RUN_TRANSITION and names_command:
+        run_id = event.run_id or occ.run_id
+        fields: dict[str, Any] = {"run_id": run_id}
         state = None
-        if event.payload.get("state", "running") == "running" and can_move(occ.state, "running"):
+        if str(payload.get("state", "running")) in STARTED_STATES and can_move(
+            occ.state, "running"
+        ):
             state = "running"
             fields["started_at"] = event.at
             for key in ("pid", "pgid", "pid_start", "log_path"):
-                if key in event.payload:
-                    fields[key] = event.payload[key]
-        moved = Progress(occ.id, state or occ.state, occ.command_id, event.run_id, event.seq)
+                if key in payload:
+                    fields[key] = payload[key]
+        moved = Progress(occ.id, state or occ.state, occ.command_id, run_id, event.seq)
         return moved, Change(occ.id, event.seq, state, fields)
     same_run = occ.run_id is not None and event.run_id == occ.run_id
-    # A runtime may report an outcome with the command id before (or without) a transition.
-    unbound = occ.run_id is None and event.command_id == occ.command_id
+    # A runtime may report an outcome with the command id before (or without) a transition,
+    # or name the command and no run at all.
+    unbound = names_command and (occ.run_id is None or event.run_id is None)
     settled = _settle(event) if same_run or unbound else None
     if settled and can_move(occ.state, settled[0]):
         state, fields = settled

@@ -102,6 +102,11 @@ MIGRATIONS: list[tuple[str, ...]] = [
         """CREATE UNIQUE INDEX occurrences_slot ON occurrences(task_id, scheduled_for)
             WHERE kind = 'scheduled' AND state <> 'skipped'""",
     ),
+    (  # 6: ksadk-style runtimes name the command as an event's causation, not its command
+        "ALTER TABLE events ADD COLUMN causation_id TEXT",
+        """CREATE INDEX events_causation ON events(causation_id, seq)
+            WHERE command_id IS NULL AND causation_id IS NOT NULL""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)

@@ -50,6 +50,7 @@ class NewEvent:
     command_id: str | None
     run_id: str | None
     payload: dict[str, Any] = field(default_factory=dict)
+    causation_id: str | None = None  # ksadk's runtime names the command here
 
 
 def inspect_file(path: Path) -> int | None:

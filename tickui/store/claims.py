@@ -194,10 +194,19 @@ class ClaimQueries(StoreBase):
             where = f"task_id = ? AND id < ? AND state NOT IN {_ACTIVE_SQL}"
             async with self._write():
                 rows = await self._all(
-                    f"SELECT command_id, log_path FROM occurrences WHERE {where}", (task_id, cutoff)
+                    f"SELECT command_id, log_path, run_id FROM occurrences WHERE {where}",
+                    (task_id, cutoff),
                 )
                 commands = [(r[0],) for r in rows if r[0]]
                 await self._conn.executemany("DELETE FROM events WHERE command_id = ?", commands)
+                # A remote runtime's events name no command: its run, or (ksadk) the cause.
+                await self._conn.executemany(
+                    "DELETE FROM events WHERE causation_id = ? AND command_id IS NULL", commands
+                )
+                runs = [(r[2],) for r in rows if r[2]]
+                await self._conn.executemany(
+                    "DELETE FROM events WHERE run_id = ? AND command_id IS NULL", runs
+                )
                 await self._conn.execute(
                     f"DELETE FROM occurrences WHERE {where}", (task_id, cutoff)
                 )

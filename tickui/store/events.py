@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tickui.occurrence import Change, Progress, RuntimeEvent
+from tickui.occurrence import RUN_TRANSITION, Change, Progress, RuntimeEvent
 from tickui.store.base import _ACTIVE_SQL, NewEvent, StoreBase
 
 
@@ -22,8 +22,9 @@ class EventLog(StoreBase):
             return
         async with self._write():
             await self._conn.executemany(
-                "INSERT INTO events (at, command_id, run_id, type, payload) VALUES (?,?,?,?,?)",
-                [(e.at, e.command_id, e.run_id, e.type, json.dumps(e.payload)) for e in events],
+                "INSERT INTO events (at, command_id, run_id, type, payload, causation_id)"
+                " VALUES (?,?,?,?,?,?)",
+                [_row(e) for e in events],
             )
         for listener in list(self._listeners):
             listener()
@@ -41,23 +42,40 @@ class EventLog(StoreBase):
         if not page:
             return [], None
         progress = {row[0]: (Progress(*row), []) for row in page}
-        cols = "o.id, e.seq, e.at, e.command_id, e.run_id, e.type, e.payload"
+        cols = "o.id, e.seq, e.at, e.command_id, e.run_id, e.type, e.payload, e.causation_id"
         scope = (
             "WITH o AS (SELECT id, command_id, run_id, event_cursor FROM occurrences"
             f" WHERE state IN {_ACTIVE_SQL} AND id BETWEEN ? AND ?)"
+        )
+        # Indexed ways an event is ours: it names our command (events_command); it names
+        # no command but our run (events_run) or, as ksadk's runtime writes, our command
+        # as its causation (events_causation); or it names no command but a run that one
+        # of our new transitions binds (so a run bound and finished between two reconciles
+        # settles in one). An event found twice is kept once. CROSS JOIN keeps SQLite
+        # from starting at the events (say, every event with no command id).
+        bound = (
+            " AND t.seq > o.event_cursor AND t.run_id IS NOT NULL"
+            f" AND t.type = '{RUN_TRANSITION}' CROSS JOIN events e ON e.run_id = t.run_id"
+            " AND e.seq > t.seq AND e.command_id IS NULL"
         )
         rows = await self._all(
             f"{scope} SELECT {cols} FROM o JOIN events e"
             " ON e.command_id = o.command_id AND e.seq > o.event_cursor"
             f" UNION ALL SELECT {cols} FROM o JOIN events e ON e.run_id = o.run_id"
             " AND e.seq > o.event_cursor AND e.command_id IS NULL"
+            f" UNION ALL SELECT {cols} FROM o JOIN events e ON e.causation_id = o.command_id"
+            " AND e.seq > o.event_cursor AND e.command_id IS NULL"
+            f" UNION ALL SELECT {cols} FROM o CROSS JOIN events t ON t.command_id = o.command_id"
+            f"{bound}"
+            f" UNION ALL SELECT {cols} FROM o CROSS JOIN events t ON t.causation_id = o.command_id"
+            f" AND t.command_id IS NULL{bound}"
             " ORDER BY 1, 2",
             (page[0][0], page[-1][0]),
         )
         for row in rows:
             entry = progress.get(row[0])
-            if entry is not None:
-                entry[1].append(RuntimeEvent(*row[1:6], _payload(row[6])))
+            if entry is not None and not (entry[1] and entry[1][-1].seq == row[1]):
+                entry[1].append(RuntimeEvent(*row[1:6], _payload(row[6]), row[7]))
         found = [entry for entry in progress.values() if entry[1]]
         return found, page[-1][0] if len(page) == limit else None
 
@@ -87,7 +105,27 @@ class EventLog(StoreBase):
         return (await self._one("SELECT coalesce(max(seq), 0) FROM events"))[0]
 
 
+def _row(e: NewEvent) -> tuple[Any, ...]:
+    """An event as stored. A runtime that puts the run id or the causation id in the
+    payload (as ksadk's does for transitions) gets them in their indexed columns too."""
+    payload = e.payload if isinstance(e.payload, dict) else {}
+    run_id = e.run_id or _id(payload.get("run_id"))
+    causation_id = e.causation_id or _id(payload.get("causation_id"))
+    return (e.at, e.command_id, run_id, e.type, json.dumps(e.payload), causation_id)
+
+
+def _id(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        return None
+    return str(value)
+
+
 @functools.lru_cache(maxsize=4096)
 def _payload(text: str) -> dict[str, Any]:
-    """Event payloads repeat (`{"exit_code": 0}`); parse each text once. Read-only."""
-    return json.loads(text)
+    """Event payloads repeat (`{"exit_code": 0}`); parse each text once. Read-only.
+    Anything but a JSON object reads as an empty payload."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
