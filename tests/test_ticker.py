@@ -19,6 +19,7 @@ from tickui.sequence import SequenceAllocator, SequenceStoreError
 from tickui.ticker import RuntimeScheduler
 from tickui.ticker_config import TickerConfig
 from tickui.timeutil import iso
+from tickui.wire import HEADER_NAMES, onex_time
 
 _LIVE: list[RuntimeScheduler] = []
 
@@ -89,7 +90,7 @@ async def test_ticks_reach_subscribers_first_then_the_bus_with_the_contract():
     assert named["event_type"] == b"runtime.tick.v1"
     assert named["message_id"] == body["tick_id"].encode()
     assert named["correlation_id"] == body["correlation_id"].encode()
-    assert named["source"] == b"tickui.test-ticker" and named["timestamp"]
+    assert named["source"] == b"runtime-scheduler.test-ticker" and named["timestamp"]
     numbers = [json.loads(m[2])["sequence_number"] for m in bus.messages]
     assert numbers == sorted(set(numbers)) and numbers[0] == 1
 
@@ -106,7 +107,7 @@ async def test_breaker_opens_fails_fast_probes_and_closes():
     await asyncio.sleep(0.5)  # ticks keep coming, but nothing reaches the bus
     assert bus.attempts == attempts
     assert ticker.metrics().ticks_failed > failed + 10
-    assert ticker.metrics().is_healthy is False
+    assert ticker.metrics().is_healthy() is False  # ONEX's rule: the breaker is open
     bus.fail_with = None
     await _until(lambda: ticker.breaker.state == "CLOSED", timeout=3)
     await ticker.stop()
@@ -171,14 +172,14 @@ async def test_emit_tick_uses_the_given_now_and_reports_metrics():
     bus = MemoryBus()
     ticker = _ticker(bus)
     await ticker.start()
-    tick = await ticker.emit_tick(now=1_800_000_000_000_000)
+    tick = await ticker.emit_tick_at(now=1_800_000_000_000_000)
     assert tick.now == 1_800_000_000_000_000
     assert ticker.current_sequence_number >= tick.sequence_number
     metrics = await ticker.get_metrics()
     await ticker.stop()
     assert metrics.status == "running" and metrics.ticks_emitted >= 1
     assert metrics.lateness_p99_ms is not None and metrics.success_rate == 1.0
-    assert any(json.loads(m[2])["now"] == "2027-01-15T08:00:00+00:00" for m in bus.messages)
+    assert any(json.loads(m[2])["now"] == "2027-01-15T08:00:00Z" for m in bus.messages)
 
 
 # ---- more, in the same style ---------------------------------------------------------------
@@ -301,7 +302,7 @@ async def test_subscribers_see_the_tick_before_it_is_published():
     ticker.subscribe(check)
     await ticker.start()
     await _until(lambda: len(published_at_call) >= 10)
-    tick = await ticker.emit_tick()
+    tick = await ticker.emit_tick_at()
     await ticker.stop()
     assert published_at_call and not any(published_at_call)
     # emit_tick waited for its publish
@@ -326,20 +327,15 @@ async def test_the_published_event_matches_its_tick():
         assert topic == ticker.config.topic
         assert key == ticker.scheduler_id.encode() == b"test-ticker"
         assert body["sequence_number"] == tick.sequence_number
-        assert body["now"] == iso(tick.now)
-        assert body["scheduled_at"] == iso(tick.scheduled_at)
+        assert body["now"] == onex_time(tick.now)
+        assert body["scheduled_at"] == onex_time(tick.scheduled_at)
         assert tick.scheduled_at <= tick.now
         assert tick.now - tick.scheduled_at < 1_000_000  # lateness, not garbage
         named = dict(headers)
-        assert [name for name, _ in headers] == [
-            "correlation_id",
-            "message_id",
-            "timestamp",
-            "source",
-            "event_type",
-        ]
+        assert [name for name, _ in headers] == list(HEADER_NAMES)  # ONEX's ten, in order
         assert all(isinstance(v, bytes) for v in named.values())
-        assert named["timestamp"] == body["now"].encode()
+        assert named["timestamp"] == iso(tick.now).encode()  # datetime.isoformat(), as ONEX
+        assert named["source"] == b"runtime-scheduler.test-ticker"
         assert named["message_id"] == body["tick_id"].encode()
         assert named["correlation_id"] == body["correlation_id"].encode()
         assert named["event_type"] == b"runtime.tick.v1"
@@ -400,7 +396,8 @@ async def test_a_blocked_loop_counts_missed_slots_and_does_not_burst():
     await ticker.stop()
     m = ticker.metrics()
     assert m.ticks_missed >= 8, m.ticks_missed
-    assert m.lateness_max_ms is not None and m.lateness_max_ms >= 150
+    # the tick after the stall is for the newest slot, so it is not late for it
+    assert m.lateness_max_ms is not None and m.lateness_max_ms < 20
     burst = [t for t in times if unblocked <= t < unblocked + 0.03]
     assert len(burst) <= 3, burst  # a catch-up would be ~15 ticks at once
     assert len([t for t in times if t >= unblocked]) <= 0.2 / 0.02 + 3
@@ -415,9 +412,10 @@ async def test_while_open_only_one_probe_per_reset_period_reaches_the_bus():
     attempts = bus.attempts
     assert attempts == 3  # the threshold, and not one more
     m = ticker.metrics()
-    assert m.consecutive_failures == 3 and m.breaker_state == "OPEN"
+    assert m.breaker_failures == 3 and m.breaker_state == "OPEN"
+    assert m.consecutive_failures >= 3 and m.circuit_breaker_open  # refusals count (ONEX)
     assert m.breaker_retry_in_s is not None and 0 < m.breaker_retry_in_s <= 1
-    assert m.is_healthy is False
+    assert m.is_healthy() is False
     await asyncio.sleep(1.5)  # one reset period passes: exactly one probe, which fails
     await ticker.stop()
     assert bus.attempts == attempts + 1
@@ -496,14 +494,14 @@ async def test_emit_tick_with_a_given_now():
         seen.append(tick)
 
     ticker.subscribe(record)
-    tick = await ticker.emit_tick(now=T_X)
+    tick = await ticker.emit_tick_at(now=T_X)
     await asyncio.sleep(0)
     assert tick.now == T_X and tick.scheduled_at == T_X  # emitted at once: no lateness
     assert tick.scheduler_id == "test-ticker" and tick.tick_interval_ms == 20
     assert tick.sequence_number == ticker.current_sequence_number == 1
     assert seen == [tick]
     assert tick.to_json()["now"] == "2027-01-15T08:00:00+00:00"
-    other = await ticker.emit_tick(now=T_X + 1)
+    other = await ticker.emit_tick_at(now=T_X + 1)
     assert other.now == T_X + 1 and other.sequence_number == 2
 
 
@@ -514,7 +512,7 @@ async def test_emit_tick_with_a_failing_bus_returns_and_counts_a_failure():
     await ticker.start()
     await asyncio.sleep(0.05)
     before = ticker.metrics().ticks_failed
-    tick = await ticker.emit_tick(now=T_X)
+    tick = await ticker.emit_tick_at(now=T_X)
     m = await ticker.get_metrics()
     await ticker.stop()
     assert tick.now == T_X
@@ -527,13 +525,14 @@ async def test_metrics_while_healthy_and_after_failures():
     await ticker.start()
     await _until(lambda: ticker.metrics().ticks_published >= 5)
     m = await ticker.get_metrics()
-    assert m.status == "running" and m.is_healthy is True
+    assert m.status == "running" and m.is_healthy() is True and m.healthy is True
     assert m.success_rate == 1.0 and m.ticks_failed == 0
     assert m.publish_last_ms is not None and m.publish_avg_ms is not None
     assert 0 <= m.publish_avg_ms <= m.publish_max_ms
     assert m.lateness_p50_ms is not None and m.lateness_p99_ms is not None
     assert 0 <= m.lateness_p50_ms <= m.lateness_p99_ms <= m.lateness_max_ms
-    assert m.started_at is not None and m.started_at.endswith("+00:00")
+    assert m.started_at is not None and m.started_at.utcoffset() is not None
+    assert m.to_json()["started_at"].endswith("+00:00")
     assert m.uptime_s > 0
     assert m.bus == "memory" and m.sequence_store == "memory" and m.sequence_state == "off"
     assert m.breaker_state == "CLOSED" and m.breaker_retry_in_s is None
@@ -550,7 +549,8 @@ async def test_metrics_while_healthy_and_after_failures():
     assert m.success_rate == round(m.ticks_published / (m.ticks_published + m.ticks_failed), 4)
     assert m.success_rate < 1.0
     await ticker.stop()
-    assert ticker.metrics().is_healthy is False  # stopped is not healthy
+    assert ticker.metrics().is_healthy() is False  # stopped is not healthy
+    assert ticker.metrics().healthy is False
     assert ticker.metrics().status == "stopped"
 
 
@@ -599,7 +599,7 @@ async def test_a_crashed_ticker_restarts_above_every_number_it_used():
     assert store.value["seq"] >= used
     again = _make(sequence=SequenceAllocator(store, "seq", 10))
     await again.start()
-    first = await again.emit_tick()
+    first = await again.emit_tick_at()
     await again.stop()
     assert first.sequence_number > used
 
@@ -618,7 +618,8 @@ async def test_a_dead_sequence_store_does_not_stop_ticking_and_is_shown():
     await _until(lambda: len(seen) >= 4)
     m = ticker.metrics()
     assert m.sequence_state == "unreachable" and "down" in (m.sequence_error or "")
-    assert m.is_healthy is False
+    assert m.healthy is False  # tickui's health also needs the sequence store
+    assert m.is_healthy() is True  # ONEX's does not look at it
     calls = store.calls
     assert calls <= 3  # backing off, not one attempt per tick
     store.down = False
@@ -784,6 +785,69 @@ def test_a_clock_jump_is_noticed_within_the_promised_tenth_of_a_second(phase):
     assert jumps == 1
     assert now >= T0 + 3600 * 1_000_000, "the second tick is not on the jumped clock"
     assert at - stepped <= 0.1 + 0.002, f"the jump was noticed {at - stepped:.3f} s after it"
+
+
+def _run_virtual(interval_ms: int, stall_after: int | None, stall_s: float, ticks: int):
+    """An aligned ticker on virtual time; the subscriber blocks the whole loop for
+    `stall_s` (as a synchronous call would) on tick number `stall_after`."""
+    loop = _VirtualLoop()
+    clock = _LoopClock(loop)
+    loop._virtual.now = 0.2345  # start off the grid
+    seen: list = []
+
+    async def main():
+        ticker = RuntimeScheduler(
+            TickerConfig(interval_ms=interval_ms, scheduler_id="virtual"),
+            clock,
+            None,
+            SequenceAllocator(None, "k", 10),
+        )
+
+        async def record(tick) -> None:
+            seen.append((loop.time(), tick))
+            if len(seen) == stall_after:
+                loop._virtual.now += stall_s  # the loop is stuck: wall and monotonic move
+
+        ticker.subscribe(record)
+        await ticker.start()
+        while len(seen) < ticks:
+            await asyncio.sleep(0.001)
+        await ticker.stop()
+        return ticker.metrics()
+
+    try:
+        metrics = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return seen, metrics
+
+
+def test_scheduled_at_is_exactly_on_the_wall_clock_slot():
+    seen, m = _run_virtual(250, None, 0, 12)
+    slot = 250_000
+    for _, tick in seen:
+        assert tick.scheduled_at % slot == 0, tick.scheduled_at  # on the slot, not 2 ms after
+        assert 0 <= tick.now - tick.scheduled_at < 5_000
+    slots = [tick.scheduled_at for _, tick in seen]
+    assert [b - a for a, b in itertools.pairwise(slots)] == [slot] * (len(slots) - 1)
+    assert m.ticks_missed == 0
+
+
+def test_after_a_stall_one_tick_for_the_newest_slot_and_the_others_missed():
+    """Tick 3's delivery blocks the loop for 3.5 s (interval 1 s): the next tick is for
+    the newest slot, 3 s after tick 3's, and the two slots in between count as missed;
+    no late tick for the old slot followed at once by the current one."""
+    seen, m = _run_virtual(1000, 3, 3.5, 6)
+    ticks = [tick for _, tick in seen]
+    assert [t.sequence_number for t in ticks] == [1, 2, 3, 4, 5, 6]
+    assert ticks[3].scheduled_at - ticks[2].scheduled_at == 3_000_000
+    assert all(t.scheduled_at % 1_000_000 == 0 for t in ticks)
+    assert ticks[3].now - ticks[3].scheduled_at < 600_000  # 0.5 s: the stall's overrun
+    times = [at for at, _ in seen]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) > 0.4, gaps  # never two ticks back to back
+    assert m.ticks_missed == 2
+    assert [t.scheduled_at - ticks[3].scheduled_at for t in ticks[3:]] == [0, 1_000_000, 2_000_000]
 
 
 _ABANDON = textwrap.dedent(

@@ -6,7 +6,14 @@ import random
 
 import pytest
 
-from tickui.tickmath import clock_jump, deadline, draw_jitter, next_tick
+from tickui.tickmath import (
+    clock_jump,
+    deadline,
+    draw_jitter,
+    first_slot,
+    newest_slot,
+    next_tick,
+)
 
 
 def test_on_time_ticks_follow_the_grid():
@@ -202,3 +209,31 @@ def test_small_wobble_is_not_a_jump_whatever_the_interval():
         for _ in range(500):
             wobble = rng.uniform(-interval, interval) * 0.99
             assert clock_jump(offset, offset + wobble, interval) is None
+
+
+# ---- the stall rule and wall-clock slots ---------------------------------------------------
+
+
+def test_woken_within_the_planned_slot_ticks_for_it():
+    assert newest_slot(start=10.0, interval=1.0, planned=4, now=14.0) == (4, 0)
+    assert newest_slot(start=10.0, interval=1.0, planned=4, now=14.999) == (4, 0)
+
+
+def test_woken_after_a_stall_ticks_once_for_the_newest_slot_and_counts_the_rest():
+    # planned slot 4 (due at 14.0), woken at 17.5: slots 4, 5 and 6 passed whole
+    assert newest_slot(start=10.0, interval=1.0, planned=4, now=17.5) == (7, 3)
+    # just into the next slot: one missed
+    assert newest_slot(start=10.0, interval=1.0, planned=4, now=15.0) == (5, 1)
+
+
+def test_a_stall_then_the_next_plan_has_no_catch_up():
+    index, missed = newest_slot(0.0, 0.5, planned=2, now=3.6)
+    assert (index, missed) == (7, 5)
+    nt = next_tick(0.0, 0.5, last=index, now=3.6)
+    assert (nt.index, nt.deadline, nt.missed) == (8, 4.0, 0)  # the next slot, not a burst
+
+
+def test_first_slot_is_the_next_wall_clock_multiple_of_the_interval():
+    assert first_slot(1_000_000_000_123_456, 1_000_000) == 1_000_000_001_000_000
+    assert first_slot(1_000_000_001_000_000, 1_000_000) == 1_000_000_001_000_000  # on it
+    assert first_slot(1_800_000_000_000_001, 250_000) == 1_800_000_000_250_000

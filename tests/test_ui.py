@@ -251,7 +251,7 @@ async def test_f_fails_publishes_and_shows_a_banner(tmp_db: Path) -> None:
         assert app.host.ticker.simulate_failures
         await until(pilot, lambda: "SIMULATING PUBLISH FAILURES" in screen_text(app))
         for _ in range(5):
-            await app.host.ticker.emit_tick(app.clock.now())
+            await app.host.ticker.emit_tick_at(app.clock.now())
         assert app.host.ticker.breaker.state == "OPEN"
         await until(pilot, lambda: "OPEN" in screen_text(app))
         assert "5 of 5" in screen_text(app)

@@ -29,6 +29,23 @@ def next_tick(
     return NextTick(index, deadline(start, interval, index, jitter), 0)
 
 
+def newest_slot(start: float, interval: float, planned: int, now: float) -> tuple[int, int]:
+    """After waking for slot `planned` at `now`: the slot to tick for and how many slots
+    to count as missed. Woken within the planned slot: (planned, 0). Woken after the
+    whole slot passed (a stall): the newest slot whose time has come, and the ones
+    skipped, so a stall gives one tick, never a late one followed by the current one."""
+    current = int((now - start) // interval)
+    if current > planned:
+        return current, current - planned
+    return planned, 0
+
+
+def first_slot(now_us: int, slot_us: int) -> int:
+    """The first wall-clock multiple of `slot_us` (since the epoch) at or after `now_us`,
+    in integer microseconds: where an aligned ticker's slots fall, exactly."""
+    return -(-now_us // slot_us) * slot_us
+
+
 def draw_jitter(rng: random.Random, jitter: float) -> float:
     """A delay in [0, jitter] for one tick."""
     return rng.uniform(0.0, jitter) if jitter > 0 else 0.0

@@ -193,7 +193,7 @@ def breaker_view(m: TickerMetrics) -> Group:
     facts = Table.grid(padding=(0, 1))
     facts.add_column(style="bright_black", no_wrap=True, min_width=10)
     facts.add_column()
-    facts.add_row("failures", f"{m.consecutive_failures} of {m.breaker_threshold}")
+    facts.add_row("failures", f"{m.breaker_failures} of {m.breaker_threshold}")
     probe = "-" if m.breaker_retry_in_s is None else f"in {m.breaker_retry_in_s:.0f}s"
     facts.add_row("next probe", probe)
     facts.add_row("last error", Text(safe_text(m.last_error) if m.last_error else "-", "red"))
