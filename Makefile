@@ -11,11 +11,12 @@ APT_PACKAGES := redis-server redis-tools tmux
 APT_COMMANDS := redis-server redis-cli tmux
 PYTEST_ARGS ?= -ra
 
-.PHONY: help venv install deps test demo lint bench screenshots clean
+.PHONY: help venv install deps test interop demo lint bench screenshots clean
 
 help:
 	@echo "make venv|install  create $(VENV) and pip install -e '.[dev]' (only when pyproject.toml changed)"
 	@echo "make test          install Debian packages, venv, start Redis + Tansu, run pytest (PYTEST_ARGS=...)"
+	@echo "make interop       check tickui against the real ONEX package (omnibase-infra, Python 3.12)"
 	@echo "make demo          run tickui demo"
 	@echo "make lint          ruff check ."
 	@echo "make bench         run every benchmarks/*.py"
@@ -78,6 +79,11 @@ test: deps $(STAMP)
 	@rc=0; scripts/services.sh run -- $(VPY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED: pytest collected no tests (exit 5)" >&2; fi; \
 	exit $$rc
+
+# The ONEX interop tests (issue 10): scripts/interop.sh builds .interop/ once (Python 3.12, uv,
+# omnibase-infra 0.38.6 and 0.38.76) and runs interop/ in each under scripts/services.sh.
+interop: deps $(STAMP)
+	@scripts/interop.sh
 
 demo: $(STAMP)
 	$(VENV)/bin/tickui demo
