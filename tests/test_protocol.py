@@ -267,7 +267,7 @@ async def test_the_breaker_sequence_matches_onex():
 async def test_the_loop_keeps_ticking_on_failures_and_emit_tick_still_raises():
     """Inside a running scheduler the queue publishes; emit_tick still raises the error."""
     bus = OnexLikeBus(["fail"] * 100)
-    s = scheduler(bus, tick_interval_ms=20, max_tick_jitter_ms=0, circuit_breaker_threshold=50)
+    s = scheduler(bus, tick_interval_ms=100, max_tick_jitter_ms=0, circuit_breaker_threshold=50)
     await s.start()
     with pytest.raises(InfraConnectionError):
         await s.emit_tick(now=WHEN)
@@ -457,6 +457,18 @@ def test_missing_config_or_bus_is_a_config_error():
         RuntimeScheduler(config=onex_config(tick_interval_ms=5), event_bus=OnexLikeBus())
     with pytest.raises(SchedulerConfigError):
         RuntimeScheduler(config=onex_config(), event_bus=OnexLikeBus(), wire="protobuf")
+
+
+@pytest.mark.parametrize("interval", [10, 50, 99])
+def test_an_onex_config_under_100ms_is_refused_before_any_tick(interval):
+    """ONEX's config allows 10 ms, but ModelRuntimeTick needs >= 100: every such tick on the
+    bus would be rejected by ONEX consumers (ONEX's own scheduler raises on each emit)."""
+    bus = OnexLikeBus()
+    with pytest.raises(SchedulerConfigError) as caught:
+        RuntimeScheduler(config=onex_config(tick_interval_ms=interval), event_bus=bus)
+    assert "ONEX consumers reject" in str(caught.value) and "100" in str(caught.value)
+    assert "\n" not in str(caught.value) and bus.calls == 0
+    RuntimeScheduler(config=onex_config(tick_interval_ms=100), event_bus=bus)  # the floor
 
 
 async def test_positional_config_and_bus_work_too_and_the_bus_stays_the_callers():

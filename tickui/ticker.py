@@ -131,7 +131,9 @@ def _onex_like(config: Any) -> bool:
 
 def ticker_config_from_onex(config: Any, publish_timeout_s: float | None = None) -> TickerConfig:
     """tickui's settings from ONEX's `ModelRuntimeSchedulerConfig` or any object with its
-    field names (missing ones take ONEX's defaults). Raises SchedulerConfigError."""
+    field names (missing ones take ONEX's defaults). Raises SchedulerConfigError, also for
+    an interval under 100 ms: ONEX's config allows 10 ms, but every tick so published fails
+    ONEX's ModelRuntimeTick (ONEX's own scheduler raises on each emit)."""
 
     def get(name: str, default: Any) -> Any:
         value = getattr(config, name, default)
@@ -152,6 +154,11 @@ def ticker_config_from_onex(config: Any, publish_timeout_s: float | None = None)
         raise SchedulerConfigError(f"scheduler config: {exc}") from exc
     if not 10 <= interval <= 60_000:
         raise SchedulerConfigError("scheduler config: tick_interval_ms must be from 10 to 60000")
+    if interval < wire.MIN_INTERVAL_MS:  # ONEX's config allows it; its tick model does not
+        raise SchedulerConfigError(
+            f"scheduler config: {interval} ms ticks cannot go to the event bus: ONEX consumers"
+            f" reject a tick_interval_ms under {wire.MIN_INTERVAL_MS}"
+        )
     if not 1 <= threshold <= 100 or not 1 <= reset <= 3600 or jitter < 0:
         raise SchedulerConfigError("scheduler config: circuit breaker settings out of range")
     password = getattr(password, "get_secret_value", lambda: password)()  # a SecretStr too
