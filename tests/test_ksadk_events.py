@@ -258,3 +258,24 @@ async def test_pruning_drops_the_events_of_pruned_runs(tmp_path):
         await r.store.prune(keep=1)
         left = await r.store._all("SELECT run_id FROM events ORDER BY seq")
         assert left == [("run-new",)]
+
+
+async def test_empty_ids_as_ksadk_reads_them_still_bind_and_settle(tmp_path):
+    """An adapter passing ksadk's "" for a missing command id (or cause) must not hide the
+    event: "" is stored as no id, so the causation and the run still find the occurrence."""
+    async with ksadk_rig(tmp_path / "t.db") as r:
+        occ = await accepted(r, "agent")
+        start = NewEvent(r.clock.now(), TRANSITION, "", "run-1", {"state": "running"},
+                         causation_id=occ.command_id)  # fmt: skip
+        await report(r, start)
+        running = await r.store.get_occurrence(occ.id)
+        assert (running.state, running.run_id) == ("running", "run-1")
+        error = {"code": "USER_CANCELED", "message": "stopped by user"}
+        await report(r, NewEvent(r.clock.now(), "run.canceled", "", "run-1", {"error": error},
+                                 causation_id=""))  # fmt: skip
+        done = await r.store.get_occurrence(occ.id)
+        assert (done.state, done.error_code, done.detail) == (
+            "cancelled",
+            "USER_CANCELED",
+            "stopped by user",
+        )

@@ -381,6 +381,14 @@ class TestKsadkEvents:
         assert after == Progress(42, "accepted", CMD, RUN, 1)
         assert change == Change(42, 1, None, {"run_id": RUN})
 
+    def test_an_empty_command_id_is_none_so_the_cause_decides(self):
+        """ksadk reads a missing id as "" (`str(getattr(env, "command_id", "") or "")`)."""
+        empty = RuntimeEvent(1, 1_000, "", RUN, RUN_TRANSITION, {"state": "running"}, CMD)
+        after, change = apply_event(occ("accepted"), empty)
+        assert after == Progress(42, "running", CMD, RUN, 1) and change.state == "running"
+        foreign = RuntimeEvent(1, 1_000, "", RUN, RUN_TRANSITION, {"state": "running"}, "x")
+        assert apply_event(occ("accepted"), foreign)[0].state == "accepted"
+
     def test_another_cause_or_an_explicit_other_command_is_not_ours(self):
         for foreign in (
             ks(1, RUN_TRANSITION, cause="cmd-9"),

@@ -132,10 +132,10 @@ def _settle(event: RuntimeEvent) -> tuple[str, dict[str, Any]] | None:
 
 def _names_command(occ: Progress, event: RuntimeEvent) -> bool:
     """The event is about this occurrence's command: by its command id or, when it names
-    none (ksadk's runtime), by its causation id."""
-    if occ.command_id is None:
+    none (ksadk's runtime; an empty id is none), by its causation id."""
+    if not occ.command_id:
         return False
-    if event.command_id is not None:
+    if event.command_id:
         return event.command_id == occ.command_id
     return event.causation_id == occ.command_id
 

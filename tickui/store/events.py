@@ -107,11 +107,13 @@ class EventLog(StoreBase):
 
 def _row(e: NewEvent) -> tuple[Any, ...]:
     """An event as stored. A runtime that puts the run id or the causation id in the
-    payload (as ksadk's does for transitions) gets them in their indexed columns too."""
+    payload (as ksadk's does for transitions) gets them in their indexed columns too. An
+    empty id is no id (ksadk reads a missing one as ""): stored as NULL, so an event with
+    `command_id=""` is still matched by its causation id or its run."""
     payload = e.payload if isinstance(e.payload, dict) else {}
-    run_id = e.run_id or _id(payload.get("run_id"))
-    causation_id = e.causation_id or _id(payload.get("causation_id"))
-    return (e.at, e.command_id, run_id, e.type, json.dumps(e.payload), causation_id)
+    run_id = _id(e.run_id) or _id(payload.get("run_id"))
+    causation_id = _id(e.causation_id) or _id(payload.get("causation_id"))
+    return (e.at, _id(e.command_id), run_id, e.type, json.dumps(e.payload), causation_id)
 
 
 def _id(value: Any) -> str | None:
