@@ -412,3 +412,24 @@ def test_tickui_ticks_on_a_topic_with_both_formats_and_junk(kafka_bootstrap):
     ]  # fmt: skip
     assert [r.get("flag") for r in rows] == [None, None, None, None, "gap", None, None, "restart"]
     assert rows[3]["error"].startswith("not a tick: not JSON")
+
+
+def test_tickui_ticks_lines_stay_fast_and_short_for_a_huge_message():
+    """Kafka takes 1 MB messages: a tick whose fields are huge (or carry a huge extra field)
+    is shown bounded, in milliseconds, never redacted whole (that took hours)."""
+    from tickui.tail import FIELD_MAX, _line
+    from tickui.wire import decode
+
+    huge = "x" * 900_000
+    raw = json.dumps(
+        {"now": huge, "sequence_number": 3, "scheduler_id": "s" + huge, "pad": huge}
+    ).encode()
+    tick = decode(raw)
+    started = time.monotonic()
+    text = _line(tick, None, 0, False)
+    row = json.loads(_line(tick, "gap", 2, True))
+    assert time.monotonic() - started < 2
+    assert len(text) < 3 * FIELD_MAX and "seq=3" in text
+    assert set(row["tick"]) == {"now", "sequence_number", "scheduler_id"}  # no `pad`
+    assert len(row["tick"]["scheduler_id"]) == FIELD_MAX and row["tick"]["sequence_number"] == 3
+    assert (row["flag"], row["missing"]) == ("gap", 2)

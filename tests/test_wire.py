@@ -212,6 +212,18 @@ def test_decode_reads_a_0_38_6_tick_with_offset_times_and_what_tickui_encodes():
         assert (got.format, got.sequence_number, got.tick) == (wire, 11, tick_json(tick))
 
 
+def test_decode_reads_an_envelope_without_envelope_id_as_onex_does():
+    """ONEX's deserializer fills in a missing envelope_id (and the rest): `{"payload": tick}`
+    is an envelope to a current ONEX consumer, so it is one to `tickui ticks` too."""
+    tick = json.loads(ONEX_BARE)
+    for body in ({"payload": tick}, {"payload": tick, "correlation_id": tick["correlation_id"]}):
+        got = decode(json.dumps(body).encode())
+        assert (got.format, got.sequence_number) == ("envelope", 7) and got.tick == tick
+    # a bare tick that happens to carry a `payload` field stays a bare tick
+    odd = dict(json.loads(ONEX_BARE), payload={"x": 1})
+    assert decode(json.dumps(odd).encode()).format == "bare"
+
+
 @pytest.mark.parametrize(
     ("raw", "says"),
     [

@@ -16,7 +16,7 @@ from typing import Any
 
 from tickui.errors import TickuiError
 from tickui.redact import redact, redact_data, safe_text
-from tickui.wire import DecodedTick, WireError, decode
+from tickui.wire import TICK_KEYS, DecodedTick, WireError, decode
 
 
 @dataclass(slots=True)
@@ -54,13 +54,30 @@ async def _partitions(consumer, topic: str, wait: float) -> list[Any]:
         await asyncio.sleep(0.2)
 
 
+FIELD_MAX = 256  # characters of one field shown: a tick's own fields are far shorter
+
+
+def _cut(value: Any) -> Any:
+    """A field from the network, bounded before it is redacted (redacting costs more than
+    linear time in the length): a string, or anything but a number/bool/None as its JSON
+    text, cut to FIELD_MAX characters."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value)[: FIELD_MAX + 1]
+    return text if len(text) <= FIELD_MAX else text[: FIELD_MAX - 1] + "…"
+
+
 def _line(tick: DecodedTick, flag: str | None, missing: int, as_json: bool) -> str:
-    """One output line. A tick comes from the network: redacted, control characters shown."""
+    """One output line. A tick comes from the network: ModelRuntimeTick's fields only, each
+    bounded, then redacted with control characters shown; so a huge message (Kafka allows
+    1 MB) costs no more than a normal one."""
     if as_json:
-        data = {"tick": tick.tick, "format": tick.format, "flag": flag, "missing": missing}
+        shown = {key: _cut(tick.tick[key]) for key in TICK_KEYS if key in tick.tick}
+        data = {"tick": shown, "format": tick.format, "flag": flag, "missing": missing}
         return json.dumps(redact_data(data))
     text = safe_text(
-        f"{tick.now} seq={tick.sequence_number} {tick.scheduler_id} format={tick.format}"
+        f"{_cut(tick.now)} seq={tick.sequence_number} {_cut(tick.scheduler_id)}"
+        f" format={tick.format}"
     )
     if flag == "restart":
         text += "  RESTART: the sequence went down (the scheduler restarted)"

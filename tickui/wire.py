@@ -244,7 +244,9 @@ class DecodedTick:
 
 def decode(value: bytes | str | None) -> DecodedTick:
     """A tick from a Kafka message value, either format, told apart per message: an object
-    with `payload` and `envelope_id` is an envelope. Anything else raises WireError."""
+    with a `payload` is an envelope unless it is a tick itself (has a `sequence_number`);
+    ONEX's deserializer fills in a missing `envelope_id`, so `{"payload": {...}}` is one.
+    Anything else raises WireError."""
     if value is None:
         raise WireError("empty message (no value)")
     try:
@@ -253,7 +255,7 @@ def decode(value: bytes | str | None) -> DecodedTick:
         raise WireError("not JSON") from None
     if not isinstance(data, dict):
         raise WireError(f"JSON {type(data).__name__}, not an object")
-    if "payload" in data and "envelope_id" in data:
+    if "payload" in data and ("envelope_id" in data or "sequence_number" not in data):
         event_type = data.get("event_type")
         if event_type is not None and event_type != EVENT_TYPE:
             raise WireError(f"an envelope of event_type {str(event_type)[:60]!r}, not a tick event")
