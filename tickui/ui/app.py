@@ -26,6 +26,7 @@ from tickui.redact import redact
 from tickui.spec import TaskSpec
 from tickui.ui.cells import occurrence_cells, task_cells
 from tickui.ui.host import Host
+from tickui.ui.output import RunScreen, RunSource
 from tickui.ui.panes import (
     OCCURRENCE_COLUMNS,
     TASK_COLUMNS,
@@ -349,6 +350,8 @@ class TickuiApp(App[int]):
     # ---- actions ----------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, RunScreen) and action not in ("help", "quit"):
+            return False  # the run view shows its own keys
         if action in TASK_ACTIONS and isinstance(self.screen, ModalScreen):
             return False
         if action in TASK_ACTIONS or action in ("toggle_engine", "toggle_ticker"):
@@ -439,6 +442,14 @@ class TickuiApp(App[int]):
         self.show_ticker()
 
     def action_detail(self) -> None:
+        if isinstance(self.screen, DetailScreen):  # enter on a run picked in the detail
+            self.screen.action_open_selected()
+            return
+        if self.focused is self.occ_table:
+            occ = self.selected_occurrence()
+            if occ is not None:
+                self.open_run(occ)
+                return
         task = self._need_task()
         if task is not None and not isinstance(self.screen, DetailScreen):
             self.push_screen(DetailScreen(task, self._detail_source()))
@@ -450,7 +461,19 @@ class TickuiApp(App[int]):
             history=lambda name, limit: self.host.store.history(name, limit=limit),
             now=self._now,
             cancel=self.cancel_occurrence,
+            open_run=self.open_run,
         )
+
+    def open_run(self, occ: Occurrence) -> None:
+        """That run's facts and whole output (from the Occurrences pane or a task's runs)."""
+        assert self.host is not None
+        store = self.host.store
+
+        async def occurrence(occ_id: int) -> Occurrence | None:
+            found = await store.occurrences_by_id([occ_id])
+            return found[0] if found else None
+
+        self.push_screen(RunScreen(occ, RunSource(occurrence, self._now, _short_text)))
 
     def action_add_task(self) -> None:
         self.push_screen(AddTaskScreen(self._now), self._added)
@@ -578,6 +601,10 @@ def _runner(app: TickuiApp, action: str) -> Callable[[], Awaitable[None]]:
         await app.run_action(action)
 
     return run
+
+
+def _short_text(path: str) -> str:
+    return _short(Path(path))
 
 
 def _short(path: Path) -> str:

@@ -140,3 +140,43 @@ async def breaker_open_scene(pilot) -> None:
     breaker.retry_in = lambda mono: 42.0  # type: ignore[method-assign]
     app.show_ticker()
     await pilot.pause()
+
+
+SAMPLE_LOG = "".join(
+    [
+        "export-orders: connecting to postgres://exporter:s3cret@db.internal/orders\n",
+        "export-orders: 1,204 orders since 2027-01-14T08:00Z\n",
+    ]
+    + [f"  wrote batch {n:02d} (100 orders)\n" for n in range(1, 13)]
+    + [
+        "\x1b[31mwarning\x1b[0m: 4 orders without a customer (kept)\n",
+        "export-orders: upload to s3://exports/2027-01-15/orders.csv\n",
+        "error: disk full while writing /var/tmp/orders.csv\n",
+    ]
+)
+
+
+async def run_output_scene(pilot) -> None:
+    """The run output view on export-orders' failed run, its log replaced by a fixed one
+    (with a password and an escape sequence, both shown made safe)."""
+    from dataclasses import replace
+
+    from tickui.ui.output import RunScreen
+
+    await with_runs(pilot)
+    app: TickuiApp = pilot.app
+    occ = next(o for o in app.occ_rows.by_id.values() if o.task == "export-orders")
+    Path(occ.log_path).write_text(SAMPLE_LOG)
+    app.occ_table.focus()
+    app.occ_table.move_to(app.occ_rows.index_of(occ.id))
+    await pilot.press("enter")
+    screen = app.screen
+    assert isinstance(screen, RunScreen)
+    label = "~/.local/share/tickui/logs/" + Path(occ.log_path).name
+    screen.source = replace(screen.source, label=lambda path: label)
+    for _ in range(200):
+        await pilot.pause(0.02)
+        if screen.indexed and screen.view.count:
+            break
+    screen.render_facts()
+    await pilot.pause()

@@ -36,6 +36,7 @@ class DetailSource:
     history: Callable[[str, int], Awaitable[list[Occurrence]]]
     now: Callable[[], int]
     cancel: Callable[[Occurrence | None], Awaitable[None]]
+    open_run: Callable[[Occurrence], None] | None = None
 
 
 class HelpScreen(ModalScreen[None]):
@@ -276,6 +277,11 @@ class DetailScreen(Screen[None]):
         if self.recent:
             self.picked = max(0, min(len(self.recent) - 1, self.picked + step))
             self.render_all(self.source.now())
+
+    def action_open_selected(self) -> None:
+        occ = self.recent[self.picked] if self.recent else None
+        if occ is not None and self.source.open_run is not None:
+            self.source.open_run(occ)
 
     async def action_cancel_selected(self) -> None:
         occ = self.recent[self.picked] if self.recent else None
