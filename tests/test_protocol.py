@@ -276,6 +276,25 @@ async def test_the_loop_keeps_ticking_on_failures_and_emit_tick_still_raises():
     assert m.ticks_emitted == 0 and m.ticks_failed >= 1 and m.ticks_delivered >= 1
 
 
+async def test_stop_settles_every_emit_tick_waiting_behind_a_dead_broker():
+    """A running scheduler queues emit_tick's publish; a stop() that gives up on the queue
+    (the broker hangs) must still answer every caller, with a typed error, and count the
+    ticks as failed: none may wait forever (ONEX's emit_tick always returns or raises)."""
+    bus = OnexLikeBus(["hang"] * 10)
+    s = scheduler(bus, publish_timeout_s=0.1, circuit_breaker_threshold=100)
+    await s.start()
+    calls = [asyncio.create_task(s.emit_tick(now=WHEN)) for _ in range(5)]
+    await asyncio.sleep(0.02)
+    await s.stop(timeout=1)
+    done, pending = await asyncio.wait(calls, timeout=2)
+    for task in pending:
+        task.cancel()
+    assert not pending, "emit_tick still waiting after stop()"
+    assert all(isinstance(t.exception(), TickPublishError) for t in done)
+    m = await s.get_metrics()
+    assert (m.current_sequence_number, m.ticks_emitted, m.ticks_failed) == (5, 0, 5)
+
+
 # ---- metrics -----------------------------------------------------------------------------------
 
 

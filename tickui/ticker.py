@@ -329,6 +329,7 @@ class RuntimeScheduler:
                 await asyncio.wait_for(self._queue.join(), self.config.publish_timeout_s * 2)
             self._publisher.cancel()
             await _bounded(self._publisher, timeout)
+            self._drain(self._queue)  # nothing waits forever on a tick never published
         self._queue, self._publisher = None, None
         if self.bus is not None and self._owns_bus:
             await self.bus.stop()
@@ -501,13 +502,33 @@ class RuntimeScheduler:
         queue = self._queue
         while True:
             tick, done = await queue.get()
+            error: TickPublishError | None = None
             try:
                 error = await self._publish(tick)
+            except asyncio.CancelledError:  # stop() gave up on a publish in flight
+                error = self._abandoned(tick)
+                raise
             except Exception as exc:
                 log.exception("publishing tick %s failed", tick.sequence_number)
                 error = self._error(InfraConnectionError, tick, None, exc)
             finally:
                 queue.task_done()
+                if done is not None and not done.done():
+                    done.set_result(error)
+
+    def _abandoned(self, tick: Tick) -> TickPublishError:
+        """A tick stop() gave up on (its publish cut short, or still queued): counted as
+        failed, and its emit_tick caller, if any, gets this error instead of waiting forever."""
+        reason = "scheduler stopped before the tick was published"
+        self._failed(reason)
+        return self._error(InfraUnavailableError, tick, f"{reason} ({self.scheduler_id})")
+
+    def _drain(self, queue: asyncio.Queue[tuple[Tick, asyncio.Future[Any] | None]]) -> None:
+        """After the publisher stopped: settle every tick still queued (see _abandoned)."""
+        while not queue.empty():
+            tick, done = queue.get_nowait()
+            queue.task_done()
+            error = self._abandoned(tick)
             if done is not None and not done.done():
                 done.set_result(error)
 
