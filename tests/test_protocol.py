@@ -276,6 +276,32 @@ async def test_the_loop_keeps_ticking_on_failures_and_emit_tick_still_raises():
     assert m.ticks_emitted == 0 and m.ticks_failed >= 1 and m.ticks_delivered >= 1
 
 
+async def test_stop_during_a_slow_start_leaves_the_scheduler_stopped():
+    """stop() while start() still waits for its sequence store: once stop() returns the
+    scheduler is stopped, and stays so when start() finishes (it used to end `running`,
+    with a dead loop, after stop() had returned)."""
+    bus = OnexLikeBus()
+    s = scheduler(bus, tick_interval_ms=100, max_tick_jitter_ms=0)
+    connect = s.sequence.start
+
+    async def slow_store(now: float) -> None:
+        await asyncio.sleep(0.2)
+        await connect(now)
+
+    s.sequence.start = slow_store
+    starting = asyncio.create_task(s.start())
+    await asyncio.sleep(0.02)
+    assert s.status == "starting"
+    await s.stop()
+    assert s.status == "stopped" and not s.is_running
+    await starting
+    await asyncio.sleep(0.3)
+    assert s.status == "stopped" and not s.is_running and bus.calls == 0
+    await s.start()  # and it can start again
+    assert s.is_running
+    await s.stop()
+
+
 async def test_stop_settles_every_emit_tick_waiting_behind_a_dead_broker():
     """A running scheduler queues emit_tick's publish; a stop() that gives up on the queue
     (the broker hangs) must still answer every caller, with a typed error, and count the

@@ -255,6 +255,7 @@ class RuntimeScheduler:
         self._started_mono: float | None = None
         self._started_at: int | None = None
         self._listeners: list[Callable[[], None]] = []
+        self._lifecycle = asyncio.Lock()  # start() and stop() one at a time
 
     # ---- the protocol ----------------------------------------------------------------
 
@@ -284,6 +285,18 @@ class RuntimeScheduler:
         self._listeners.append(listener)
 
     async def start(self) -> None:
+        """Start ticking (a no-op unless stopped). start() and stop() run one at a time: a
+        stop() called while a start() is still under way (its sequence store connecting)
+        waits for it and then stops, so the scheduler is stopped when stop() returns."""
+        async with self._lifecycle:
+            try:
+                await self._start()
+            except BaseException:
+                if self._status == SchedulerStatus.STARTING:
+                    self._status = SchedulerStatus.ERROR
+                raise
+
+    async def _start(self) -> None:
         if not self._status.can_start():
             return
         self._status = SchedulerStatus.STARTING
@@ -314,7 +327,12 @@ class RuntimeScheduler:
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop ticking, wait (bounded) for the tick in flight and queued publishes, then
-        give the unused reserved sequence numbers back. Calling it twice is harmless."""
+        give the unused reserved sequence numbers back. Calling it twice is harmless; one
+        called during a start() waits for it to finish first."""
+        async with self._lifecycle:
+            await self._stop(timeout)
+
+    async def _stop(self, timeout: float) -> None:
         if self._status in (SchedulerStatus.STOPPED, SchedulerStatus.STOPPING):
             return
         self._status = SchedulerStatus.STOPPING
