@@ -48,7 +48,8 @@ from tickui.ui.screens import (
 )
 from tickui.ui.table import RowTable
 
-DRAIN_EVERY = 0.05  # engine notifications reach the panes within this
+DRAIN_EVERY = 0.05  # drains (repaints of what changed): on average at most this often
+DRAIN_DELAY = 0.01  # a drain waits this long after the first mark, to gather a burst
 EXTERNAL_EVERY = 0.5  # another process's commits are looked for this often
 NARROW = 110  # below this width the side panes move under the tables
 WAIT_FOREVER = 24 * 3600.0
@@ -131,6 +132,9 @@ class TickuiApp(App[int]):
         self._ticker_dirty = True
         self._data_version: int | None = None
         self._draining = False
+        self._drain_pending = False  # a drain is scheduled
+        self._drains = [0.0, 0.0]  # loop times the last two drains started
+        self._last_second = 0.0  # loop time countdowns and the clock were last looked at
         self.failure: str | None = None
 
     # ---- start and stop ---------------------------------------------------------------
@@ -160,7 +164,6 @@ class TickuiApp(App[int]):
         host.ticker.on_change(self._on_ticker_change)
         await self.load_all()
         await host.start()
-        self.set_interval(DRAIN_EVERY, self.drain)
         self.set_interval(EXTERNAL_EVERY, self.look_outside)
         self.set_interval(1.0, self.second)
         self.on_resize()
@@ -187,19 +190,48 @@ class TickuiApp(App[int]):
         self._dirty_tasks.update(change.tasks)
         self._dirty_occ.update(change.occurrences)
         self._status_dirty = self._status_dirty or change.status or bool(change.occurrences)
+        self._wake()
 
     def _on_ticker_change(self) -> None:
         self._ticker_dirty = True
+        self._wake()
 
     def mark(self, tasks: Iterable[int] = (), occurrences: Iterable[int] = ()) -> None:
         self._dirty_tasks.update(tasks)
         self._dirty_occ.update(occurrences)
+        self._wake()
+
+    def _dirty(self) -> bool:
+        return bool(
+            self._dirty_tasks or self._dirty_occ or self._status_dirty or self._ticker_dirty
+        )
+
+    def _wake(self) -> None:
+        """Something was marked: drain DRAIN_DELAY from now (a burst marks many things,
+        one drain applies them), at most two drains in any 2 * DRAIN_EVERY (a run that
+        starts and ends at once shows both soon; a stream of changes drains 20 times a
+        second). No timer runs while nothing is marked."""
+        if self._drain_pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the UI's loop: `second` picks it up
+            return
+        self._drain_pending = True
+        delay = max(DRAIN_DELAY, self._drains[0] + 2 * DRAIN_EVERY - loop.time())
+        loop.call_later(delay, self._drain_due)
+
+    def _drain_due(self) -> None:
+        self._drain_pending = False
+        if self.host is not None and self.is_running:
+            self.call_later(self.drain)  # on the app's queue: after what it is handling
 
     async def drain(self) -> None:
         """Apply what the engine said changed: fetch those rows only, repaint those rows."""
         if self.host is None or self._draining:
             return
         self._draining = True
+        self._drains = [self._drains[1], asyncio.get_running_loop().time()]
         try:
             await self._apply_dirty()
             if self._status_dirty:
@@ -208,10 +240,14 @@ class TickuiApp(App[int]):
             if self._ticker_dirty:
                 self._ticker_dirty = False
                 self.show_ticker()
+                if self._ticks_drive_seconds() and self._since_second() >= 0.9:
+                    self._each_second()  # in the same frame as the tick's own changes
         except Exception as exc:  # the store went away under us: say so, keep the UI
             self.notify(redact(f"refresh failed: {exc}"), severity="error")
         finally:
             self._draining = False
+            if self._dirty():  # marked while this drain ran (or a drain was refused)
+                self._wake()
 
     async def _apply_dirty(self) -> None:
         store = self.host.store
@@ -286,10 +322,33 @@ class TickuiApp(App[int]):
             self.notify(redact(f"could not read the database: {exc}"), severity="error")
 
     def second(self) -> None:
-        """Countdowns and durations move every second: repaint what is on screen."""
-        self.tasks_table.refresh()
-        self.occ_table.refresh()
-        self._status_dirty = self._ticker_dirty = True
+        """Countdowns, durations and the clock move every second. While ticks come at
+        least once a second, the drain after a tick does this (one frame a second for both);
+        this timer does it when they do not, or stall."""
+        if self.host is None:
+            return
+        since = self._since_second()
+        if since >= 1.5 or (since >= 0.9 and not self._ticks_drive_seconds()):
+            self._each_second()
+            if not self._ticks_drive_seconds():
+                self.show_ticker()  # the breaker's probe countdown, between slow ticks
+        if self._dirty():  # a safety net: nothing marked is left waiting
+            self._wake()
+
+    def _ticks_drive_seconds(self) -> bool:
+        ticker = self.host.ticker
+        return ticker.is_running and ticker.config.interval_ms <= 1000
+
+    def _since_second(self) -> float:
+        return asyncio.get_running_loop().time() - self._last_second
+
+    def _each_second(self) -> None:
+        """Repaint the cells whose text changed (countdowns, durations) and the clock;
+        nothing else."""
+        self._last_second = asyncio.get_running_loop().time()
+        self.tasks_table.refresh_changed()
+        self.occ_table.refresh_changed()
+        self.show_status()
 
     def show_status(self) -> None:
         host = self.host

@@ -6,11 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Group
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
 from tickui.breaker import CLOSED, HALF_OPEN, OPEN
@@ -66,6 +70,8 @@ class CellSource(RowSource):
 class StatusLine(Static):
     """Database, engine and ticker state, the clock, and the time scale when not 1."""
 
+    _shown: Text | None = None
+
     def show(
         self,
         db: str,
@@ -86,7 +92,9 @@ class StatusLine(Static):
         if scale != 1:
             text.append(f" │ time ×{scale:g}", "bold magenta")
         text.append(f" │ {db}", "bright_black")
-        self.update(text)
+        if text != self._shown:  # the clock moves once a second; nothing else repaints it
+            self._shown = text
+            self.update(text, layout=False)  # one line, always: no layout pass
 
 
 def engine_state(status: EngineStatus | None, ticker_status: str) -> tuple[str, str]:
@@ -119,10 +127,15 @@ class TablePane(Vertical):
 
 
 class TicksPane(Vertical):
-    metrics: reactive[TickerMetrics | None] = reactive(None, always_update=True)
+    """Facts, a sparkline and its label; each part repaints only when its text (or, for
+    the sparkline, its values) changed, and never asks for a layout pass unless the number
+    of fact lines changed."""
+
+    metrics: reactive[TickerMetrics | None] = reactive(None, always_update=True, repaint=False)
+    _label: Text | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="tick-facts")
+        yield FactLines(id="tick-facts")
         yield Sparkline([], id="tick-spark")
         yield Static(id="tick-spark-label")
 
@@ -132,60 +145,147 @@ class TicksPane(Vertical):
     def watch_metrics(self, metrics: TickerMetrics | None) -> None:
         if metrics is None:
             return
-        self.query_one("#tick-facts", Static).update(tick_facts(metrics))
+        self.query_one("#tick-facts", FactLines).show(tick_rows(metrics))
         data = metrics.publish_recent_ms if metrics.bus != "none" else metrics.lateness_recent_ms
         what = "publish ms" if metrics.bus != "none" else "lateness ms"
-        self.query_one("#tick-spark", Sparkline).data = list(data[-60:])
-        peak = max(data[-60:]) if data else 0.0
-        self.query_one("#tick-spark-label", Static).update(
-            Text(f"{what}, last {min(len(data), 60)}: peak {peak:.2f}", "bright_black")
-        )
+        recent = list(data[-60:])
+        spark = self.query_one("#tick-spark", Sparkline)
+        if spark.data != recent:  # only when a new value arrived
+            spark.data = recent
+        peak = max(recent) if recent else 0.0
+        label = Text(f"{what}, last {len(recent)}: peak {peak:.2f}", "bright_black")
+        if label != self._label:
+            self._label = label
+            self.query_one("#tick-spark-label", Static).update(label, layout=False)
+
+
+class FactLines(Widget):
+    """Label and value lines (a grid of two columns, the first 9 wide), drawn line by line:
+    `show` repaints only the lines whose text changed."""
+
+    DEFAULT_CSS = "FactLines { height: auto; }"
+    LABEL_WIDTH = 9
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rows: list[tuple[str, Text]] = []
+
+    def show(self, rows: list[tuple[str, Text]]) -> None:
+        old, self.rows = self.rows, rows
+        if len(rows) != len(old):
+            self.refresh(layout=True)
+            return
+        if _value_width(rows) != _value_width(old):  # the grid's width moved: every line
+            self.refresh()
+            return
+        width = self.size.width
+        for y, (before, now) in enumerate(zip(old, rows, strict=True)):
+            if before != now:
+                self.refresh(Region(0, y, width, 1))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self.rows)
+
+    def render_line(self, y: int) -> Strip:
+        width, base = self.size.width, self.rich_style
+        if y >= len(self.rows):
+            return Strip.blank(width, base)
+        label, value = self.rows[y]
+        # as a two-column grid draws it: the values padded to the widest one (and cut with
+        # an ellipsis to the width left), the rest of the line left to the background
+        room = max(0, width - self.LABEL_WIDTH - 1)
+        cell = value.copy()
+        cell.truncate(min(room, _value_width(self.rows)), overflow="ellipsis", pad=True)
+        line = Text.assemble((label.ljust(self.LABEL_WIDTH) + " ", "bright_black"), cell)
+        segments = Segment.apply_style(line.render(self.app.console), style=base)
+        return Strip(segments)  # the styles cache pads it to the width in the background
+
+
+def _value_width(rows: list[tuple[str, Text]]) -> int:
+    return max((value.cell_len for _, value in rows), default=0)
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} ms"
 
 
-def tick_facts(m: TickerMetrics) -> Table:
+def tick_rows(m: TickerMetrics) -> list[tuple[str, Text]]:
+    """The Ticks pane's facts as (label, value) lines: comparable, so an unchanged pane is
+    not repainted."""
+    status_style = "bold green" if m.status == "running" else "bold yellow"
+    rate_style = "green" if m.success_rate >= 0.99 else "bold red"
+    rows = [
+        ("status", Text(m.status, status_style)),
+        ("interval", Text(f"{m.interval_ms} ms · bus {m.bus}")),
+        ("sequence", Text(f"{m.current_sequence} ({m.sequence_store}, {m.sequence_state})")),
+        (
+            "emitted",
+            Text.assemble(
+                str(m.ticks_emitted),
+                " · failed ",
+                (str(m.ticks_failed), "red" if m.ticks_failed else ""),
+                " · missed ",
+                (str(m.ticks_missed), "yellow" if m.ticks_missed else ""),
+            ),
+        ),
+        ("success", Text(f"{m.success_rate * 100:.1f}%", rate_style)),
+        ("lateness", Text(f"p50 {_ms(m.lateness_p50_ms)} · p99 {_ms(m.lateness_p99_ms)}")),
+        ("publish", Text(f"last {_ms(m.publish_last_ms)} · max {_ms(m.publish_max_ms)}")),
+        ("uptime", Text(span(round(m.uptime_s * 1_000_000)) if m.uptime_s else "-")),
+    ]
+    if m.sequence_error:
+        rows.append(("seq error", Text(safe_text(m.sequence_error), "red")))
+    return rows
+
+
+def facts_grid(rows: list[tuple[str, Text]]) -> Table:
     table = Table.grid(padding=(0, 1))
     table.add_column(
         style="bright_black", no_wrap=True, min_width=9
     )  # a long error cannot squeeze it
     table.add_column(no_wrap=True, overflow="ellipsis")
-    status_style = "bold green" if m.status == "running" else "bold yellow"
-    table.add_row("status", Text(m.status, status_style))
-    table.add_row("interval", f"{m.interval_ms} ms · bus {m.bus}")
-    table.add_row("sequence", f"{m.current_sequence} ({m.sequence_store}, {m.sequence_state})")
-    table.add_row(
-        "emitted",
-        Text.assemble(
-            str(m.ticks_emitted),
-            " · failed ",
-            (str(m.ticks_failed), "red" if m.ticks_failed else ""),
-            " · missed ",
-            (str(m.ticks_missed), "yellow" if m.ticks_missed else ""),
-        ),
-    )
-    rate_style = "green" if m.success_rate >= 0.99 else "bold red"
-    table.add_row("success", Text(f"{m.success_rate * 100:.1f}%", rate_style))
-    table.add_row("lateness", f"p50 {_ms(m.lateness_p50_ms)} · p99 {_ms(m.lateness_p99_ms)}")
-    table.add_row("publish", f"last {_ms(m.publish_last_ms)} · max {_ms(m.publish_max_ms)}")
-    table.add_row("uptime", span(round(m.uptime_s * 1_000_000)) if m.uptime_s else "-")
-    if m.sequence_error:
-        table.add_row("seq error", Text(safe_text(m.sequence_error), "red"))
+    for label, value in rows:
+        table.add_row(label, value)
     return table
 
 
+def tick_facts(m: TickerMetrics) -> Table:
+    return facts_grid(tick_rows(m))
+
+
 class BreakerPane(Static):
-    metrics: reactive[TickerMetrics | None] = reactive(None, always_update=True)
+    metrics: reactive[TickerMetrics | None] = reactive(None, always_update=True, repaint=False)
+
+    _shown: tuple | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Circuit breaker"
 
     def watch_metrics(self, metrics: TickerMetrics | None) -> None:
-        if metrics is not None:
-            self.update(breaker_view(metrics))
+        if metrics is None:
+            return
+        shown = breaker_key(metrics)
+        if shown != self._shown:  # a tick that changed nothing here repaints nothing
+            self._shown = shown
+            self.update(breaker_view(metrics), layout=False)  # its size is the layout's
             self.set_class(metrics.breaker_state == OPEN, "-open")
+
+
+def _probe(m: TickerMetrics) -> str:
+    return "-" if m.breaker_retry_in_s is None else f"in {m.breaker_retry_in_s:.0f}s"
+
+
+def breaker_key(m: TickerMetrics) -> tuple:
+    """What `breaker_view` shows, as plain values."""
+    recent = tuple((t["at"], t["from"], t["to"], t["reason"]) for t in m.transitions[-4:])
+    return (
+        m.breaker_state,
+        m.breaker_failures,
+        m.breaker_threshold,
+        _probe(m),
+        m.last_error,
+        recent,
+    )
 
 
 def breaker_view(m: TickerMetrics) -> Group:
@@ -194,8 +294,7 @@ def breaker_view(m: TickerMetrics) -> Group:
     facts.add_column(style="bright_black", no_wrap=True, min_width=10)
     facts.add_column()
     facts.add_row("failures", f"{m.breaker_failures} of {m.breaker_threshold}")
-    probe = "-" if m.breaker_retry_in_s is None else f"in {m.breaker_retry_in_s:.0f}s"
-    facts.add_row("next probe", probe)
+    facts.add_row("next probe", _probe(m))
     facts.add_row("last error", Text(safe_text(m.last_error) if m.last_error else "-", "red"))
     lines = [state, facts]
     if m.transitions:

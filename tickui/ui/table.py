@@ -14,7 +14,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
 from textual.events import Click
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -77,6 +77,7 @@ class RowTable(ScrollView, can_focus=True):
         self.now = now
         self._layout: list[tuple[int, int]] = []  # (column index, width)
         self._laid_for = -1
+        self._painted: dict[int, tuple[int, list[Cell] | None]] = {}  # line: (row, cells)
 
     # ---- geometry --------------------------------------------------------------------
 
@@ -123,6 +124,7 @@ class RowTable(ScrollView, can_focus=True):
             return Strip([Segment(set_cell_size(text, width), header)], width)
         index = self.scroll_offset.y + y - 1
         cells = self.source.cells(index, self.now()) if index < len(self.source) else None
+        self._painted[y] = (index, cells)
         if cells is None:
             return Strip.blank(width)
         selected = index == self.cursor
@@ -138,7 +140,30 @@ class RowTable(ScrollView, can_focus=True):
         """Repaint one row if it is on screen (the header line is row -1)."""
         line = index - self.scroll_offset.y + 1
         if 1 <= line < self.size.height:
-            self.refresh_lines(line)
+            self.refresh(Region(0, line, self.size.width, 1))
+
+    def refresh_changed(self) -> None:
+        """Time moved (countdowns, durations): repaint only the cells on screen whose text or
+        style is no longer what was painted. A row that reads the same is not touched."""
+        width = self.size.width
+        layout = self._columns_for(width)
+        top, count, now = self.scroll_offset.y, len(self.source), self.now()
+        for y in range(1, self.size.height):
+            index = top + y - 1
+            painted = self._painted.get(y)
+            cells = self.source.cells(index, now) if index < count else None
+            if painted is not None and painted[0] == index and painted[1] == cells:
+                continue
+            if painted is None or painted[0] != index or painted[1] is None or cells is None:
+                self.refresh(Region(0, y, width, 1))
+                continue
+            old, start, end, x = painted[1], width, 0, 0
+            for i, w in layout:
+                if old[i] != cells[i]:
+                    start, end = min(start, x), x + w + 1
+                x += w + 1
+            if end > start:
+                self.refresh(Region(start, y, min(end, width) - start, 1))
 
     # ---- cursor ----------------------------------------------------------------------
 
