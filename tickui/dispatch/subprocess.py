@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -41,7 +43,43 @@ log = logging.getLogger("tickui.dispatch")
 
 # A start that took longer than this after its lease check (the process was paused
 # around the fork) asks the fence again; far below the lease's own margin (>= 0.1 s).
-FENCE_SLACK = 0.05
+# The start gate: a tiny sh waits for one line on its stdin (the gate pipe), then gives the
+# command /dev/null as stdin, as ungated runs get, and execs it (same pid, group and env);
+# EOF instead of the line ends it with 125, the command unrun.
+GATE = ("/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "tickui-gate")
+
+
+def _open_gate(run: _Run) -> None:
+    gate, run.gate = run.gate, None
+    if gate is not None:
+        try:
+            os.write(gate, b"go\n")
+        finally:
+            os.close(gate)
+
+
+def _close_gate(run: _Run) -> None:
+    gate, run.gate = run.gate, None
+    if gate is not None:
+        os.close(gate)
+
+
+def _check_program(program: str, cwd: str | None, env: dict[str, str]) -> None:
+    """Refuse, as exec would, a program that cannot run: behind the gate the exec happens
+    in the child, where its failure would look like the command's own exit 127."""
+    if "\0" in program:
+        raise ValueError("embedded null byte")
+    if "/" in program:
+        path = program if os.path.isabs(program) else os.path.join(cwd or os.getcwd(), program)
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        path = found
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
 
 
 @dataclass
@@ -54,6 +92,7 @@ class _Run:
     output: OutputPump | None = None
     cancel_reason: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    gate: int | None = None  # write end of the start gate, while the command waits on it
 
 
 class SubprocessDispatcher:
@@ -119,28 +158,37 @@ class SubprocessDispatcher:
 
     # ---- starting ----------------------------------------------------------------------
 
-    async def _spawn(self, job: Job) -> _Run:
-        """Start one run; on any failure nothing is left open and the error is raised."""
+    async def _spawn(self, job: Job, gated: bool = False) -> _Run:
+        """Start one run; on any failure nothing is left open and the error is raised.
+
+        `gated`: the process is created, but waits (in a tiny `sh`, before it execs the
+        command) until `_open_gate` says go, so the lease can be checked after the fork,
+        immediately before the command runs; closing the gate instead ends it unrun."""
         spec = job.task.spec
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         log_path = self.log_dir / f"{job.occurrence.id}.log"
         sink: BoundedLog | None = None
-        read_end = write_end = -1
+        read_end = write_end = gate_read = gate_write = -1
         try:
             env = self._env(job)
             sink = BoundedLog(log_path, self.head_bytes, self.tail_bytes, self._output_health)
             read_end, write_end = os.pipe()  # both close-on-exec; the child gets a dup
+            argv = list(spec.command)
+            if gated:
+                _check_program(spec.command[0], spec.cwd, env)  # as exec would refuse it
+                gate_read, gate_write = os.pipe()
+                argv = [*GATE, *spec.command]
             process = await asyncio.create_subprocess_exec(
-                *spec.command,
+                *argv,
                 cwd=spec.cwd or None,
                 env=env,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=gate_read if gated else asyncio.subprocess.DEVNULL,
                 stdout=write_end,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
             )
         except BaseException:
-            for fd in (read_end, write_end):
+            for fd in (read_end, write_end, gate_read, gate_write):
                 if fd >= 0:
                     with contextlib.suppress(OSError):
                         os.close(fd)
@@ -150,7 +198,10 @@ class SubprocessDispatcher:
                     log_path.unlink()
             raise
         os.close(write_end)
+        if gate_read >= 0:
+            os.close(gate_read)
         run = _Run(job.occurrence, process, f"run-{uuid.uuid4().hex[:16]}", log_path, sink)
+        run.gate = gate_write if gate_write >= 0 else None
         try:
             run.output = OutputPump(asyncio.get_running_loop(), read_end, sink)
         except Exception:  # the run goes on; its output is not kept
@@ -176,9 +227,8 @@ class SubprocessDispatcher:
                 if fenced is not None:
                     results.append(fenced)
                     continue
-                checked = time.monotonic()
                 try:
-                    run = await self._spawn(job)
+                    run = await self._spawn(job, gated=may_start is not None)
                 except Exception as exc:
                     results.append(DispatchFailure("DISPATCH_FAILED", _spawn_failure(job, exc)))
                     continue
@@ -188,15 +238,14 @@ class SubprocessDispatcher:
                     self._containment.track(job.occurrence, run.process.pid, pipe)
                 except Exception:
                     log.exception("cannot track the processes of occurrence %s", run.occurrence.id)
-                if (
-                    may_start is not None
-                    and time.monotonic() - checked > FENCE_SLACK
-                    and (fenced := await self._fence(may_start)) is not None
-                ):
-                    # Paused between the lease check and the start (SIGSTOP, a suspend):
-                    # it may have started after the lease was lost. Stop it at once.
-                    results.append(await self._abort(run))
-                    continue
+                if may_start is not None:
+                    # The fork took time, and a pause (SIGSTOP, a suspend) may have fallen
+                    # in it: ask again, then open the gate with no await in between.
+                    fenced = await self._fence(may_start)
+                    if fenced is not None:
+                        results.append(await self._abort(run, fenced))
+                        continue
+                    _open_gate(run)
                 runs.append((run, job.task.spec.timeout))
                 started.append(self._started(run))
                 results.append(Receipt(job.occurrence.command_id or "", str(run.log_path)))
@@ -208,12 +257,14 @@ class SubprocessDispatcher:
                 watcher.add_done_callback(self._watchers.discard)
         return results
 
-    async def _abort(self, run: _Run) -> DispatchFailure:
-        """End a run that may have started without the lease, at once (no grace)."""
+    async def _abort(self, run: _Run, fenced: NotStarted) -> NotStarted:
+        """The lease was lost while the gated process was created: close its gate, so it
+        ends without running the command, and make sure nothing of it is left."""
         log.warning(
-            "occurrence %s started after a pause that lost the lease; stopped at once",
+            "occurrence %s not started: the lease was lost while its process was created",
             run.occurrence.id,
         )
+        _close_gate(run)
         try:
             if self._containment.knows(run.occurrence.id):
                 await self._containment.end(run.occurrence.id, 0)
@@ -225,9 +276,7 @@ class SubprocessDispatcher:
             log.exception("stopping occurrence %s failed", run.occurrence.id)
         finally:
             self._runs.pop(run.occurrence.id, None)
-        return DispatchFailure(
-            "DISPATCH_FAILED", "lease lost while it started (a pause); killed at once"
-        )
+        return fenced
 
     @staticmethod
     async def _fence(may_start: Fence) -> NotStarted | None:
