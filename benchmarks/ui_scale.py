@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tickui.clock import Clock, SystemClock
 from tickui.config import Settings
 from tickui.dispatch import DispatchFailure, Fence, Job, Receipt
+from tickui.dispatch.base import wait_until_done
 from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION, TERMINAL
 from tickui.spec import build_spec
 from tickui.store import NewEvent, Store
@@ -248,10 +249,7 @@ class InProcessDispatcher:
         return True
 
     async def shutdown(self, grace: float) -> None:
-        waiting = [run.done.wait() for run in self._runs.values()]
-        if waiting:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*waiting), grace)
+        await wait_until_done((run.done for run in self._runs.values()), grace)
         await asyncio.gather(*(self.cancel(i, "engine_stopped") for i in list(self._runs)))
         if self._watchers:
             await asyncio.gather(*list(self._watchers), return_exceptions=True)

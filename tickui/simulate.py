@@ -29,6 +29,7 @@ from urllib.request import pathname2url
 
 from tickui.clock import Clock
 from tickui.dispatch import DispatchFailure, Fence, Job, NotStarted, Receipt
+from tickui.dispatch.base import wait_until_done
 from tickui.errors import StoreError
 from tickui.occurrence import ACTIVE, RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, RUN_TRANSITION
 from tickui.store import NewEvent, Store, inspect_file
@@ -469,10 +470,7 @@ class SimulatedDispatcher:
 
     async def shutdown(self, grace: float) -> None:
         """Let runs end for up to `grace` real seconds, then cancel the rest."""
-        waiting = [run.done.wait() for run in self._runs.values()]
-        if waiting:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*waiting), grace)
+        await wait_until_done((run.done for run in self._runs.values()), grace)
         for occ_id in list(self._runs):
             await self.cancel(occ_id, "engine_stopped")
         if self._timer is not None:

@@ -7,7 +7,9 @@ dispatcher itself), and the engine settles occurrences from those events.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,3 +55,11 @@ class Dispatcher(Protocol):
     def active(self) -> int: ...
 
     async def shutdown(self, grace: float) -> None: ...
+
+
+async def wait_until_done(runs_done: Iterable[asyncio.Event], grace: float) -> None:
+    """Give active runs up to `grace` seconds to end by themselves (a dispatcher's stop)."""
+    waiting = [done.wait() for done in runs_done]
+    if waiting:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*waiting), grace)

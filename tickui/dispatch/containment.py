@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tickui.models import Occurrence
-from tickui.procs import Proc, read_proc
+from tickui.procs import Proc, group_alive, read_proc, signal_group
 from tickui.timeutil import iso
 
 log = logging.getLogger("tickui.dispatch")
@@ -156,16 +156,6 @@ def _signal_pid(pid: int, start: int, sig: signal.Signals) -> bool:
         return False
     try:
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
-    if pgid <= 1:
-        return False
-    try:
-        os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         return False
     return True
@@ -497,13 +487,13 @@ def _signal_tree(
     if group_ok and (main_live or any(p.pgrp == root for p in live.values())):
         groups.add(root)
         if first((-1, root)):
-            _signal_group(root, sig)
+            signal_group(root, sig)
     for p in live.values():
         if p.pgrp == p.pid and p.pid not in groups:
             groups.add(p.pid)
             now = read_proc(p.pid)
             if first((-1, p.pid)) and _same(now, p.start) and now and now.pgrp == p.pid:
-                _signal_group(p.pid, sig)
+                signal_group(p.pid, sig)
     for p in live.values():
         if p.pgrp not in groups and first((p.pid, p.start)):
             _signal_pid(p.pid, p.start, sig)
@@ -511,26 +501,16 @@ def _signal_tree(
 
 async def end_group(pgid: int, grace: float) -> int:
     """Where processes cannot be listed: SIGTERM the group, SIGKILL it after the grace."""
-    if not _signal_group(pgid, signal.SIGTERM):
+    if not signal_group(pgid, signal.SIGTERM):
         return 0
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
     while loop.time() < deadline:
         await asyncio.sleep(POLL)
-        if not _group_alive(pgid):
+        if not group_alive(pgid):
             return 0
-    _signal_group(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
     return 0
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---- after a crash -----------------------------------------------------------------------
@@ -548,7 +528,7 @@ async def end_orphaned_run(occurrence: Occurrence, grace: float = 2.0) -> int:
     start = occurrence.pid_start if occurrence.pid == pgid else None
     tree = _Tree(pgid, start, _marker_bytes(marker_for(occurrence)))
     if not HAVE_PROC:
-        alive = _group_alive(pgid)
+        alive = group_alive(pgid)
         await end_group(pgid, grace)
         return int(alive)
     after = occurrence.pid_start

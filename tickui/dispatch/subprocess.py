@@ -17,7 +17,14 @@ from pathlib import Path
 
 from tickui import procs
 from tickui.clock import Clock
-from tickui.dispatch.base import DispatchFailure, Fence, Job, NotStarted, Receipt
+from tickui.dispatch.base import (
+    DispatchFailure,
+    Fence,
+    Job,
+    NotStarted,
+    Receipt,
+    wait_until_done,
+)
 from tickui.dispatch.containment import Containment, end_group
 from tickui.dispatch.output import (
     HEAD_BYTES_DEFAULT,
@@ -421,10 +428,7 @@ class SubprocessDispatcher:
         await self._flush_before_exit()
 
     async def _shutdown_runs(self, grace: float) -> None:
-        waiting = [run.done.wait() for run in self._runs.values()]
-        if waiting:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*waiting), grace)
+        await wait_until_done((run.done for run in self._runs.values()), grace)
         await asyncio.gather(*(self.cancel(i, "engine_stopped") for i in list(self._runs)))
         if self._watchers:
             await asyncio.gather(*list(self._watchers), return_exceptions=True)
