@@ -168,3 +168,14 @@ def test_bad_config_values_are_quoted_redacted(tmp_path):
     result = cli("task", "list", db=tmp_path / "t.db", cwd=tmp_path)
     assert result.returncode == 2 and "p/w2" not in result.stderr
     assert "valkey.url" in result.stderr
+
+
+def test_task_show_hides_a_secret_argument_and_keeps_the_arguments_after_it(tmp_path):
+    """Each argument is redacted on its own: a secret must not swallow its neighbours."""
+    db = tmp_path / "t.db"
+    command = ["curl", "-H", "Authorization: Bearer abcdefghijkl", "--password=hunter2", "-u", "x"]
+    assert cli("task", "add", "s", "--every", "1h", "--", *command, db=db).returncode == 0
+    shown = cli("task", "show", "s", db=db).stdout
+    line = next(line for line in shown.splitlines() if "command:" in line)
+    assert "abcdefghijkl" not in line and "hunter2" not in line
+    assert line.split("command: ", 1)[1] == ("curl, -H, Authorization: ***, --password=***, -u, x")

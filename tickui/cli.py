@@ -20,7 +20,7 @@ from tickui import config as config_mod
 from tickui.checks import arg, arg_duration, arg_number
 from tickui.clock import SystemClock
 from tickui.errors import BadInput, NotFound, StoreError, TickuiError
-from tickui.redact import redact_data, safe_text
+from tickui.redact import printable, redact_data, safe_text
 from tickui.schedules import preview
 from tickui.spec import build_spec, check_name
 from tickui.store import Store
@@ -168,9 +168,11 @@ def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
     return settings.db or config_mod.default_db()
 
 
-def say(text: Any) -> None:
-    """Every line the CLI prints: redacted, control characters made visible."""
-    print(safe_text(text, newlines=True))
+def say(text: Any, redacted: bool = False) -> None:
+    """Every line the CLI prints: redacted, control characters made visible. `redacted`:
+    the caller redacted each part already (a second pass over the joined line could let
+    one argument's secret swallow the arguments after it)."""
+    print(printable(text, newlines=True) if redacted else safe_text(text, newlines=True))
 
 
 def _print_json(value: Any) -> None:
@@ -285,9 +287,11 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             if args.json:
                 _print_json([data])
             else:
+                # Redacted item by item, then joined: redacting the joined text again would
+                # let one argument's secret swallow the arguments after it.
                 for key, value in redact_data(data).items():
                     shown = ", ".join(map(str, value)) if isinstance(value, list) else value
-                    say(f"{key:>18}: {'-' if shown is None else safe_text(shown)}")
+                    say(f"{key:>18}: {'-' if shown is None else shown}", redacted=True)
             return 0
         return await commands.change_task(store, args, clock)
 
