@@ -16,7 +16,9 @@ from tickui.schedules import preview
 from tickui.ticker_config import TickerConfig
 from tickui.ui.app import KEYS, TickuiApp
 from tickui.ui.cells import stamp_text
-from tickui.ui.screens import AddTaskScreen, ConfirmScreen, DetailScreen, HelpScreen, QuitScreen
+from tickui.ui.detail import DetailScreen
+from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.form import AddTaskScreen
 from ui_support import make_app, notes, screen_text, until
 
 SIZE = (140, 40)

@@ -13,8 +13,8 @@ from helpers import T0
 from tickui.clock import ManualClock
 from tickui.spec import build_spec
 from tickui.ui import sample
+from tickui.ui.detail import DetailScreen
 from tickui.ui.output import LineIndex, RunScreen
-from tickui.ui.screens import DetailScreen
 from ui_support import make_app, screen_text, until
 
 SIZE = (140, 40)

@@ -25,27 +25,14 @@ from tickui.models import Occurrence, Task
 from tickui.redact import redact
 from tickui.spec import TaskSpec
 from tickui.ui.cells import occurrence_cells, task_cells
+from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
+from tickui.ui.detail import DetailScreen, DetailSource
+from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.form import AddTaskScreen
 from tickui.ui.host import Host
 from tickui.ui.output import RunScreen, RunSource
-from tickui.ui.panes import (
-    OCCURRENCE_COLUMNS,
-    TASK_COLUMNS,
-    Banner,
-    BreakerPane,
-    CellSource,
-    StatusLine,
-    TablePane,
-    TicksPane,
-)
+from tickui.ui.panes import Banner, BreakerPane, StatusLine, TablePane, TicksPane
 from tickui.ui.rows import OccurrenceRows, TaskRows
-from tickui.ui.screens import (
-    AddTaskScreen,
-    ConfirmScreen,
-    DetailScreen,
-    DetailSource,
-    HelpScreen,
-    QuitScreen,
-)
 from tickui.ui.table import RowTable
 
 DRAIN_EVERY = 0.05  # drains (repaints of what changed): on average at most this often

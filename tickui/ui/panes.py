@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from rich.console import Group
 from rich.segment import Segment
 from rich.table import Table
@@ -21,50 +18,10 @@ from tickui.breaker import CLOSED, HALF_OPEN, OPEN
 from tickui.engine import EngineStatus
 from tickui.redact import safe_text
 from tickui.ticker import TickerMetrics
-from tickui.ui.cells import Cell, clock_text, span
-from tickui.ui.rows import OccurrenceRows, TaskRows
-from tickui.ui.table import Column, RowSource, RowTable
+from tickui.ui.cells import clock_text, span
+from tickui.ui.table import RowTable
 
-TASK_COLUMNS = [
-    Column("NAME", 16),
-    Column("SCHEDULE", 14, priority=3),
-    Column("NEXT", 8),
-    Column("LEFT", 6),
-    Column("LAST", 8, priority=5),
-    Column("PASSED", 6, priority=6),
-    Column("RESULT", 9),
-    Column("ENABLED", 0),
-    Column("POLICY", 11, priority=7),
-    Column("MISS/SKIP", 9, priority=4),
-]
-OCCURRENCE_COLUMNS = [
-    Column("ID", 6, priority=5),
-    Column("STATE", 9),
-    Column("TASK", 16),
-    Column("KIND", 6, priority=4),
-    Column("SCHED", 8, priority=3),
-    Column("START", 8),
-    Column("LATE", 6, priority=2),
-    Column("TOOK", 6),
-    Column("CODE", 11, priority=1),
-    Column("DETAIL", 0),
-]
 BREAKER_STYLE = {CLOSED: "bold green", OPEN: "bold white on red", HALF_OPEN: "bold black on yellow"}
-
-
-class CellSource(RowSource):
-    """Rows (`TaskRows` or `OccurrenceRows`) read through their cell function."""
-
-    def __init__(self, rows: TaskRows | OccurrenceRows, cells: Callable[[Any, int], list[Cell]]):
-        self.rows = rows
-        self.to_cells = cells
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def cells(self, index: int, now: int) -> list[Cell] | None:
-        row = self.rows.at(index)
-        return self.to_cells(row, now) if row is not None else None
 
 
 class StatusLine(Static):
