@@ -15,6 +15,15 @@ import services  # tests/services.py: pytest puts tests/ on sys.path for this ro
 # ---- files -----------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def private_config_home(tmp_path_factory, monkeypatch) -> Path:
+    """Every test gets its own XDG_CONFIG_HOME: settings written by the dashboard never reach
+    (or read) the real user's config folder."""
+    home = tmp_path_factory.mktemp("config-home")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    return home
+
+
 @pytest.fixture
 def tmp_db(tmp_path: Path) -> Path:
     """Path of a not yet created SQLite database in the test's own directory."""
