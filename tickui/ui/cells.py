@@ -2,11 +2,93 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from functools import lru_cache
+from zoneinfo import ZoneInfo
 
 from tickui.models import Occurrence, Task
 from tickui.redact import safe_text
 from tickui.timeutil import MICROS
+
+MODES = ("local", "utc", "task")
+
+
+@lru_cache(maxsize=1)
+def machine_zone() -> tzinfo:
+    """The machine's zone with its DST rules: $TZ, else /etc/localtime, else today's offset."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    try:
+        if name:
+            return ZoneInfo(name)
+        with open("/etc/localtime", "rb") as handle:
+            return ZoneInfo.from_file(handle, key=_localtime_key())
+    except (OSError, ValueError):
+        return datetime.now().astimezone().tzinfo or UTC
+
+
+def _localtime_key() -> str | None:
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        return None
+    marker = "zoneinfo/"
+    return target.split(marker, 1)[1] if marker in target else None
+
+
+@lru_cache(maxsize=256)
+def _task_zone(name: str) -> tzinfo | None:
+    try:
+        return ZoneInfo(name)
+    except (ValueError, OSError):
+        return None
+
+
+@dataclass(frozen=True)
+class TimeView:
+    """Which zone times are shown in: the machine's, UTC, or each task's own."""
+
+    mode: str = "local"
+    local: tzinfo | None = None  # None: the machine's zone
+
+    def zone(self, task_tz: str | None = None) -> tzinfo:
+        if self.mode == "utc":
+            return UTC
+        if self.mode == "task" and task_tz:
+            zone = _task_zone(task_tz)
+            if zone is not None:
+                return zone
+        return self.local or machine_zone()
+
+    def label(self) -> str:
+        if self.mode == "utc":
+            return "UTC"
+        if self.mode == "task":
+            return "task zones"
+        return f"local ({datetime.now(self.zone()).tzname()})"
+
+
+def when_text(moment: int | None, now: int, zone: tzinfo) -> str:
+    """A time read at a glance: the clock today, weekday and minute within 6 days either
+    side, else the date and minute. "-" for no time."""
+    if moment is None:
+        return "-"
+    when = datetime.fromtimestamp(moment / MICROS, zone)
+    days = abs((when.date() - datetime.fromtimestamp(now / MICROS, zone).date()).days)
+    if days == 0:
+        return when.strftime("%H:%M:%S")
+    if days <= 6:
+        return when.strftime("%a %H:%M")
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def stamp_in(moment: int | None, zone: tzinfo) -> str:
+    """The full moment with its zone's abbreviation: 2027-01-15 09:00:00 CET."""
+    if moment is None:
+        return "-"
+    return datetime.fromtimestamp(moment / MICROS, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
 
 STATE_STYLE = {
     "claimed": "yellow",
@@ -101,9 +183,29 @@ def duration(occ: Occurrence, now: int) -> str:
     return span(end - occ.started_at)
 
 
+_CODE_WORDS = {
+    "TIMEOUT": "TIMEOUT",
+    "INTERRUPTED": "INTERRUPTED",
+    "DISPATCH_FAILED": "DISPATCH",
+}
+
+
+def outcome_code(occ: Occurrence) -> str:
+    """What happened, in one word: the exit code of a run that exited on its own, else why
+    it ended (a timeout's SIGTERM reads TIMEOUT, not -15). "" while nothing is known."""
+    if occ.state == "cancelled":
+        return "REPLACED" if (occ.detail or "").startswith("replaced") else "CANCELLED"
+    word = _CODE_WORDS.get(occ.error_code or "")
+    if word is not None:
+        return word
+    if occ.exit_code is not None:
+        return str(occ.exit_code)
+    return occ.error_code or ""
+
+
 def code_text(occ: Occurrence) -> str:
-    """The exit code when there is one (3, -15), else the error code (TIMEOUT)."""
-    return str(occ.exit_code) if occ.exit_code is not None else occ.error_code or ""
+    """Kept for callers of the old name: the same as `outcome_code`."""
+    return outcome_code(occ)
 
 
 def detail_text(occ: Occurrence) -> str:
