@@ -21,7 +21,7 @@ from tickui.ticker_config import build as build_ticker
 from tickui.timeutil import MICROS
 
 DEFAULT_CONFIG = Path("tickui.toml")
-TABLES = ("engine", "ticker", "kafka", "valkey", "task")
+TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui")
 ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep", "log_head", "log_tail"}
 MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
 SECOND = MICROS
@@ -44,6 +44,14 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class UiSettings:
+    """[ui]: how the dashboard tells the user things (its view choices are per user, in the
+    config folder, not here)."""
+
+    bell: bool = False  # ring the terminal bell when a run fails
+
+
+@dataclass(frozen=True)
 class Settings:
     path: Path | None = None
     db: Path | None = None
@@ -52,6 +60,7 @@ class Settings:
     tasks: list[TaskSpec] | None = None  # None: no file, so no sync
     ticker: TickerConfig = field(default_factory=TickerConfig)
     env: dict[str, str] = field(default_factory=dict)
+    ui: UiSettings = field(default_factory=UiSettings)
 
 
 def default_db() -> Path:
@@ -108,6 +117,20 @@ def _engine(raw: dict[str, Any], env: dict[str, str]) -> EngineSettings:
     )
 
 
+def _ui(path: Path, text: str, raw: Any) -> UiSettings:
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "ui must be a [ui] table")
+    for key, value in raw.items():
+        if key != "bell":
+            exc = BadInput(key, "unknown field")
+        elif not isinstance(value, bool):
+            exc = BadInput(key, f"{checks.shown(value)} is not true or false")
+        else:
+            continue
+        raise _fail(path, text, "ui", 0, exc, "ui.")
+    return UiSettings(bell=raw.get("bell", False))
+
+
 def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Settings:
     """Read and validate the config file (or the default one when it exists)."""
     env = dict(os.environ) if env is None else env
@@ -153,6 +176,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
             raise
         raise _fail(path, text, "engine", 0, exc, "engine.") from None
     tasks = _tasks(path, text, data.get("task", []), now)
+    ui = _ui(path, text, data.get("ui", {}))
     try:
         ticker = build_ticker(data, env)
     except BadInput as exc:
@@ -171,6 +195,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         tasks=tasks,
         ticker=ticker,
         env=env,
+        ui=ui,
     )
 
 
