@@ -1,51 +1,101 @@
-"""Small dialogs over the dashboard: help, a yes/no question, how to quit."""
+"""Small dialogs over the dashboard: help, a yes/no question, how to quit.
+
+Each dialog has its own Footer: a modal screen's binding chain stops at the screen, so
+the footer lists the dialog's keys, not the dashboard's. A destructive choice never has
+the focus, so enter cannot delete, cancel or kill anything.
+"""
 
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label, Static
+from textual.widgets import Button, Footer, Label, Static
+
+KeyGroups = list[tuple[str, list[tuple[str, str]]]]
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    """Every key of the screen it was opened from, grouped by purpose; scrolls when tall."""
 
-    def __init__(self, keys: list[tuple[str, str]]) -> None:
+    DEFAULT_CSS = """
+    HelpScreen #help-box {
+        height: auto;
+    }
+    HelpScreen #help-body {
+        height: auto;
+    }
+    """
+    BINDINGS = [
+        Binding("escape,question_mark,q", "dismiss", "Close", key_display="esc"),
+        Binding("down,j", "scroll(1)", "Scroll", show=False),
+        Binding("up,k", "scroll(-1)", "Scroll", show=False),
+    ]
+
+    def __init__(self, groups: KeyGroups | list[tuple[str, str]]) -> None:
         super().__init__()
-        self.keys = keys
+        # A flat (key, text) list is one group, so older callers keep working.
+        if groups and isinstance(groups[0][1], str):
+            groups = [("Keys", list(groups))]  # type: ignore[list-item]
+        self.groups: KeyGroups = groups  # type: ignore[assignment]
 
     def compose(self) -> ComposeResult:
-        table = Table.grid(padding=(0, 2))
-        table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
-        for key, description in self.keys:
-            table.add_row(key, description)
-        with Vertical(id="help-box", classes="dialog"):
+        with VerticalScroll(id="help-box", classes="dialog"):
             yield Label("Keys", classes="dialog-title")
-            yield Static(table)
+            yield Static(help_text(self.groups), id="help-body")
             yield Label("Also in the command palette (ctrl+p). Esc closes.", classes="hint")
+        yield Footer()
+
+    def action_scroll(self, step: int) -> None:
+        box = self.query_one("#help-box", VerticalScroll)
+        box.scroll_to(y=box.scroll_y + step, animate=False)
+
+
+def help_text(groups: KeyGroups) -> Table:
+    """Group titles in bold, then one key and its description per line."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for index, (title, keys) in enumerate(groups):
+        if index:
+            table.add_row("", "")
+        table.add_row(Text(title, "bold"), "")
+        for key, description in keys:
+            table.add_row(key, description)
+    return table
 
 
 class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question for a destructive action: focus on No, enter answers No, `y` Yes."""
+
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape", "answer(False)", "No"),
+        Binding("n,escape", "answer(False)", "No", key_display="n/esc"),
+        Binding("enter", "answer(False)", "No", show=False, priority=True),
     ]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, yes_label: str = "Yes (y)", no_label: str = "No (n)") -> None:
         super().__init__()
         self.question = question
+        self.yes_label = yes_label
+        self.no_label = no_label
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.question, classes="dialog-title")
             with Horizontal(classes="buttons"):
-                yield Button("Delete (y)", variant="error", id="yes")
-                yield Button("Keep (n)", id="no")
+                yes = Button(self.yes_label, variant="error", id="yes")
+                yes.can_focus = False  # only `y` or a click confirms
+                yield yes
+                yield Button(self.no_label, id="no")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
@@ -74,8 +124,14 @@ class QuitScreen(ModalScreen[str | None]):
             yield Label(f"{runs} still active. Quit how?", classes="dialog-title")
             with Horizontal(classes="buttons"):
                 yield Button("Wait (w)", variant="primary", id="wait")
-                yield Button("Cancel them (c)", variant="error", id="cancel")
+                cancel = Button("Cancel them (c)", variant="error", id="cancel")
+                cancel.can_focus = False  # only `c` or a click cancels runs
+                yield cancel
                 yield Button("Stay (esc)", id="stay")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#stay", Button).focus()
 
     def action_choose(self, choice: str | None) -> None:
         self.dismiss(choice)
