@@ -464,8 +464,9 @@ class RunScreen(Screen[None]):
     def render_facts(self) -> None:
         occ, now = self.occ, self.source.now()
         table = Table.grid(padding=(0, 1), expand=True)
-        for style in ("bright_black", "", "bright_black", ""):
-            table.add_column(style=style, no_wrap=True, overflow="ellipsis")
+        for style, least in (("bright_black", 9), ("", None), ("bright_black", 6), ("", None)):
+            # a label is never cut: "sche…" says nothing; long values are cut instead
+            table.add_column(style=style, no_wrap=True, overflow="ellipsis", min_width=least)
         code = code_text(occ) or "-"
         reason = detail_text(occ)
         slots = f"covers {occ.covers} slot{'s' if occ.covers != 1 else ''}"
