@@ -13,7 +13,8 @@ from tickui.timeutil import format_duration, iso
 
 @dataclass(slots=True)
 class TaskStats:
-    """What the history says of a task: its last run and how many runs it missed or skipped."""
+    """What the history says of a task: its last run, how many runs it missed or skipped,
+    and how its last `STATS_WINDOW` finished runs went (skips are not runs)."""
 
     last_state: str | None = None
     last_scheduled_for: int | None = None
@@ -22,6 +23,14 @@ class TaskStats:
     missed: int = 0
     skipped: int = 0
     active: int = 0
+    last_result: str | None = None  # the last finished run: succeeded, failed or cancelled
+    success_rate: float | None = None  # 0..1 over the window; None before any finished run
+    median_duration_us: int | None = None  # succeeded and failed runs that started
+    finished: int = 0  # finished runs in the window
+
+
+STATS_WINDOW = 100
+FINISHED = ("succeeded", "failed", "cancelled")
 
 
 @dataclass(slots=True)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 from tickui.errors import NotFound
-from tickui.models import Task, TaskStats
+from tickui.models import STATS_WINDOW, Task, TaskStats
+from tickui.occurrence import ACTIVE
 from tickui.schedules import jitter_offset
 from tickui.spec import TaskSpec
-from tickui.store.base import _ACTIVE_SQL, NO_STATS, SPEC_CACHE_MAX, StoreBase, _chunks
+from tickui.store.base import NO_STATS, SPEC_CACHE_MAX, StoreBase
 from tickui.timeutil import MICROS
 
 
@@ -121,38 +123,21 @@ class TaskQueries(StoreBase):
         return [self._task(row, stats.get(row[0])) for row in rows]
 
     async def task_stats(self, ids: Iterable[int] | None = None) -> dict[int, TaskStats]:
+        """One ordered pass over the tasks' occurrences (newest first per task, from
+        occurrences_task_id): counts, the last row, and the last STATS_WINDOW finished runs'
+        success rate and median duration. SQL window functions took twice as long here."""
         where, params = "", []
         if ids is not None:
             params = list(ids)
+            if not params:
+                return {}
             where = f"WHERE task_id IN ({','.join('?' * len(params))})"
         rows = await self._all(
-            "SELECT task_id, max(id), sum(missed), sum(state = 'skipped'),"
-            f" sum(state IN {_ACTIVE_SQL}) FROM occurrences {where} GROUP BY task_id",
+            "SELECT task_id, state, missed, scheduled_for, started_at, finished_at"
+            f" FROM occurrences {where} ORDER BY task_id DESC, id DESC",
             params,
         )
-        last_ids = [row[1] for row in rows]
-        last: dict[int, Any] = {}
-        for chunk in _chunks(last_ids, 500):
-            marks = ",".join("?" * len(chunk))
-            for r in await self._all(
-                "SELECT task_id, state, scheduled_for, started_at, finished_at FROM occurrences"
-                f" WHERE id IN ({marks})",
-                chunk,
-            ):
-                last[r[0]] = r
-        result = {}
-        for task_id, _, missed, skipped, active in rows:
-            lr = last.get(task_id)
-            result[task_id] = TaskStats(
-                last_state=lr[1] if lr else None,
-                last_scheduled_for=lr[2] if lr else None,
-                last_started_at=lr[3] if lr else None,
-                last_finished_at=lr[4] if lr else None,
-                missed=missed or 0,
-                skipped=skipped or 0,
-                active=active or 0,
-            )
-        return result
+        return _stats_from(rows)
 
     async def set_enabled(
         self, name: str, enabled: bool, now: int, note: str | None = None
@@ -215,3 +200,40 @@ class TaskQueries(StoreBase):
                     await self._conn.execute("DELETE FROM tasks WHERE id = ?", (row[0],))
                     report.removed.append(name)
         return report
+
+
+def _stats_from(rows: Iterable[Any]) -> dict[int, TaskStats]:
+    """Rows (task_id, state, missed, scheduled_for, started_at, finished_at) grouped by
+    task, newest first within a task."""
+    result: dict[int, TaskStats] = {}
+    durations: dict[int, list[int]] = {}
+    succeeded: dict[int, int] = {}
+    stats = TaskStats()
+    took: list[int] = []
+    current = None
+    for task_id, state, missed, scheduled, started, finished in rows:
+        if task_id != current:
+            current = task_id
+            stats = result[task_id] = TaskStats(state, scheduled, started, finished)
+            took = durations[task_id] = []
+            succeeded[task_id] = 0
+        stats.missed += missed or 0
+        if state == "skipped":
+            stats.skipped += 1
+        elif state in ACTIVE:
+            stats.active += 1
+        elif stats.finished < STATS_WINDOW:
+            if stats.finished == 0:
+                stats.last_result = state
+            stats.finished += 1
+            if state == "succeeded":
+                succeeded[task_id] += 1
+            if state != "cancelled" and started is not None and finished is not None:
+                took.append(finished - started)
+    for task_id, stats in result.items():
+        if stats.finished:
+            stats.success_rate = succeeded[task_id] / stats.finished
+        took = durations[task_id]
+        if took:
+            stats.median_duration_us = round(median(took))
+    return result
