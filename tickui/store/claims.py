@@ -13,6 +13,14 @@ from tickui.occurrence import ACTIVE
 from tickui.planning import Plan, due_time
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, DEFAULT_KEEP, LeaseLost, StoreBase, _chunks
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(text: str) -> str:
+    """Lower case as SQLite's lower() does (ASCII only), so a filter in Python and its
+    query in SQL keep the same rows."""
+    return text.translate(_ASCII_LOWER)
+
 
 class ClaimQueries(StoreBase):
     """Claims, occurrences and their history."""
@@ -41,10 +49,31 @@ class ClaimQueries(StoreBase):
         rows = await self._all("SELECT id, updated_at, next_run_at, enabled, generation FROM tasks")
         return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
 
-    async def newest_occurrences(self, limit: int, after_id: int = 0) -> list[Occurrence]:
-        """The newest `limit` occurrences with an id above `after_id`, newest first."""
+    async def newest_occurrences(
+        self,
+        limit: int,
+        after_id: int = 0,
+        *,
+        task_text: str | None = None,
+        states: Sequence[str] | None = None,
+        task_id: int | None = None,
+    ) -> list[Occurrence]:
+        """The newest `limit` occurrences with an id above `after_id`, newest first; only
+        those whose task name holds `task_text` (ASCII case folded, as SQLite's lower()),
+        whose state is in `states`, of task `task_id`, when given."""
+        where, params = ["id > ?"], [after_id]
+        if task_text:
+            where.append("instr(lower(task), ?) > 0")
+            params.append(ascii_lower(task_text))
+        if states is not None:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            params.extend(states)
+        if task_id is not None:
+            where.append("task_id = ?")
+            params.append(task_id)
         rows = await self._all(
-            f"{_OCC_SELECT} WHERE id > ? ORDER BY id DESC LIMIT ?", (after_id, limit)
+            f"{_OCC_SELECT} WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
+            (*params, limit),
         )
         return [occurrence_from_row(row) for row in rows]
 
