@@ -21,6 +21,8 @@ def private_config_home(tmp_path_factory, monkeypatch) -> Path:
     (or read) the real user's config folder."""
     home = tmp_path_factory.mktemp("config-home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    # The dashboard shows local time by default: the same "local" on every machine.
+    monkeypatch.setenv("TZ", "UTC")
     return home
 
 

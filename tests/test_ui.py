@@ -43,7 +43,7 @@ async def test_first_paint_shows_every_task_and_the_header(tmp_db: Path) -> None
         for name in ("alpha", "beta", "gamma", "sleepy"):
             assert name in text
         assert "off on hold" in text  # disabled, with its note
-        assert "engine waiting for ticks" in text and "08:00:00 UTC" in text
+        assert "engine waiting for ticks" in text and "08:00:00 local (UTC)" in text
         assert "08:00:30" in text and "30s" in text  # alpha's first slot, counted down
 
 

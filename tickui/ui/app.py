@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from textual import work
@@ -17,21 +19,24 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Input
+from textual.theme import Theme
+from textual.widgets import Input
 
+from tickui.breaker import CLOSED, OPEN
 from tickui.engine import EngineChange, RunNowRefused, queue_run_now
 from tickui.errors import TickuiError
 from tickui.models import Occurrence, Task
-from tickui.redact import redact
+from tickui.redact import redact, safe_text
 from tickui.spec import TaskSpec
-from tickui.ui.cells import occurrence_cells, task_cells
+from tickui.ui import settings as saved
+from tickui.ui.cells import MODES, TimeView, occurrence_cells, outcome_code, task_cells
 from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
 from tickui.ui.detail import DetailScreen, DetailSource
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import AddTaskScreen
 from tickui.ui.host import Host
 from tickui.ui.output import RunScreen, RunSource
-from tickui.ui.panes import Banner, BreakerPane, StatusLine, TablePane, TicksPane
+from tickui.ui.panes import Banner, BreakerPane, KeyFooter, StatusLine, TablePane, TicksPane
 from tickui.ui.rows import OccurrenceRows, TaskRows
 from tickui.ui.table import RowTable
 
@@ -39,32 +44,84 @@ DRAIN_EVERY = 0.05  # drains (repaints of what changed): on average at most this
 DRAIN_DELAY = 0.01  # a drain waits this long after the first mark, to gather a burst
 EXTERNAL_EVERY = 0.5  # another process's commits are looked for this often
 NARROW = 110  # below this width the side panes move under the tables
+SHORT = 30  # below this height the narrow layout drops the sparkline
 WAIT_FOREVER = 24 * 3600.0
 
-TASK_ACTIONS = (
-    "run_now", "toggle_enabled", "delete_task", "detail", "cancel_run", "add_task", "filter",
-    "toggle_failures",
-)  # fmt: skip
 HostFactory = Callable[[], Awaitable[Host]]
 
-KEYS = [
-    ("r", "run_now", "Run now", "Run the selected task now (its schedule does not move)"),
-    ("e", "toggle_enabled", "Enable/disable", "Enable or disable the selected task"),
-    ("s", "toggle_engine", "Start/stop engine", "Start or stop the engine"),
-    ("t", "toggle_ticker", "Start/stop ticker", "Start or stop the tick emitter"),
-    ("enter", "detail", "Detail", "Task detail: next fire times, runs, output"),
-    ("a", "add_task", "Add", "Add a task (the form checks it as you type)"),
-    ("d", "delete_task", "Delete", "Delete the selected task (asks first; history stays)"),
-    ("c", "cancel_run", "Cancel run", "Cancel the selected running occurrence"),
-    ("slash", "filter", "Filter", "Filter tasks by name"),
-    ("f", "toggle_failures", "Fail publishes", "Simulate publish failures (watch the breaker)"),
-    ("tab", "focus_next", "Next pane", "Move between the Tasks and Occurrences panes"),
-    ("question_mark", "help", "Help", "This help"),
-    ("q", "quit", "Quit", "Quit (asks about active runs)"),
-]
+
+@dataclass(frozen=True)
+class Key:
+    key: str
+    action: str
+    label: str  # in the footer and the palette
+    text: str  # in the help screen
+    rank: int  # the footer drops high ranks first when narrow; 0 always shows
+    show: bool = True
+
+
+KEY_GROUPS: list[tuple[str, list[Key]]] = [
+    ("Runs", [
+        Key("r", "run_now", "Run now", "Run the selected task now (its schedule does not move)", 2),
+        Key("enter", "detail", "Open",
+            "Open: a task's detail (Tasks pane) or a run's output (Occurrences pane)", 3),
+        Key("c", "cancel_run", "Cancel run",
+            "Cancel the selected running occurrence (asks first); while quitting: all of them", 4),
+    ]),
+    ("Tasks", [
+        Key("a", "add_task", "Add", "Add a task (the form checks it as you type)", 6),
+        Key("E", "edit_task", "Edit", "Edit the selected task (the add form, filled in)", 9),
+        Key("e", "toggle_enabled", "Enable/disable", "Enable or disable the selected task", 5),
+        Key("d", "delete_task", "Delete", "Delete the selected task (asks first; history stays)",
+            10),
+    ]),
+    ("View", [
+        Key("slash", "filter", "Filter",
+            "Filter the focused pane by task name (enter keeps it, esc clears it)", 7),
+        Key("F", "cycle_state", "State",
+            "Occurrences: show all, failed, running or not skipped runs", 12),
+        Key("T", "follow_task", "Follow",
+            "Occurrences: only the selected task's runs (again: every task's)", 13),
+        Key("S", "cycle_sort", "Sort",
+            "Tasks: sort by the next column; click a header to sort by it, again to reverse",
+            11),
+        Key("z", "cycle_zone", "Zone", "Times in local time, UTC or each task's own zone", 14),
+        Key("H", "toggle_side", "Side panes", "Hide or show the Ticks and breaker panes", 15),
+        Key("tab", "focus_next", "Next pane", "Move between the Tasks and Occurrences panes", 20,
+            show=False),
+    ]),
+    ("Engine", [
+        Key("s", "toggle_engine", "Start/stop engine", "Start or stop the engine", 8),
+        Key("t", "toggle_ticker", "Start/stop ticker", "Start or stop the tick emitter", 16),
+        Key("f", "toggle_failures", "Fail publishes",
+            "Simulate publish failures (watch the breaker; asks first on a real database)", 17),
+    ]),
+    ("App", [
+        Key("question_mark", "help", "Help", "This help", 0),
+        Key("q", "quit", "Quit", "Quit (asks about active runs)", 0),
+    ]),
+]  # fmt: skip
+KEYS = [(k.key, k.action, k.label, k.text) for _, keys in KEY_GROUPS for k in keys]
+RANKS = {k.action: k.rank for _, keys in KEY_GROUPS for k in keys}
+SHOWN_KEY = {"question_mark": "?", "slash": "/"}
+
+# Keys that act on the dashboard's panes: off under dialogs (the detail screen uses some).
+TASK_ACTIONS = (
+    "run_now", "toggle_enabled", "delete_task", "detail", "cancel_run", "add_task", "filter",
+    "toggle_failures", "edit_task",
+)  # fmt: skip
+VIEW_ACTIONS = ("cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side")
+
+
+def _rank(action: str) -> int:
+    return RANKS.get(action, 50)
 
 
 class Dashboard(Screen[None]):
+    """The main screen. Its layout classes follow its own size on every resize (the app's
+    size moves before the screen is laid out again, so classes set there came a resize
+    late)."""
+
     def __init__(self, tasks: RowTable, occurrences: RowTable) -> None:
         super().__init__()
         self.tasks = tasks
@@ -80,39 +137,53 @@ class Dashboard(Screen[None]):
             with Vertical(id="side"):
                 yield TicksPane(id="ticks")
                 yield BreakerPane(id="breaker")
-        yield Input(placeholder="filter tasks by name (enter keeps, esc clears)", id="filter")
-        yield Footer()
+        yield Input(placeholder="filter by task name (enter keeps, esc clears)", id="filter")
+        yield KeyFooter(_rank, id="footer")
 
     def on_mount(self) -> None:
         self.tasks.focus()
+        self.lay_out(self.app.size.width, self.app.size.height)
+
+    def on_resize(self, event) -> None:
+        self.lay_out(event.size.width, event.size.height)
+
+    def lay_out(self, width: int, height: int) -> None:
+        narrow, short = width < NARROW, height < SHORT
+        if self.has_class("-narrow") != narrow or self.has_class("-short") != short:
+            self.set_class(narrow, "-narrow")
+            self.set_class(short, "-short")
+            self.refresh(layout=True)
 
 
 class TickuiApp(App[int]):
     CSS_PATH = "tickui.tcss"
     TITLE = "tickui"
     BINDINGS = [
-        Binding(key, action, label, show=key not in ("tab",))
-        for key, action, label, _ in KEYS
-        if action != "help"
-    ] + [Binding("question_mark", "help", "Help", key_display="?")]
+        Binding(k.key, k.action, k.label, show=k.show, key_display=SHOWN_KEY.get(k.key))
+        for _, keys in KEY_GROUPS
+        for k in keys
+    ]
 
-    def __init__(self, factory: HostFactory, *, header_clock: bool = True) -> None:
+    def __init__(
+        self, factory: HostFactory, *, header_clock: bool = True, bell: bool = False
+    ) -> None:
         super().__init__()
         self.factory = factory
         self.header_clock = header_clock
+        self.ring_bell = bell  # [ui] bell: ring on a failed run
         self.host: Host | None = None  # type: ignore[assignment]
         self.ready = asyncio.Event()
+        self.prefs, self._prefs_problem = saved.load()
+        self.view = TimeView(self.prefs.zone if self.prefs.zone in MODES else "local")
         self.task_rows = TaskRows()
         self.occ_rows = OccurrenceRows()
-        self.tasks_table = RowTable(
-            TASK_COLUMNS, CellSource(self.task_rows, task_cells), self._now, id="tasks"
-        )
-        self.occ_table = RowTable(
-            OCCURRENCE_COLUMNS,
-            CellSource(self.occ_rows, occurrence_cells),
-            self._now,
-            id="occurrences",
-        )
+        self._apply_prefs_to_rows()
+        self.task_cells = CellSource(self.task_rows, task_cells)
+        self.occ_cells = CellSource(self.occ_rows, occurrence_cells)
+        self.task_cells.view = self.occ_cells.view = self.view
+        self.tasks_table = RowTable(TASK_COLUMNS, self.task_cells, self._now, id="tasks")
+        self.occ_table = RowTable(OCCURRENCE_COLUMNS, self.occ_cells, self._now, id="occurrences")
+        self.dashboard = Dashboard(self.tasks_table, self.occ_table)
         self._dirty_tasks: set[int] = set()
         self._dirty_occ: set[int] = set()
         self._status_dirty = True
@@ -122,7 +193,25 @@ class TickuiApp(App[int]):
         self._drain_pending = False  # a drain is scheduled
         self._drains = [0.0, 0.0]  # loop times the last two drains started
         self._last_second = 0.0  # loop time countdowns and the clock were last looked at
+        self._breaker_state: str | None = None
+        self._lease_state: str | None = None
+        self._failures_were_on = False  # `f` was on: say when the breaker closes again
+        self._save_failed = False
+        self._waiting = False  # quitting, waiting for active runs
+        self._leaving: asyncio.Task | None = None
+        self._newest_at_load = 0  # failures up to this occurrence id were there before us
+        self._follow: int | None = None  # Occurrences pane: only this task's runs
         self.failure: str | None = None
+        if self.prefs.theme:
+            with contextlib.suppress(Exception):  # a theme this Textual does not know
+                self.theme = self.prefs.theme
+
+    def _apply_prefs_to_rows(self) -> None:
+        prefs = self.prefs
+        if prefs.sort_column in TaskRows.SORTABLE:
+            self.task_rows.set_sort(prefs.sort_column, prefs.sort_descending)
+        state = prefs.occ_state if prefs.occ_state in OccurrenceRows.STATES else "all"
+        self.occ_rows.set_filter(text=prefs.occ_text, state=state)
 
     # ---- start and stop ---------------------------------------------------------------
 
@@ -135,7 +224,12 @@ class TickuiApp(App[int]):
         return self.host.clock.now() if self.host is not None else 0
 
     def on_mount(self) -> None:
-        self.push_screen(Dashboard(self.tasks_table, self.occ_table))
+        self.push_screen(self.dashboard)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        if self._prefs_problem:
+            self.notify(self._prefs_problem, title="Settings", severity="warning")
+        self.call_after_refresh(self._titles)
+        self.call_after_refresh(self._side_shown)
         self._boot()
 
     @work(exclusive=True, group="boot")
@@ -150,10 +244,10 @@ class TickuiApp(App[int]):
         host.engine.subscribe(self._on_engine_change)
         host.ticker.on_change(self._on_ticker_change)
         await self.load_all()
+        self._titles()
         await host.start()
         self.set_interval(EXTERNAL_EVERY, self.look_outside)
         self.set_interval(1.0, self.second)
-        self.on_resize()
         await self.drain()
         self.ready.set()
         self.refresh_bindings()
@@ -167,9 +261,37 @@ class TickuiApp(App[int]):
         store = self.host.store
         self._data_version = await store.data_version()
         self.task_rows.load(await store.list_tasks())
-        self.occ_rows.load(await store.newest_occurrences(self.occ_rows.window))
+        newest = await store.newest_occurrences(1)
+        self._newest_at_load = newest[0].id if newest else 0
+        await self._load_occurrences()
         self.tasks_table.sync_size()
+
+    async def _load_occurrences(self) -> None:
+        """The newest occurrences that pass the Occurrences pane's filters (again after a
+        filter changed); the cursor stays on the same occurrence when it is still shown."""
+        rows = self.occ_rows
+        rows.load(await self.host.store.newest_occurrences(rows.window, **rows.query()))
         self.occ_table.sync_size()
+
+    # ---- settings -----------------------------------------------------------------------
+
+    def remember(self, **changes: object) -> None:
+        """Keep a view choice for next time; a folder that cannot be written is said once."""
+        self.prefs = self.prefs.but(**changes)
+        try:
+            saved.save(self.prefs)
+        except OSError as exc:
+            if not self._save_failed:
+                self._save_failed = True
+                self.notify(
+                    f"settings not saved ({exc.strerror or exc}); they last until you quit",
+                    title="Settings",
+                    severity="warning",
+                )
+
+    def _theme_changed(self, theme: Theme) -> None:
+        if theme.name != self.prefs.theme:
+            self.remember(theme=theme.name)
 
     # ---- what changed -----------------------------------------------------------------
 
@@ -243,8 +365,10 @@ class TickuiApp(App[int]):
         occ_added = False
         if occ_ids:
             for occ in await store.occurrences_by_id(sorted(occ_ids)):
-                occ_added |= occ.id not in self.occ_rows.by_id
+                old = self.occ_rows.by_id.get(occ.id)
+                self._tell_failure(old, occ)
                 self.occ_rows.upsert(occ)
+                occ_added |= old is None and occ.id in self.occ_rows.by_id
                 task_ids.add(occ.task_id)
         if task_ids:
             await self._refresh_tasks(task_ids)
@@ -256,6 +380,23 @@ class TickuiApp(App[int]):
                 if index is not None:
                     self.occ_table.refresh_row(index)
 
+    def _tell_failure(self, old: Occurrence | None, occ: Occurrence) -> None:
+        """A run that just ended failed: a toast naming the task and its code (and the bell
+        when [ui] bell is on). One seen failed before is not told again."""
+        if occ.state != "failed" or (old is not None and old.state == "failed"):
+            return
+        if old is None and occ.id <= self._newest_at_load:
+            return  # a failure from before this dashboard started: not news
+        code = outcome_code(occ)
+        detail = safe_text((occ.detail or "").replace("\n", " "))[:80]
+        self.notify(
+            f"{occ.task} failed ({code}){': ' + detail if detail else ''}",
+            title=f"Run {occ.id} failed",
+            severity="error",
+        )
+        if self.ring_bell:
+            self.bell()
+
     async def _refresh_tasks(self, ids: set[int]) -> None:
         store = self.host.store
         ordered = sorted(ids)
@@ -265,10 +406,8 @@ class TickuiApp(App[int]):
         for task in found:
             if task.id in stats:
                 task.stats = stats[task.id]
-            old = self.task_rows.by_id.get(task.id)
-            self.task_rows.upsert(task)
-            if old is None or old.name != task.name:
-                before = -1
+            if self.task_rows.upsert(task):
+                before = -1  # added or moved (a sort by NEXT moves a task that ran)
         for gone in ids - {t.id for t in found}:
             if gone in self.task_rows.by_id:
                 self.task_rows.remove(gone)
@@ -302,7 +441,9 @@ class TickuiApp(App[int]):
                 != (updated, nxt, enabled, gen)
             }
             changed |= set(known) - set(versions)
-            newer = await store.newest_occurrences(self.occ_rows.window, self.occ_rows.newest_id)
+            newer = await store.newest_occurrences(
+                self.occ_rows.window, self.occ_rows.newest_id, **self.occ_rows.query()
+            )
             self.mark(changed, [o.id for o in newer] + self.occ_rows.active_ids())
             self._status_dirty = True
         except Exception as exc:
@@ -338,23 +479,44 @@ class TickuiApp(App[int]):
         self.show_status()
 
     def show_status(self) -> None:
+        """The header, on the dashboard even while a dialog is over it. Tells the user when
+        this engine lost the lease it held."""
         host = self.host
+        status = host.engine.status()
+        if self._lease_state == "held" and status.lease_state != "held" and status.running:
+            self.notify(
+                f"this dashboard's engine lost the lease ({status.lease_state}"
+                f"{', held by ' + status.holder if status.holder else ''}): it runs nothing"
+                " until it holds it again",
+                title="Lease lost",
+                severity="error",
+            )
+        self._lease_state = status.lease_state
+        waiting = host.engine.dispatcher.active() if self._waiting else None
         with contextlib.suppress(Exception):
-            self.screen.query_one(StatusLine).show(
+            self.dashboard.query_one(StatusLine).show(
                 _short(host.db),
-                host.engine.status(),
+                status,
                 host.ticker.status,
                 host.clock.now(),
                 host.clock.scale,
                 host.demo,
+                self.view.zone(),
+                self.view.label(),
+                waiting,
             )
 
     def show_ticker(self) -> None:
-        metrics = self.host.ticker.metrics()
+        """Ticks and breaker panes and the banner, on the dashboard even under a dialog."""
+        ticker = self.host.ticker
+        metrics = ticker.metrics()
+        self._tell_breaker(metrics)
         with contextlib.suppress(Exception):
-            screen = self.screen
+            screen = self.dashboard
             screen.query_one(TicksPane).metrics = metrics
-            screen.query_one(BreakerPane).metrics = metrics
+            breaker = screen.query_one(BreakerPane)
+            breaker.note = self._breaker_note(metrics)
+            breaker.metrics = metrics
             banner = screen.query_one(Banner)
             banner.display = metrics.simulating_failures
             if metrics.simulating_failures:
@@ -363,28 +525,52 @@ class TickuiApp(App[int]):
                     f" (breaker {metrics.breaker_state}). Press f to stop. "
                 )
 
-    def on_resize(self, event=None) -> None:
-        self.set_class(self.size.width < NARROW, "-narrow")
-        self.set_class(self.size.height < 30, "-short")
+    def _tell_breaker(self, metrics) -> None:
+        state = metrics.breaker_state
+        if state == OPEN and self._breaker_state not in (None, OPEN):
+            reason = metrics.transitions[-1]["reason"] if metrics.transitions else ""
+            reason = safe_text(reason or metrics.last_error or "too many failed publishes")
+            self.notify(f"tick publishes stop for a while: {reason}", title="Breaker open",
+                        severity="error")  # fmt: skip
+        self._breaker_state = state
+        if state == CLOSED:
+            self._failures_were_on = False
+
+    def _breaker_note(self, metrics) -> str:
+        if metrics.simulating_failures or not self._failures_were_on:
+            return ""
+        if metrics.breaker_state == CLOSED:
+            return ""
+        retry = metrics.breaker_retry_in_s
+        if retry is None:
+            return "f is off: closes on its next probe"
+        at = self._now() + round(retry * 1_000_000)
+        clock = datetime.fromtimestamp(at / 1_000_000, self.view.zone()).strftime("%H:%M:%S")
+        return f"f is off: closes on its next probe at {clock} (in {retry:.0f}s)"
 
     # ---- what is selected -------------------------------------------------------------
 
     def selected_task(self) -> Task | None:
+        """The task highlighted now, by id: in the Tasks pane, or the selected
+        occurrence's task in the Occurrences pane, or the detail screen's."""
         if isinstance(self.screen, DetailScreen):
             return self.screen.task_row
         if self.focused is self.occ_table:
-            occ = self.occ_rows.at(self.occ_table.cursor)
-            if occ is not None:
-                return self.task_rows.by_id.get(occ.task_id)
-        return self.task_rows.at(self.tasks_table.cursor)
+            occ = self.selected_occurrence()
+            return self.task_rows.by_id.get(occ.task_id) if occ is not None else None
+        key = _selected(self.tasks_table)
+        return self.task_rows.by_id.get(key) if key is not None else None
 
     def selected_occurrence(self) -> Occurrence | None:
+        """The occurrence highlighted now (by id); from the Tasks pane, the selected task's
+        newest active run."""
         if self.focused is self.occ_table:
-            return self.occ_rows.at(self.occ_table.cursor)
-        task = self.task_rows.at(self.tasks_table.cursor)
-        if task is None:
+            key = _selected(self.occ_table)
+            return self.occ_rows.by_id.get(key) if key is not None else None
+        key = _selected(self.tasks_table)
+        if key is None:
             return None
-        running = [o for o in self.occ_rows.by_id.values() if o.task_id == task.id and o.active]
+        running = [o for o in self.occ_rows.by_id.values() if o.task_id == key and o.active]
         return max(running, key=lambda o: o.id) if running else None
 
     def _need_task(self) -> Task | None:
@@ -398,7 +584,11 @@ class TickuiApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, RunScreen) and action not in ("help", "quit"):
             return False  # the run view shows its own keys
+        if self._waiting:  # quitting: only cancelling them (or help) still means something
+            return action in ("cancel_run", "help", "quit")
         if action in TASK_ACTIONS and isinstance(self.screen, ModalScreen):
+            return False
+        if action in VIEW_ACTIONS and self.screen is not self.dashboard:
             return False
         if action in TASK_ACTIONS or action in ("toggle_engine", "toggle_ticker"):
             return self.host is not None and self.ready.is_set()
@@ -480,10 +670,33 @@ class TickuiApp(App[int]):
         self._status_dirty = self._ticker_dirty = True
 
     def action_toggle_failures(self) -> None:
+        """On the demo's own database at once; on a real one (its ticks matter to someone)
+        only after a yes."""
         ticker = self.host.ticker
-        ticker.simulate_failures = not ticker.simulate_failures
-        state = "on" if ticker.simulate_failures else "off"
-        self.notify(f"simulated publish failures {state}", severity="warning")
+        if ticker.simulate_failures or self.host.demo:
+            self._set_failures(not ticker.simulate_failures)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._set_failures(True)
+
+        self.push_screen(
+            ConfirmScreen(
+                "Fail every tick publish on purpose? This is not the demo's database: "
+                "consumers of these ticks miss them until you press f again.",
+                yes_label="Fail publishes (y)",
+                no_label="Keep publishing (n)",
+            ),
+            answered,
+        )
+
+    def _set_failures(self, on: bool) -> None:
+        ticker = self.host.ticker
+        ticker.simulate_failures = on
+        if not on and ticker.breaker.state != CLOSED:
+            self._failures_were_on = True
+        self.notify(f"simulated publish failures {'on' if on else 'off'}", severity="warning")
         self._ticker_dirty = True
         self.show_ticker()
 
@@ -495,9 +708,9 @@ class TickuiApp(App[int]):
             occ = self.selected_occurrence()
             if occ is not None:
                 self.open_run(occ)
-                return
+            return
         task = self._need_task()
-        if task is not None and not isinstance(self.screen, DetailScreen):
+        if task is not None:
             self.push_screen(DetailScreen(task, self._detail_source()))
 
     def _detail_source(self) -> DetailSource:
@@ -508,6 +721,7 @@ class TickuiApp(App[int]):
             now=self._now,
             cancel=self.cancel_occurrence,
             open_run=self.open_run,
+            **_if_field(DetailSource, view=lambda: self.view),
         )
 
     def open_run(self, occ: Occurrence) -> None:
@@ -522,7 +736,14 @@ class TickuiApp(App[int]):
         self.push_screen(RunScreen(occ, RunSource(occurrence, self._now, _short_text)))
 
     def action_add_task(self) -> None:
-        self.push_screen(AddTaskScreen(self._now), self._added)
+        self.push_screen(
+            AddTaskScreen(self._now, zone_for_preview=self._preview_zone()), self._added
+        )
+
+    def _preview_zone(self):
+        """The form previews fire times in the zone the dashboard shows (task mode: the
+        task's own)."""
+        return None if self.view.mode == "task" else self.view.zone()
 
     async def _added(self, spec: TaskSpec | None) -> None:
         if spec is None:
@@ -535,9 +756,30 @@ class TickuiApp(App[int]):
         self.notify(f"added {task.name}")
         self.mark([task.id])
         await self.drain()
-        index = self.task_rows.index_of(task.id)
-        if index is not None:
-            self.tasks_table.move_to(index)
+        self.tasks_table.select_key(task.id)
+
+    def action_edit_task(self) -> None:
+        """The add form filled in with the task highlighted now; saved through the same
+        checks (a bad or taken name changes nothing)."""
+        task = self._need_task()
+        if task is None:
+            return
+
+        async def edited(spec: TaskSpec | None) -> None:
+            if spec is None:
+                return
+            try:
+                changed = await self.host.store.edit_task(task.name, spec, self.clock.now())
+            except TickuiError as exc:
+                self.notify(redact(str(exc)), title="Not saved", severity="error")
+                return
+            self.notify(f"saved {changed.name}")
+            self.mark([changed.id])
+            await self.drain()
+
+        self.push_screen(
+            AddTaskScreen(self._now, task=task, zone_for_preview=self._preview_zone()), edited
+        )
 
     def action_delete_task(self) -> None:
         task = self._need_task()
@@ -556,20 +798,51 @@ class TickuiApp(App[int]):
             self.mark([task.id])
             await self.drain()
 
-        self.push_screen(ConfirmScreen(f"Delete task {task.name}?"), answered)
+        self.push_screen(
+            ConfirmScreen(
+                f"Delete task {task.name}? Its history stays.",
+                yes_label="Delete (y)",
+                no_label="Keep (n)",
+            ),
+            answered,
+        )
 
     async def action_cancel_run(self) -> None:
+        if self._waiting:
+            await self.hang_up()
+            return
         await self.cancel_occurrence(self.selected_occurrence())
 
     async def cancel_occurrence(self, occ: Occurrence | None) -> None:
+        """Ask first, naming the run; `y` cancels exactly that occurrence id."""
         if occ is None or not occ.active:
             self.notify(
                 "no running occurrence selected", title="Cancel refused", severity="warning"
             )
             return
+        started = occ.started_at or occ.scheduled_for
+        task = self.task_rows.by_id.get(occ.task_id)
+        zone = self.view.zone(task.spec.tz if task is not None else None)
+        clock = datetime.fromtimestamp(started / 1_000_000, zone).strftime("%H:%M:%S")
+        word = "started" if occ.started_at is not None else "scheduled"
+
+        async def answered(yes: bool | None) -> None:
+            if yes:
+                await self._cancel(occ)
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Cancel run {occ.id} ({occ.task}, {word} {clock})?",
+                yes_label="Cancel run (y)",
+                no_label="Keep (n)",
+            ),
+            answered,
+        )
+
+    async def _cancel(self, occ: Occurrence) -> None:
         if not await self.host.engine.cancel(occ.id):
             self.notify(
-                f"occurrence {occ.id} is not run by this engine",
+                f"occurrence {occ.id} is not run by this engine (or it already ended)",
                 title="Cancel refused",
                 severity="warning",
             )
@@ -577,69 +850,233 @@ class TickuiApp(App[int]):
         self.notify(f"cancelling occurrence {occ.id} ({occ.task})")
         self.mark([occ.task_id], [occ.id])
 
+    # ---- view: filters, sort, zone, side panes ----------------------------------------
+
+    def _filter_box(self) -> Input:
+        return self.dashboard.query_one("#filter", Input)
+
     def action_filter(self) -> None:
-        box = self.screen.query_one("#filter", Input)
+        """One filter box; what it filters is the pane focused when `/` was pressed."""
+        box = self._filter_box()
+        occ = self.focused is self.occ_table
+        box.filter_target = "occ" if occ else "tasks"  # type: ignore[attr-defined]
+        box.placeholder = (
+            "occurrences: task name contains (enter keeps, esc clears)"
+            if occ
+            else "tasks: name contains (enter keeps, esc clears)"
+        )
+        with box.prevent(Input.Changed):
+            box.value = self.prefs.occ_text if occ else self.task_rows.filter
         box.display = True
         box.focus()
 
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id == "filter":
+    def _target(self, box: Input) -> str:
+        return getattr(box, "filter_target", "tasks")
+
+    async def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "filter":
+            return
+        if self._target(event.input) == "occ":
+            await self._filter_occurrences(text=event.value)
+        else:
             self.task_rows.set_filter(event.value)
-            self.tasks_table.cursor = 0
             self.tasks_table.sync_size()
-            pane = self.screen.query_one("#tasks-pane")
-            shown = f" · {len(self.task_rows)} of {self.task_rows.total} match {event.value!r}"
-            pane.border_title = "Tasks" + (shown if event.value else "")
+            self._titles()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
-            event.input.display = bool(event.value)
-            self.tasks_table.focus()
+            event.input.display = False
+            (self.occ_table if self._target(event.input) == "occ" else self.tasks_table).focus()
 
-    def on_key(self, event) -> None:
+    async def on_key(self, event) -> None:
         box = self.focused
         if event.key == "escape" and isinstance(box, Input) and box.id == "filter":
-            box.value = ""
-            box.display = False
-            self.tasks_table.focus()
             event.stop()
+            box.value = ""  # clears that pane's filter (through Input.Changed)
+            box.display = False
+            (self.occ_table if self._target(box) == "occ" else self.tasks_table).focus()
+
+    async def _filter_occurrences(self, **changes: object) -> None:
+        """Change the Occurrences pane's filters and read its rows again from the store."""
+        rows = self.occ_rows
+        current = {"text": self.prefs.occ_text, "state": self.prefs.occ_state}
+        current["task_id"] = self._follow
+        current.update(changes)
+        task = self.task_rows.by_id.get(current["task_id"] or -1)
+        rows.set_filter(**current, task_name=task.name if task is not None else None)
+        self._follow = current["task_id"]
+        self.remember(occ_text=current["text"], occ_state=current["state"])
+        self._titles()
+        if self.host is not None:
+            keep = _selected(self.occ_table)
+            await self._load_occurrences()
+            if keep is not None and keep in rows.by_id:
+                self.occ_table.select_key(keep)
+
+    async def action_cycle_state(self) -> None:
+        states = OccurrenceRows.STATES
+        now = self.prefs.occ_state if self.prefs.occ_state in states else "all"
+        await self._filter_occurrences(state=states[(states.index(now) + 1) % len(states)])
+
+    async def action_follow_task(self) -> None:
+        """Only the highlighted occurrence's (or task's) runs; pressed again, every task's."""
+        if self._follow is not None:
+            await self._filter_occurrences(task_id=None)
+            return
+        task = self.selected_task()
+        if task is None:
+            self.notify("no task selected", severity="warning")
+            return
+        await self._filter_occurrences(task_id=task.id)
+
+    def action_cycle_sort(self) -> None:
+        """The next sortable column, ascending (a header click picks one, or reverses)."""
+        columns = TaskRows.SORTABLE
+        title, _ = self.task_rows.sort
+        nxt = columns[(columns.index(title) + 1) % len(columns)] if title in columns else "NEXT"
+        self._sort(nxt, False)
+
+    def _sort(self, title: str, descending: bool) -> None:
+        keep = _selected(self.tasks_table)
+        self.task_rows.set_sort(title, descending)
+        self.tasks_table.sync_size()
+        if keep is not None:
+            self.tasks_table.select_key(keep)
+        self.remember(sort_column=title, sort_descending=descending)
+        self._titles()
+
+    def on_row_table_header_clicked(self, event) -> None:
+        if event.table is not self.tasks_table or event.column_title not in TaskRows.SORTABLE:
+            return
+        title, descending = self.task_rows.sort
+        self._sort(event.column_title, not descending if title == event.column_title else False)
+
+    def action_cycle_zone(self) -> None:
+        self.view = TimeView(MODES[(MODES.index(self.view.mode) + 1) % len(MODES)])
+        self.task_cells.view = self.occ_cells.view = self.view
+        self.remember(zone=self.view.mode)
+        self.tasks_table.refresh()
+        self.occ_table.refresh()
+        if self.host is not None:
+            self.show_status()
+            self.show_ticker()
+        self.notify(f"times in {self.view.label()}")
+
+    def action_toggle_side(self) -> None:
+        self.remember(side_hidden=not self.prefs.side_hidden)
+        self._side_shown()
+
+    def _side_shown(self) -> None:
+        with contextlib.suppress(Exception):
+            self.dashboard.query_one("#side").display = not self.prefs.side_hidden
+
+    def _titles(self) -> None:
+        """Filters and sort in the pane titles: what the panes leave out is never hidden."""
+        if not self.dashboard.is_mounted:
+            return
+        tasks = self.dashboard.query_one("#tasks-pane")
+        occ = self.dashboard.query_one("#occ-pane")
+        title, descending = self.task_rows.sort
+        text = f"Tasks · by {title} {'▼' if descending else '▲'}"
+        if self.task_rows.filter:
+            shown = f"{len(self.task_rows)} of {self.task_rows.total}"
+            text += f" · {shown} match {self.task_rows.filter!r}"
+        tasks.border_title = text
+        label = self.occ_rows.filter_label()
+        occ.border_title = "Occurrences" + (f" · {label}" if label else " (newest first)")
+
+    # ---- help, palette, quitting --------------------------------------------------------
 
     def action_help(self) -> None:
-        keys = [
-            ("?" if k == "question_mark" else "/" if k == "slash" else k, text)
-            for k, _, _, text in KEYS
+        groups = [
+            (title, [(SHOWN_KEY.get(k.key, k.key), k.text) for k in keys])
+            for title, keys in KEY_GROUPS
         ]
-        keys += [
-            ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
-            ("ctrl+p", "Command palette (all of the above, and themes)"),
-        ]
-        self.push_screen(HelpScreen(keys))
+        groups.append(
+            (
+                "Moving",
+                [
+                    ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
+                    ("ctrl+p", "Command palette (all of the above, and themes)"),
+                ],
+            )
+        )
+        self.push_screen(HelpScreen(groups))
 
     async def action_quit(self) -> None:
+        if self._waiting:
+            return  # already on the way out; c cancels the runs
         active = self.host.engine.dispatcher.active() if self.host else 0
         if not active:
             await self._leave(None)
             return
 
-        async def chosen(choice: str | None) -> None:
-            if choice is not None:
-                await self._leave(WAIT_FOREVER if choice == "wait" else 0.0)
+        def chosen(choice: str | None) -> None:
+            if choice == "wait":
+                self._wait_and_leave()
+            elif choice is not None:
+                self.call_later(self.hang_up)
 
         self.push_screen(QuitScreen(active), chosen)
 
+    @work(exclusive=True, group="quit")
+    async def _wait_and_leave(self) -> None:
+        """Quit after the active runs end; meanwhile the header counts them down and `c`
+        cancels them (the dashboard stays live: this waits in a worker)."""
+        self._waiting = True
+        self._status_dirty = True
+        self.refresh_bindings()
+        self.show_status()
+        self._leaving = asyncio.current_task()
+        await self.host.close(WAIT_FOREVER)
+        self.exit(0)
+
+    async def hang_up(self) -> None:
+        """What `q` then "cancel them" does (also SIGHUP and SIGTERM): every active run
+        cancelled and recorded, the host closed, exit 0."""
+        host = self.host
+        if host is not None and self._waiting:  # close() is already waiting for the runs
+            ids = [o.id for o in await host.store.active_occurrences()]
+            for occ_id in ids:
+                with contextlib.suppress(Exception):
+                    await host.engine.cancel(occ_id)
+            waiter = self._leaving
+            if waiter is not None and waiter is not asyncio.current_task():
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(waiter), 30)
+            self.exit(0)
+            return
+        await self._leave(0.0)
+
     async def _leave(self, grace: float | None) -> None:
         if self.host is not None:
-            if grace:
-                self.notify("waiting for active runs to finish…")
             await self.host.close(grace)
         self.exit(0)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        """Textual's own (theme, keys, quit, ...) once, then tickui's: no duplicates."""
+        seen: set[str] = set()
+        for command in super().get_system_commands(screen):
+            seen.add(command.title.lower())
+            yield command
         for key, action, label, text in KEYS:
-            if action in ("help", "focus_next"):
+            if action in ("focus_next", "quit") or label.lower() in seen:
                 continue
-            yield SystemCommand(f"{label} ({key})", text, _runner(self, action))
+            yield SystemCommand(f"{label} ({SHOWN_KEY.get(key, key)})", text, _runner(self, action))
+
+
+def _selected(table: RowTable) -> int | None:
+    """The id under the table's cursor (its own `selected_key` once it keeps one)."""
+    if hasattr(table, "selected_key"):
+        return table.selected_key
+    return table.source.rows.key_at(table.cursor)
+
+
+def _if_field(cls: type, **values: object) -> dict[str, object]:
+    """Only the keyword arguments `cls` (a dataclass) takes: the detail screen's owner adds
+    the time view in its own commit."""
+    names = getattr(cls, "__dataclass_fields__", {})
+    return {k: v for k, v in values.items() if k in names}
 
 
 def _runner(app: TickuiApp, action: str) -> Callable[[], Awaitable[None]]:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime, tzinfo
+
 from rich.console import Group
 from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.events import Click
 from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.strip import Strip
@@ -18,14 +23,16 @@ from tickui.breaker import CLOSED, HALF_OPEN, OPEN
 from tickui.engine import EngineStatus
 from tickui.redact import safe_text
 from tickui.ticker import TickerMetrics
-from tickui.ui.cells import clock_text, span
+from tickui.timeutil import MICROS
+from tickui.ui.cells import span
 from tickui.ui.table import RowTable
 
 BREAKER_STYLE = {CLOSED: "bold green", OPEN: "bold white on red", HALF_OPEN: "bold black on yellow"}
 
 
 class StatusLine(Static):
-    """Database, engine and ticker state, the clock, and the time scale when not 1."""
+    """Database, engine and ticker state, the clock in the chosen zone, and the time scale
+    when not 1. While quitting waits for runs, it says so and how to stop waiting."""
 
     _shown: Text | None = None
 
@@ -37,15 +44,23 @@ class StatusLine(Static):
         now: int,
         scale: float,
         demo: bool,
+        zone: tzinfo = UTC,
+        zone_label: str = "UTC",
+        waiting: int | None = None,
     ) -> None:
         text = Text.assemble((" tickui ", "bold reverse"), " ")
         if demo:
             text.append("DEMO ", "bold magenta")
-        text.append("engine ")
-        text.append(*engine_state(engine, ticker_status))
+        if waiting is not None:
+            runs = "1 run" if waiting == 1 else f"{waiting} runs"
+            text.append(f"quitting: waiting for {runs} (c cancels them)", "bold black on yellow")
+        else:
+            text.append("engine ")
+            text.append(*engine_state(engine, ticker_status))
         text.append(" │ ticker ", "")
         text.append(ticker_status, "green" if ticker_status == "running" else "yellow")
-        text.append(f" │ {clock_text(now)} UTC", "bold")
+        clock = datetime.fromtimestamp(now / MICROS, zone).strftime("%H:%M:%S")
+        text.append(f" │ {clock} {zone_label}", "bold")
         if scale != 1:
             text.append(f" │ time ×{scale:g}", "bold magenta")
         text.append(f" │ {db}", "bright_black")
@@ -214,6 +229,7 @@ class BreakerPane(Static):
     metrics: reactive[TickerMetrics | None] = reactive(None, always_update=True, repaint=False)
 
     _shown: tuple | None = None
+    note: str = ""  # set before `metrics`: e.g. when it closes after `f` was turned off
 
     def on_mount(self) -> None:
         self.border_title = "Circuit breaker"
@@ -221,10 +237,10 @@ class BreakerPane(Static):
     def watch_metrics(self, metrics: TickerMetrics | None) -> None:
         if metrics is None:
             return
-        shown = breaker_key(metrics)
+        shown = (breaker_key(metrics), self.note)
         if shown != self._shown:  # a tick that changed nothing here repaints nothing
             self._shown = shown
-            self.update(breaker_view(metrics), layout=False)  # its size is the layout's
+            self.update(breaker_view(metrics, self.note), layout=False)  # size: the layout's
             self.set_class(metrics.breaker_state == OPEN, "-open")
 
 
@@ -245,7 +261,7 @@ def breaker_key(m: TickerMetrics) -> tuple:
     )
 
 
-def breaker_view(m: TickerMetrics) -> Group:
+def breaker_view(m: TickerMetrics, note: str = "") -> Group:
     state = Text(f" {m.breaker_state} ", BREAKER_STYLE.get(m.breaker_state, "bold"))
     facts = Table.grid(padding=(0, 1))
     facts.add_column(style="bright_black", no_wrap=True, min_width=10)
@@ -254,9 +270,91 @@ def breaker_view(m: TickerMetrics) -> Group:
     facts.add_row("next probe", _probe(m))
     facts.add_row("last error", Text(safe_text(m.last_error) if m.last_error else "-", "red"))
     lines = [state, facts]
+    if note:
+        lines.append(Text(note, "yellow"))
     if m.transitions:
         lines.append(Text("recent transitions", "bright_black"))
         for t in m.transitions[-4:][::-1]:
             at = (t["at"] or "")[11:19]
             lines.append(Text(f"{at} {t['from']}→{t['to']}: {safe_text(t['reason'])}", "dim"))
     return Group(*lines)
+
+
+class KeyFooter(Widget):
+    """The screen's keys on one line. When they do not fit, the least important go first
+    (`rank`: lower stays longer; rank 0 always shows), so help and quit never drop off.
+    Follows the screen's bindings (check_action hides or dims them); a click presses the key."""
+
+    DEFAULT_CSS = """
+    KeyFooter {
+        dock: bottom;
+        height: 1;
+        background: $footer-background;
+    }
+    KeyFooter > .key-footer--key {
+        color: $footer-key-foreground;
+        text-style: bold;
+    }
+    KeyFooter > .key-footer--label {
+        color: $footer-description-foreground;
+    }
+    """
+    COMPONENT_CLASSES = {"key-footer--key", "key-footer--label"}
+
+    def __init__(self, rank: Callable[[str], int], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rank = rank
+        self._spans: list[tuple[int, int, str]] = []  # (start x, end x, key to press)
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
+
+    def _bindings_changed(self, _screen: object) -> None:
+        self.refresh()
+
+    def items(self) -> list[tuple[str, str, str, bool, str]]:
+        """(key to press, key as shown, label, enabled, action) of each shown binding."""
+        seen: set[str] = set()
+        found = []
+        for _node, binding, enabled, _tip in self.screen.active_bindings.values():
+            if not binding.show or binding.action in seen:
+                continue
+            seen.add(binding.action)
+            shown = binding.key_display or self.app.get_key_display(binding)
+            found.append((binding.key, shown, binding.description, enabled, binding.action))
+        return found
+
+    def fitted(self, width: int) -> list[tuple[str, str, str, bool, str]]:
+        """The items that fit in `width`, dropping the highest rank (then the rightmost)."""
+        items = self.items()
+        keep = list(range(len(items)))
+        needed = sum(len(shown) + len(label) + 3 for _, shown, label, _, _ in items)
+        while keep and needed > width:
+            drop = max(keep, key=lambda i: (self.rank(items[i][4]), i))
+            if self.rank(items[drop][4]) == 0:
+                break
+            keep.remove(drop)
+            needed -= len(items[drop][1]) + len(items[drop][2]) + 3
+        return [items[i] for i in keep]
+
+    def render(self) -> Text:
+        key_style = self.get_component_rich_style("key-footer--key")
+        label_style = self.get_component_rich_style("key-footer--label")
+        text = Text(no_wrap=True, overflow="crop")
+        self._spans = []
+        for key, shown, label, enabled, _ in self.fitted(self.size.width):
+            start = text.cell_len
+            dim = "" if enabled else " dim"
+            text.append(f" {shown} ", key_style + Style.parse("bold" + dim))
+            text.append(f"{label} ", label_style + Style.parse("none" + dim))
+            self._spans.append((start, text.cell_len, key))
+        return text
+
+    def on_resize(self) -> None:
+        self.refresh()
+
+    def on_click(self, event: Click) -> None:
+        for start, end, key in self._spans:
+            if start <= event.x < end:
+                self.app.simulate_key(key)
+                return
