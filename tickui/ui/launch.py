@@ -133,7 +133,7 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: 
         path = session.path.expanduser()
         inspect_file(path)  # a foreign or broken file: one line, before the UI
         _log_to_file(path)  # under time-lapse, beside the copy (and removed with it)
-        app = TickuiApp(session.factory)
+        app = TickuiApp(session.factory, bell=settings.ui.bell)
         code = app.run()
         if app.failure:
             print(f"tickui: {app.failure}", file=sys.stderr)
