@@ -201,6 +201,87 @@ class TaskQueries(StoreBase):
                     report.removed.append(name)
         return report
 
+    async def edit_task(self, name: str, spec: TaskSpec, now: int) -> Task:
+        """Replace task `name`'s definition with `spec` (which may rename it), in one write:
+        the generation is bumped and the next slot computed from `now`; runs in flight go
+        on. The spec is checked again as build_spec would; a bad value or a name that is
+        taken raises BadInput and nothing changes. Run-time state stays (enabled, note,
+        source: a config task edited here keeps source 'config', so the next sync of the
+        config file puts the file's definition back). An interval keeps its grid (the
+        row's anchor) unless the spec gives one, as sync_tasks does."""
+        from tickui.errors import BadInput
+        from tickui.spec import build_spec
+
+        try:
+            checked = build_spec(self._spec_fields(spec), now, allow_past=True)
+        except (TypeError, ValueError) as exc:  # BadInput is a ValueError
+            if isinstance(exc, BadInput):
+                raise
+            raise BadInput("spec", str(exc)) from None
+        if checked != spec:
+            raise BadInput("spec", "is not a definition build_spec gives (check its fields)")
+        async with self._write():
+            row = await self._one("SELECT id, anchor FROM tasks WHERE name = ?", (name,))
+            if row is None:
+                raise NotFound(f"no task named {name!r}")
+            if spec.name != name:
+                taken = await self._one("SELECT 1 FROM tasks WHERE name = ?", (spec.name,))
+                if taken is not None:
+                    raise BadInput("name", f"a task named {spec.name!r} exists already")
+            anchor = spec.anchor if spec.anchor is not None else row[1]
+            nxt, due = self._next(spec, spec.name, anchor, now)
+            await self._conn.execute(
+                "UPDATE tasks SET name = ?, spec = ?, definition_hash = ?,"
+                " generation = generation + 1, updated_at = ?, anchor = ?, next_run_at = ?,"
+                " due_at = ? WHERE id = ?",
+                (
+                    spec.name,
+                    spec.to_json(),
+                    spec.definition_hash(),
+                    now,
+                    anchor,
+                    nxt,
+                    due,
+                    row[0],
+                ),
+            )
+        return await self.get_task(spec.name)
+
+    @staticmethod
+    def _spec_fields(spec: TaskSpec) -> dict[str, Any]:
+        """A TaskSpec as the fields build_spec takes, exactly (durations in whole ms or
+        in seconds with six decimals, instants in ISO with microseconds)."""
+        from tickui.timeutil import iso
+
+        def duration(micros: int) -> str:
+            return f"{micros // 1000}ms" if micros % 1000 == 0 else f"{micros / MICROS:.6f}s"
+
+        key = {"cron": "cron", "interval": "every", "once": "at"}[spec.kind]
+        expr: Any = spec.expr
+        if spec.kind == "interval":
+            expr = duration(int(spec.expr))
+        elif spec.kind == "once":
+            expr = iso(int(spec.expr))
+        raw: dict[str, Any] = {
+            "name": spec.name,
+            key: expr,
+            "tz": spec.tz,
+            "misfire": spec.misfire,
+            "concurrency": spec.concurrency,
+            "command": spec.command,
+            "env": spec.env,
+            "disabled": not spec.enabled,
+        }
+        if spec.timeout is not None:
+            raw["timeout"] = duration(spec.timeout)
+        if spec.jitter:
+            raw["jitter"] = duration(spec.jitter)
+        if spec.anchor is not None:
+            raw["anchor"] = iso(spec.anchor)
+        if spec.cwd is not None:
+            raw["cwd"] = spec.cwd
+        return raw
+
 
 def _stats_from(rows: Iterable[Any]) -> dict[int, TaskStats]:
     """Rows (task_id, state, missed, scheduled_for, started_at, finished_at) grouped by
