@@ -183,7 +183,7 @@ async def test_a_adds_a_task_and_refuses_a_bad_cron_as_you_type(tmp_db: Path) ->
         form.query_one("#expr").value = "0 3 * * *"
         await pilot.pause()
         assert form.spec is not None
-        assert "03:00:00" in screen_text(app)  # the preview
+        assert "Sat 2027-01-16 03:00 UTC" in screen_text(app)  # the preview, dated
         await pilot.press("ctrl+s")
         await until(pilot, lambda: not isinstance(app.screen, AddTaskScreen))
         task = await app.host.store.get_task("nightly")

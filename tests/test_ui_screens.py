@@ -3,13 +3,20 @@ store's edit_task they save through (real SQLite file, manual clock)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.app import App
 from textual.screen import Screen
 
+from helpers import T0
+from tickui.errors import BadInput
+from tickui.spec import build_spec
+from tickui.store import Store
+from tickui.timeutil import MICROS, iso
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.form import CONCURRENCY_HELP, MISFIRE_HELP, AddTaskScreen
 from ui_support import screen_text, until
 
 _UNSET = object()
@@ -109,8 +116,7 @@ async def test_help_renders_groups_and_scrolls_to_the_last_at_80x24() -> None:
         assert "Quit (asks when runs are active)" not in text  # below the fold
         assert "Close" in footer_line(app)
         await pilot.press("end")
-        await pilot.pause()
-        assert "Quit (asks when runs are active)" in screen_text(app)
+        await until(pilot, lambda: "Quit (asks when runs are active)" in screen_text(app))
         await pilot.press("question_mark")
         await until(pilot, lambda: app.answer is not _UNSET)
 
@@ -122,3 +128,207 @@ async def test_help_group_titles_are_bold() -> None:
     first = table.columns[0]
     titles = [cell for cell in first._cells if getattr(cell, "plain", None) in ("Runs", "Tasks")]
     assert len(titles) == 2 and all(str(t.style) == "bold" for t in titles)
+
+
+# ---- Store.edit_task -------------------------------------------------------------------------
+
+
+async def _store_with_two_tasks(db: Path) -> Store:
+    store = await Store.open(db)
+    for name in ("backup", "report"):
+        spec = build_spec({"name": name, "every": "1h", "command": ["true"]}, T0)
+        await store.add_task(spec, T0)
+    return store
+
+
+async def test_edit_task_bumps_generation_recomputes_next_and_leaves_runs_alone(
+    tmp_db: Path,
+) -> None:
+    store = await _store_with_two_tasks(tmp_db)
+    try:
+        before = await store.get_task("backup")
+        got = await store.acquire_lease("me", T0, 60 * MICROS, ("h", 1, None), lambda *_: False)
+        assert got.held and got.lease is not None
+        occ = await store.claim_manual(before, "me", got.lease.token, T0)
+        now = T0 + 90 * MICROS
+        spec = build_spec(
+            {"name": "nightly", "cron": "0 9 * * 1", "tz": "Europe/Berlin", "command": ["x"]},
+            now,
+        )
+        edited = await store.edit_task("backup", spec, now)
+        assert edited.id == before.id and edited.name == "nightly"
+        assert edited.generation == before.generation + 1
+        assert edited.spec == spec
+        # Monday 2027-01-18 09:00 in Berlin is 08:00 UTC; computed from `now`, not the anchor.
+        assert edited.next_run_at == spec.schedule(0).next_after(now)
+        assert iso(edited.next_run_at).startswith("2027-01-18T08:00:00")
+        assert (await store.get_occurrence(occ.id)).state == "claimed"  # still active
+        assert await store.find_task("backup") is None
+    finally:
+        await store.close()
+
+
+async def test_edit_task_refuses_a_taken_name_and_a_bad_value_changing_nothing(
+    tmp_db: Path,
+) -> None:
+    store = await _store_with_two_tasks(tmp_db)
+    try:
+        before = await store.get_task("backup")
+        taken = build_spec({"name": "report", "every": "5m", "command": ["true"]}, T0)
+        with pytest.raises(BadInput, match="exists already"):
+            await store.edit_task("backup", taken, T0 + MICROS)
+        bad = build_spec({"name": "backup", "every": "5m", "command": ["true"]}, T0)
+        bad.misfire = "sometimes"
+        with pytest.raises(BadInput, match="misfire"):
+            await store.edit_task("backup", bad, T0 + MICROS)
+        after = await store.get_task("backup")
+        assert (after.spec, after.generation, after.next_run_at, after.updated_at) == (
+            before.spec,
+            before.generation,
+            before.next_run_at,
+            before.updated_at,
+        )
+        assert (await store.get_task("report")).spec.kind == "interval"
+    finally:
+        await store.close()
+
+
+async def test_edit_keeps_a_config_task_working(tmp_db: Path) -> None:
+    store = await Store.open(tmp_db)
+    try:
+        declared = build_spec({"name": "sync", "every": "1h", "command": ["true"]}, T0)
+        await store.sync_tasks([declared], T0)
+        spec = build_spec({"name": "sync", "every": "10m", "command": ["true"]}, T0)
+        edited = await store.edit_task("sync", spec, T0 + MICROS)
+        assert edited.source == "config" and edited.enabled
+        assert edited.spec.expr == str(600 * MICROS)
+        assert edited.next_run_at is not None and edited.next_run_at > T0 + MICROS
+    finally:
+        await store.close()
+
+
+# ---- the add/edit form -----------------------------------------------------------------------
+
+
+def form_host(task=None, size=(120, 50)) -> Host:
+    return Host(AddTaskScreen(lambda: T0, task=task))
+
+
+def shown(screen: Screen, widget_id: str) -> str:
+    """The plain text a Static shows (wrapped lines joined back)."""
+    return str(screen.query_one(f"#{widget_id}").render())
+
+
+async def fill(pilot, form, **values: str) -> None:
+    for key, value in values.items():
+        form.query_one(f"#{key}").value = value
+    await pilot.pause()
+
+
+async def test_form_shows_no_error_before_typing_and_labels_every_field() -> None:
+    app = form_host()
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        form = app.screen
+        text = screen_text(app)
+        assert "✗" not in text and "To fill in: name, schedule, command" in text
+        for label in ("Name", "Schedule", "Misfire", "Concurrency", "Time zone", "Command"):
+            assert label in text, label
+        assert shown(form, "misfire-help") == MISFIRE_HELP["run_once"]
+        assert shown(form, "concurrency-help") == CONCURRENCY_HELP["forbid"]
+        assert "Late (after downtime)" in text and "Still running at the next" in text
+        assert form.query_one("#add").disabled
+        await pilot.press(*"Bad Name")
+        await until(pilot, lambda: "✗ name" in screen_text(app))
+        await fill(pilot, form, concurrency="replace", misfire="skip")
+        assert shown(form, "misfire-help") == MISFIRE_HELP["skip"]
+        assert shown(form, "concurrency-help") == CONCURRENCY_HELP["replace"]
+
+
+async def test_form_reads_cron_and_lists_5_dated_fire_times_in_the_task_zone() -> None:
+    app = form_host()
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        form = app.screen
+        await fill(pilot, form, name="weekly", kind="cron", expr="0 9 * * 1")
+        await fill(pilot, form, tz="Europe/Berlin", command="echo hi")
+        text = screen_text(app)
+        assert "At 09:00, only on Monday" in text
+        assert "Europe/Berlin" in text
+        mondays = ["2027-01-18", "2027-01-25", "2027-02-01", "2027-02-08", "2027-02-15"]
+        for day in mondays:
+            assert f"Mon {day} 09:00 CET" in text, day
+        assert "2027-02-22" not in text
+        assert not form.query_one("#add").disabled
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: app.answer is not _UNSET)
+        assert app.answer.kind == "cron" and app.answer.tz == "Europe/Berlin"
+
+
+async def test_cron_typed_into_the_every_field_gets_a_hint() -> None:
+    app = form_host()
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        form = app.screen
+        await fill(pilot, form, name="x", expr="*/5 * * * *", command="true")
+        text = screen_text(app)
+        assert "looks like cron: choose cron" in text
+        assert form.query_one("#add").disabled
+        await fill(pilot, form, expr="5m")
+        assert "looks like cron" not in screen_text(app)
+
+
+async def test_edit_prefills_from_the_task_and_round_trips_to_an_equal_spec(
+    tmp_db: Path,
+) -> None:
+    store = await Store.open(tmp_db)
+    try:
+        raw = {
+            "name": "backup",
+            "every": "90s",
+            "tz": "Europe/Berlin",
+            "timeout": "1500ms",
+            "jitter": "7s",
+            "misfire": "run_all",
+            "concurrency": "replace",
+            "command": ["sh", "-c", "echo 'a b' && exit 3"],
+            "anchor": "2027-01-15T08:00:30Z",
+        }
+        task = await store.add_task(build_spec(raw, T0), T0)
+    finally:
+        await store.close()
+    app = form_host(task)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        form = app.screen
+        text = screen_text(app)
+        assert "Edit task backup" in text and "Save (ctrl+s)" in text
+        assert form.query_one("#command").value == "sh -c 'echo '\"'\"'a b'\"'\"' && exit 3'"
+        assert form.query_one("#misfire").value == "run_all"
+        assert not form.query_one("#add").disabled
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: app.answer is not _UNSET)
+        assert app.answer == task.spec
+
+
+async def test_at_80x24_the_form_scrolls_to_its_verdict_and_buttons() -> None:
+    app = form_host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        form = app.screen
+        box = form.query_one("#add-box")
+        assert box.max_scroll_y > 0  # too tall for 24 lines: it scrolls
+        assert box.scroll_y == 0
+        await fill(pilot, form, name="x", expr="30s", command="true")
+        add = form.query_one("#add")
+        # Valid now: the form scrolled its verdict and buttons into view by itself.
+        await until(pilot, lambda: box.region.contains_region(add.region))
+        assert box.scroll_y > 0 and "✓" in screen_text(app)
+        box.scroll_home(animate=False)
+        await until(pilot, lambda: not box.region.contains_region(add.region))
+        add.scroll_visible(animate=False)
+        await until(pilot, lambda: box.region.contains_region(add.region))
+        assert "Add (ctrl+s)" in screen_text(app)
+        await pilot.click("#add")
+        await until(pilot, lambda: app.answer is not _UNSET)
+        assert app.answer is not None and app.answer.name == "x"

@@ -23,8 +23,13 @@ class HelpScreen(ModalScreen[None]):
     """Every key of the screen it was opened from, grouped by purpose; scrolls when tall."""
 
     DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+    }
     HelpScreen #help-box {
+        max-width: 95%;
         height: auto;
+        max-height: 90%;
     }
     HelpScreen #help-body {
         height: auto;
@@ -34,6 +39,10 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,question_mark,q", "dismiss", "Close", key_display="esc"),
         Binding("down,j", "scroll(1)", "Scroll", show=False),
         Binding("up,k", "scroll(-1)", "Scroll", show=False),
+        Binding("pagedown,space", "scroll(10)", "Scroll", show=False),
+        Binding("pageup", "scroll(-10)", "Scroll", show=False),
+        Binding("end,G", "scroll(1_000_000)", "Scroll", show=False),
+        Binding("home,g", "scroll(-1_000_000)", "Scroll", show=False),
     ]
 
     def __init__(self, groups: KeyGroups | list[tuple[str, str]]) -> None:
@@ -44,25 +53,24 @@ class HelpScreen(ModalScreen[None]):
         self.groups: KeyGroups = groups  # type: ignore[assignment]
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-box", classes="dialog"):
+        with VerticalScroll(id="help-box", classes="dialog") as box:
+            box.styles.width = 110  # inline: wider than the app's .dialog rule
             yield Label("Keys", classes="dialog-title")
             yield Static(help_text(self.groups), id="help-body")
-            yield Label("Also in the command palette (ctrl+p). Esc closes.", classes="hint")
         yield Footer()
 
     def action_scroll(self, step: int) -> None:
         box = self.query_one("#help-box", VerticalScroll)
-        box.scroll_to(y=box.scroll_y + step, animate=False)
+        box.scroll_to(y=max(0, box.scroll_y + step), animate=False)
 
 
 def help_text(groups: KeyGroups) -> Table:
-    """Group titles in bold, then one key and its description per line."""
+    """Group titles in bold, then one key and its description per line (no blank lines:
+    at 120x40 every key of the dashboard shows without scrolling)."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
-    for index, (title, keys) in enumerate(groups):
-        if index:
-            table.add_row("", "")
+    for title, keys in groups:
         table.add_row(Text(title, "bold"), "")
         for key, description in keys:
             table.add_row(key, description)

@@ -1,33 +1,58 @@
-"""The add-task form: checked on every keystroke, with a preview of the fire times."""
+"""The add/edit task form: checked on every keystroke, with a reading of the schedule and
+its next fire times in the task's own zone."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
+from datetime import UTC, datetime, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select, Static
+from textual.widgets import Button, Footer, Input, Label, Select, Static
 
+from tickui.cron import MACROS
 from tickui.errors import BadInput
+from tickui.models import Task
 from tickui.redact import safe_text
 from tickui.schedules import preview
 from tickui.spec import TaskSpec, build_spec
 from tickui.store import default_anchor
-from tickui.ui.cells import stamp_text
+from tickui.timeutil import MICROS, format_duration, iso, parse_duration
 
 SCHEDULE_KINDS = [("every (duration)", "every"), ("cron", "cron"), ("at (instant)", "at")]
 MISFIRE = [("run_once", "run_once"), ("skip", "skip"), ("run_all", "run_all")]
 CONCURRENCY = [("forbid", "forbid"), ("allow", "allow"), ("replace", "replace")]
+KIND_OF = {"interval": "every", "cron": "cron", "once": "at"}
+MISFIRE_HELP = {
+    "run_once": "Late (after downtime): run once for all the missed slots.",
+    "skip": "Late (after downtime): record the missed slots skipped, wait for the next.",
+    "run_all": "Late (after downtime): run every missed slot (the newest 100), in turn.",
+}
+CONCURRENCY_HELP = {
+    "forbid": "Still running at the next slot: skip the new slot.",
+    "allow": "Still running at the next slot: run both at once.",
+    "replace": "Still running at the next slot: cancel the old run, start the new one.",
+}
+KIND_HELP = {
+    "every": "A duration: 500ms, 30s, 5m, 2h, 1d; slots on a grid from when it is added.",
+    "at": "One instant: 2027-01-15T09:00Z or 2027-01-15T09:00+01:00.",
+}
+# Fields the user must fill; an empty one is "still to fill in", never an error.
+REQUIRED = (("name", "name"), ("expr", "schedule"), ("command", "command"))
+_CRON_FIELD = r"[0-9A-Za-z*/,?LW#-]+"
+_LOOKS_LIKE_CRON = re.compile(rf"(@\w+|{_CRON_FIELD}(\s+{_CRON_FIELD}){{4,5}})")
 
 
 def form_spec(values: dict[str, str], now: int) -> TaskSpec:
-    """The add form's fields as a task definition, or BadInput naming the field."""
+    """The form's fields as a task definition, or BadInput naming the field."""
     raw: dict[str, Any] = {"name": values["name"].strip()}
     raw[values["kind"]] = values["expr"].strip()
     for key in ("tz", "timeout", "jitter"):
@@ -35,6 +60,9 @@ def form_spec(values: dict[str, str], now: int) -> TaskSpec:
             raw[key] = values[key].strip()
     raw["misfire"] = values["misfire"]
     raw["concurrency"] = values["concurrency"]
+    for key in ("anchor", "cwd", "env", "disabled"):  # kept from the task being edited
+        if values.get(key) is not None:
+            raw[key] = values[key]
     try:
         raw["command"] = shlex.split(values["command"])
     except ValueError as exc:
@@ -42,70 +70,248 @@ def form_spec(values: dict[str, str], now: int) -> TaskSpec:
     return build_spec(raw, now)
 
 
-class AddTaskScreen(ModalScreen[TaskSpec | None]):
-    """A form that checks the definition on every keystroke and previews its fire times."""
+def duration_field(micros: int) -> str:
+    """A duration as the form's text, exact: "5m", else seconds with 6 decimals."""
+    text = format_duration(micros)
+    if parse_duration(text) != micros:
+        text = f"{micros / MICROS:.6f}".rstrip("0").rstrip(".") + "s"
+    return text
 
+
+def spec_values(spec: TaskSpec) -> dict[str, str]:
+    """A task's definition as the form's fields: form_spec of these gives the spec back."""
+    if spec.kind == "interval":
+        expr = duration_field(int(spec.expr))
+    elif spec.kind == "once":
+        expr = iso(int(spec.expr))
+    else:
+        expr = spec.expr
+    return {
+        "name": spec.name,
+        "kind": KIND_OF[spec.kind],
+        "expr": expr,
+        "tz": spec.tz,
+        "timeout": duration_field(spec.timeout) if spec.timeout else "",
+        "jitter": duration_field(spec.jitter) if spec.jitter else "",
+        "misfire": spec.misfire,
+        "concurrency": spec.concurrency,
+        "command": shlex.join(spec.command),
+    }
+
+
+def looks_like_cron(text: str) -> bool:
+    """A cron expression typed where a duration goes ("*/5 * * * *", "@daily")."""
+    return bool(_LOOKS_LIKE_CRON.fullmatch(text.strip()))
+
+
+def describe_cron(expr: str) -> str:
+    """A human reading, 24-hour clock: "At 09:00, only on Monday"; "" when it has none."""
+    from cron_descriptor import ExpressionDescriptor, Options
+
+    text = MACROS.get(expr.strip().lower(), expr.strip())
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        return ExpressionDescriptor(text, options).get_description()
+    except Exception:  # the library's own errors; the form's check names the real problem
+        return ""
+
+
+def fire_time(moment: int, zone: tzinfo, seconds: bool) -> str:
+    """ "Mon 2027-01-18 09:00 CET": weekday, date and time in the task's zone."""
+    local = datetime.fromtimestamp(moment / MICROS, UTC).astimezone(zone)
+    return local.strftime("%a %Y-%m-%d %H:%M" + (":%S" if seconds else "") + " %Z")
+
+
+def fire_times(times: list[int], zone: tzinfo) -> list[str]:
+    seconds = any(t % (60 * MICROS) for t in times)
+    return [fire_time(t, zone, seconds) for t in times]
+
+
+class AddTaskScreen(ModalScreen[TaskSpec | None]):
+    """Add a task, or edit one (`task` given): checks the definition on every keystroke,
+    reads the schedule back in words and previews its next 5 fire times."""
+
+    DEFAULT_CSS = """
+    AddTaskScreen {
+        align: center middle;
+    }
+    AddTaskScreen #add-box {
+        width: 76;
+        max-width: 95%;
+        height: auto;
+        max-height: 90%;
+    }
+    AddTaskScreen .field {
+        height: auto;
+        width: 1fr;
+    }
+    AddTaskScreen .row {
+        height: auto;
+    }
+    AddTaskScreen .label {
+        color: $text-muted;
+        text-style: bold;
+    }
+    AddTaskScreen .help {
+        color: $text-muted;
+        height: auto;
+        padding: 0 1;
+    }
+    AddTaskScreen #verdict {
+        height: auto;
+        margin-top: 1;
+    }
+    AddTaskScreen .buttons {
+        height: auto;
+    }
+    """
     BINDINGS = [
         Binding("escape", "dismiss(None)", "Cancel"),
-        Binding("ctrl+s", "submit", "Add task"),
+        Binding("ctrl+s", "submit", "Save"),
     ]
 
-    def __init__(self, now: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        now: Callable[[], int],
+        task: Task | None = None,
+        zone_for_preview: tzinfo | None = None,
+    ) -> None:
+        """`zone_for_preview`: show fire times in this zone instead of the task's own."""
         super().__init__()
         self.now = now
+        self.task_row = task
+        self.zone_for_preview = zone_for_preview
         self.spec: TaskSpec | None = None
+        self.said = ""  # the verdict's kind last shown: hint, error or ok
 
     def compose(self) -> ComposeResult:
+        task = self.task_row
+        start = spec_values(task.spec) if task is not None else {}
+        title = f"Edit task {task.name}" if task is not None else "Add a task"
+        save = "Save (ctrl+s)" if task is not None else "Add (ctrl+s)"
+
+        def field(label: str, widget: Input | Select, *help_ids: str) -> Vertical:
+            return Vertical(
+                Label(label, classes="label"),
+                widget,
+                *[Static(id=i, classes="help") for i in help_ids],
+                classes="field",
+            )
+
+        def box(key: str, placeholder: str) -> Input:
+            return Input(start.get(key, ""), placeholder=placeholder, id=key)
+
         with VerticalScroll(id="add-box", classes="dialog"):
-            yield Label("Add a task", classes="dialog-title")
-            yield Input(placeholder="name, e.g. backup", id="name")
+            yield Label(title, classes="dialog-title")
+            yield field("Name", box("name", "e.g. backup"))
             with Horizontal(classes="row"):
-                yield Select(SCHEDULE_KINDS, value="every", allow_blank=False, id="kind")
-                yield Input(placeholder="30s | */5 * * * * | 2027-01-01T00:00Z", id="expr")
+                kind = Select(
+                    SCHEDULE_KINDS, value=start.get("kind", "every"), allow_blank=False, id="kind"
+                )
+                yield field("Schedule kind", kind)
+                yield field(
+                    "Schedule",
+                    box("expr", "30s | 0 9 * * MON | 2027-01-01T00:00Z"),
+                    "schedule-help",
+                )
             with Horizontal(classes="row"):
-                yield Select(MISFIRE, value="run_once", allow_blank=False, id="misfire")
-                yield Select(CONCURRENCY, value="forbid", allow_blank=False, id="concurrency")
+                misfire = start.get("misfire", "run_once")
+                yield field(
+                    "Misfire",
+                    Select(MISFIRE, value=misfire, allow_blank=False, id="misfire"),
+                    "misfire-help",
+                )
+                concurrency = start.get("concurrency", "forbid")
+                yield field(
+                    "Concurrency",
+                    Select(CONCURRENCY, value=concurrency, allow_blank=False, id="concurrency"),
+                    "concurrency-help",
+                )
             with Horizontal(classes="row"):
-                yield Input(placeholder="time zone (UTC)", id="tz")
-                yield Input(placeholder="timeout, e.g. 5m", id="timeout")
-            yield Input(placeholder="command, e.g. sh -c 'echo hi'", id="command")
+                yield field("Time zone", box("tz", "UTC"))
+                yield field("Timeout", box("timeout", "none, e.g. 5m"))
+                yield field("Jitter", box("jitter", "none, e.g. 10s"))
+            yield field("Command", box("command", "e.g. sh -c 'echo hi'"))
             yield Static(id="verdict")
-            with Horizontal(classes="buttons"):
-                yield Button("Add (ctrl+s)", variant="primary", id="add", disabled=True)
+            with Horizontal(classes="buttons", id="buttons"):
+                yield Button(save, variant="primary", id="add", disabled=True)
                 yield Button("Cancel (esc)", id="cancel")
+        yield Footer()
 
     def on_mount(self) -> None:
         if self.app.is_headless:  # snapshots: a blinking cursor is not deterministic
-            for box in self.query(Input):
-                box.cursor_blink = False
+            for widget in self.query(Input):
+                widget.cursor_blink = False
         self.query_one("#name", Input).focus()
         self.check()
 
-    def values(self) -> dict[str, str]:
-        fields = {w.id: w.value for w in self.query(Input) if w.id}
+    def values(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {w.id: w.value for w in self.query(Input) if w.id}
         for select in self.query(Select):
             fields[select.id or ""] = str(select.value)
+        if self.task_row is not None:  # what the form does not show stays as it was
+            spec = self.task_row.spec
+            fields.update(anchor=spec.anchor and iso(spec.anchor), cwd=spec.cwd)
+            fields.update(env=spec.env or None, disabled=not spec.enabled or None)
         return fields
 
     @on(Input.Changed)
     @on(Select.Changed)
     def check(self) -> None:
-        verdict = self.query_one("#verdict", Static)
-        now = self.now()
+        values = self.values()
+        self.query_one("#misfire-help", Static).update(MISFIRE_HELP[values["misfire"]])
+        self.query_one("#concurrency-help", Static).update(CONCURRENCY_HELP[values["concurrency"]])
+        self.query_one("#schedule-help", Static).update(schedule_help(values))
+        spec, verdict = self.verdict(values, self.now())
+        self.spec = spec
+        widget = self.query_one("#verdict", Static)
+        widget.update(verdict)
+        said = "ok" if spec else "error" if verdict.plain.startswith("✗") else "hint"
+        widget.set_class(said == "error", "-error")
+        self.query_one("#add", Button).disabled = spec is None
+        if said != self.said and self.said:
+            # The verdict changed its kind: on a short terminal bring it and the buttons
+            # into view (not on every keystroke, which would scroll the field being typed
+            # in out of sight).
+            self.call_after_refresh(self.reveal_verdict)  # once laid out at its new height
+        self.said = said
+
+    def reveal_verdict(self) -> None:
+        """The verdict and the buttons are the form's last lines: show its end."""
+        self.query_one("#add-box", VerticalScroll).scroll_end(animate=False)
+
+    def verdict(self, values: dict[str, Any], now: int) -> tuple[TaskSpec | None, Text]:
+        """The spec (None until it is whole and valid) and what to say about it. An empty
+        required field is "still to fill in", never an error: nothing is red before the
+        user has typed something wrong."""
+        missing = [label for key, label in REQUIRED if not values[key].strip()]
+        filled = dict(values)
+        if not values["name"].strip():
+            filled["name"] = "x"
+        if not values["expr"].strip():
+            filled["kind"], filled["expr"] = "every", "1h"
+        if not values["command"].strip():
+            filled["command"] = "true"
         try:
-            spec = form_spec(self.values(), now)
+            spec = form_spec(filled, now)
         except BadInput as exc:
-            self.spec = None
-            verdict.update(Text(f"✗ {safe_text(exc)}", "bold red"))
-            verdict.set_class(True, "-error")
-        else:
-            self.spec = spec
-            times = preview(spec.schedule(default_anchor(spec, now)), now, 5)
-            lines = Text("✓ next runs (UTC): ", "bold green")
-            lines.append(", ".join(stamp_text(t)[11:] for t in times) or "none")
-            verdict.update(lines)
-            verdict.set_class(False, "-error")
-        self.query_one("#add", Button).disabled = self.spec is None
+            return None, Text(f"✗ {safe_text(exc)}", "bold red")
+        zone = self.zone_for_preview or ZoneInfo(spec.tz)
+        if missing:
+            hint = Text(f"To fill in: {', '.join(missing)}.", "italic")
+            if "schedule" not in missing:
+                hint.append_text(self.times(spec, now, zone))
+            return None, hint
+        return spec, Text("✓ ", "bold green").append_text(self.times(spec, now, zone))
+
+    def times(self, spec: TaskSpec, now: int, zone: tzinfo) -> Text:
+        anchor = self.task_row.anchor if self.task_row is not None else default_anchor(spec, now)
+        found = preview(spec.schedule(anchor), now, 5)
+        text = Text("\nNext 5 fire times", "bold")
+        text.append(f" ({getattr(zone, 'key', None) or zone}):\n", "bold")
+        text.append("\n".join(fire_times(found, zone)) or "none")
+        return text
 
     def action_submit(self) -> None:
         if self.spec is not None:
@@ -118,3 +324,15 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
     @on(Button.Pressed, "#cancel")
     def cancel(self) -> None:
         self.dismiss(None)
+
+
+def schedule_help(values: dict[str, Any]) -> Text:
+    """The line under the schedule: cron in words, or what the field takes."""
+    kind, expr = values["kind"], values["expr"].strip()
+    if kind == "cron":
+        if not expr:
+            return Text("Five fields (minute hour day month weekday) or @daily, in the zone.")
+        return Text(describe_cron(expr) or "")
+    if kind == "every" and looks_like_cron(expr):
+        return Text("This looks like cron: choose cron as the schedule kind.", "yellow")
+    return Text(KIND_HELP[kind])
