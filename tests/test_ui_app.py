@@ -1,0 +1,501 @@
+"""Pilot tests for the dashboard's hub (issue 11): settings, selection by id, edit, sort and
+filters, time zones, layout, live panes under dialogs, keys, toasts, quitting. Real SQLite,
+a manual clock, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from helpers import T0, cli
+from tickui.clock import ManualClock
+from tickui.spec import build_spec
+from tickui.store import Store
+from tickui.ui import settings as saved
+from tickui.ui.app import KEY_GROUPS, Dashboard
+from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.form import AddTaskScreen
+from tickui.ui.panes import BreakerPane, StatusLine
+from ui_support import make_app, notes, screen_text, until
+
+SIZE = (140, 40)
+
+
+async def started(pilot) -> None:
+    await pilot.app.ready.wait()
+    await pilot.pause()
+
+
+def pick(app, name: str) -> None:
+    task = next(t for t in app.task_rows.by_id.values() if t.name == name)
+    app.tasks_table.move_to(app.task_rows.index_of(task.id))
+
+
+def header(app) -> str:
+    return str(app.dashboard.query_one(StatusLine)._shown)
+
+
+def footer(app) -> str:
+    return screen_text(app).splitlines()[-1]
+
+
+# ---- settings ----------------------------------------------------------------------------
+
+
+def test_settings_are_saved_privately_under_xdg_config_home_and_read_back(
+    private_config_home: Path,
+) -> None:
+    path = saved.settings_path()
+    assert path.is_relative_to(private_config_home)
+    choice = saved.DashboardSettings(zone="utc", sort_column="NAME", side_hidden=True)
+    saved.save(choice)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert saved.load() == (choice, None)
+    assert [p.name for p in path.parent.iterdir()] == ["settings.json"]  # no temp file left
+
+
+def test_a_corrupt_or_odd_settings_file_gives_defaults_and_one_message() -> None:
+    path = saved.settings_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    settings, problem = saved.load()
+    assert settings == saved.DashboardSettings() and "corrupt" in problem
+    path.write_text(json.dumps({"zone": "mars", "side_hidden": True, "other": 1}))
+    settings, problem = saved.load()
+    assert settings.side_hidden and settings.zone == "local" and "zone" in problem
+
+
+async def test_a_corrupt_settings_file_is_one_toast_not_a_traceback(tmp_db: Path) -> None:
+    path = saved.settings_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\xff\xfe garbage")
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot)
+        assert [n for n in notes(app) if "settings" in n] == [
+            f"settings file {path} is corrupt; using defaults"
+        ]
+        assert "alpha" in screen_text(app)
+
+
+async def test_the_theme_is_remembered(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        app.theme = "textual-light"
+        await until(pilot, lambda: saved.load()[0].theme == "textual-light")
+    again = make_app(tmp_db, ManualClock(T0))
+    async with again.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        assert again.theme == "textual-light"
+
+
+def test_ui_bell_must_be_true_or_false(tmp_path: Path) -> None:
+    config = tmp_path / "tickui.toml"
+    config.write_text('[ui]\nbell = "yes"\n')
+    result = cli("--config", str(config), "task", "list", db=tmp_path / "x.db")
+    assert result.returncode == 2
+    assert "line 2" in result.stderr and "ui.bell" in result.stderr
+
+
+# ---- selection by id ---------------------------------------------------------------------
+
+
+async def test_c_cancels_the_picked_run_after_50_newer_ones_arrived(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot)
+        pick(app, "sleepy")
+        await pilot.press("r")
+        [picked] = await app.host.store.history("sleepy")
+        await until(pilot, lambda: picked.id in app.occ_rows.by_id)
+        await pilot.press("tab")
+        app.occ_table.move_to(app.occ_rows.index_of(picked.id))
+        spec = build_spec(
+            {"name": "burst", "every": "1h", "concurrency": "allow", "command": ["true"]}, T0
+        )
+        await app.host.store.add_task(spec, T0)
+        for _ in range(50):
+            await app.host.engine.run_now("burst")
+        await until(pilot, lambda: len(app.occ_rows) == 51)
+        assert app.occ_rows.index_of(picked.id) == 50  # moved 50 rows down
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert f"Cancel run {picked.id} (sleepy, started " in screen_text(app)
+        await pilot.press("y")
+        await until(pilot, lambda: app.occ_rows.by_id[picked.id].state == "cancelled")
+        cancelled = [
+            o for o in await app.host.store.newest_occurrences(100) if o.state == "cancelled"
+        ]
+        assert [o.id for o in cancelled] == [picked.id]
+
+
+async def test_c_then_enter_or_n_keeps_the_run(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        pick(app, "sleepy")
+        await pilot.press("r")
+        [occ] = await app.host.store.history("sleepy")
+        await until(pilot, lambda: occ.id in app.occ_rows.by_id)
+        for answer in ("enter", "n"):
+            await pilot.press("c")  # from the Tasks pane: the task's running occurrence
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press(answer)
+            await until(pilot, lambda: isinstance(app.screen, Dashboard))
+        assert (await app.host.store.get_occurrence(occ.id)).active
+
+
+async def test_d_then_enter_keeps_the_task(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        pick(app, "beta")
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, Dashboard))
+        assert await app.host.store.find_task("beta") is not None
+
+
+# ---- edit --------------------------------------------------------------------------------
+
+
+async def test_E_edits_the_selected_task_and_a_taken_name_changes_nothing(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot)
+        pick(app, "alpha")
+        before = await app.host.store.get_task("alpha")
+        await pilot.press("E")
+        await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+        app.screen.query_one("#expr").value = "5m"
+        await until(pilot, lambda: app.screen.spec is not None)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, Dashboard))
+        after = await app.host.store.get_task("alpha")
+        assert after.spec.expr == str(300 * 1_000_000) and after.generation > before.generation
+        pick(app, "alpha")
+        await pilot.press("E")
+        await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+        app.screen.query_one("#name").value = "beta"
+        await until(pilot, lambda: app.screen.spec is not None)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: any("Not saved" in n or "beta" in n for n in notes(app)))
+        assert (await app.host.store.get_task("alpha")).spec == after.spec
+        assert (await app.host.store.get_task("beta")).spec.command[-1].endswith("exit 3")
+
+
+# ---- sort and filters --------------------------------------------------------------------
+
+
+async def test_S_cycles_the_sort_shows_it_in_the_title_and_remembers_it(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        pane = app.dashboard.query_one("#tasks-pane")
+        assert pane.border_title == "Tasks · by NEXT ▲"
+        pick(app, "beta")
+        await pilot.press("S")
+        title, descending = app.task_rows.sort
+        assert title != "NEXT" and not descending
+        assert pane.border_title == f"Tasks · by {title} ▲"
+        assert app.task_rows.at(app.tasks_table.cursor).name == "beta"  # still on beta
+        assert saved.load()[0].sort_column == title
+
+
+async def test_a_header_click_sorts_by_that_column_and_again_reverses(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        table = app.tasks_table
+        for expected in (False, True):
+            table.post_message(table.HeaderClicked(table, "NAME"))
+            await until(pilot, lambda e=expected: app.task_rows.sort == ("NAME", e))
+        names = [app.task_rows.at(i).name for i in range(len(app.task_rows))]
+        assert names == sorted(names, reverse=True)
+        assert app.dashboard.query_one("#tasks-pane").border_title == "Tasks · by NAME ▼"
+        assert saved.load()[0].sort_descending
+
+
+async def test_occurrence_filters_by_name_state_and_task_show_in_the_title(tmp_db: Path) -> None:
+    clock = ManualClock(T0)
+    app = make_app(tmp_db, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        clock.advance(3630)
+        await app.host.engine.tick(clock.now())
+        await until(pilot, lambda: {o.state for o in app.occ_rows.by_id.values()} >= {
+            "succeeded", "failed", "running"})  # fmt: skip
+        pane = app.dashboard.query_one("#occ-pane")
+        await pilot.press("tab", "slash", *"bet", "enter")
+        await until(pilot, lambda: {o.task for o in app.occ_rows.by_id.values()} == {"beta"})
+        assert "task ~ 'bet'" in pane.border_title
+        await pilot.press("slash", "escape")
+        await until(pilot, lambda: len(app.occ_rows) == 3)
+        await pilot.press("F")  # failed
+        await until(pilot, lambda: [o.task for o in app.occ_rows.by_id.values()] == ["beta"])
+        assert "failed" in pane.border_title and saved.load()[0].occ_state == "failed"
+        await pilot.press("F")  # running
+        await until(pilot, lambda: [o.task for o in app.occ_rows.by_id.values()] == ["sleepy"])
+        await pilot.press("F", "F")  # not skipped, all
+        await until(pilot, lambda: len(app.occ_rows) == 3)
+        app.occ_table.move_to(app.occ_rows.index_of(
+            next(o.id for o in app.occ_rows.by_id.values() if o.task == "alpha")))  # fmt: skip
+        await pilot.press("T")
+        await until(pilot, lambda: [o.task for o in app.occ_rows.by_id.values()] == ["alpha"])
+        assert "alpha" in pane.border_title
+        await pilot.press("T")
+        await until(pilot, lambda: len(app.occ_rows) == 3)
+        assert pane.border_title == "Occurrences (newest first)"
+
+
+# ---- time zones --------------------------------------------------------------------------
+
+
+async def test_z_cycles_the_zone_in_the_header_and_remembers_it(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        assert "08:00:00 local (UTC)" in header(app)
+        assert app.tasks_table.source.view.mode == "local"
+        await pilot.press("z")
+        await until(pilot, lambda: "08:00:00 UTC" in header(app))
+        assert app.tasks_table.source.view.mode == app.occ_table.source.view.mode == "utc"
+        await pilot.press("z")
+        await until(pilot, lambda: "task zones" in header(app))
+        assert saved.load()[0].zone == "task"
+
+
+# ---- layout ------------------------------------------------------------------------------
+
+
+async def test_layout_follows_every_resize(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await started(pilot)
+        side = app.dashboard.query_one("#side")
+        tables = app.dashboard.query_one("#tables")
+
+        def wide() -> bool:
+            return side.region.x >= tables.region.right and side.region.width == 40
+
+        def narrow() -> bool:
+            return side.region.y >= tables.region.bottom and side.region.width == 80
+
+        assert wide()
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, narrow)
+        await pilot.resize_terminal(200, 60)
+        await until(pilot, wide)
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, narrow)
+
+
+async def test_H_hides_the_side_panes_and_it_is_remembered(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        assert "Circuit breaker" in screen_text(app)
+        await pilot.press("H")
+        await until(pilot, lambda: "Circuit breaker" not in screen_text(app))
+        assert app.dashboard.query_one("#tables").region.width == SIZE[0]
+    again = make_app(tmp_db, ManualClock(T0))
+    async with again.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        assert "Circuit breaker" not in screen_text(again)
+        await pilot.press("H")
+        await until(pilot, lambda: "Circuit breaker" in screen_text(again))
+
+
+# ---- live under dialogs ------------------------------------------------------------------
+
+
+async def test_the_header_clock_and_ticks_stay_live_under_help(tmp_db: Path) -> None:
+    clock = ManualClock(T0)
+    app = make_app(tmp_db, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        clock.advance(7)
+        await until(pilot, lambda: "08:00:07" in header(app), timeout=5)
+        assert "08:00:07" in screen_text(app)  # painted behind the dialog
+        await app.host.ticker.emit_tick_at(clock.now())
+        facts = app.dashboard.query_one("#tick-facts")
+        await until(pilot, lambda: ("emitted", "1 · failed 0 · missed 0") in [
+            (label, str(value)) for label, value in facts.rows
+        ], timeout=5)  # fmt: skip
+
+
+# ---- keys --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (220, 40)])
+async def test_the_footer_keeps_help_and_quit_at_any_width(
+    tmp_db: Path, size: tuple[int, int]
+) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=size) as pilot:
+        await started(pilot)
+        await until(pilot, lambda: "Run now" in footer(app))
+        line = footer(app)
+        assert "? Help" in line and "q Quit" in line, line
+        assert line.index("Run now") < line.index("? Help")  # in binding order
+        shown = [label for label, _ in _labels() if f" {label} " in line + " "]
+        if size[0] == 80:  # the lowest ranks went first
+            assert "Fail publishes" not in shown and "Run now" in shown, line
+        if size[0] == 220:
+            assert len(shown) == len(_labels()), line
+
+
+def _labels() -> list[tuple[str, int]]:
+    return [(k.label, k.rank) for _, keys in KEY_GROUPS for k in keys if k.show]
+
+
+async def test_help_is_grouped_and_says_what_enter_opens(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=(120, 50)) as pilot:
+        await started(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        text = screen_text(app)
+        for title in ("Runs", "Tasks", "View", "Engine", "App"):
+            assert title in text
+        assert "Open: a task's detail (Tasks pane) or a run's output (Occurrences pane)" in text
+
+
+async def test_the_palette_lists_each_command_once(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert len(titles) == len(set(titles))
+        assert sum("quit" in t.lower() for t in titles) == 1
+        assert any(t.startswith("Edit (E)") for t in titles)
+        assert any(t.startswith("Zone (z)") for t in titles)
+
+
+# ---- telling the user ----------------------------------------------------------------------
+
+
+async def test_a_failed_run_raises_a_toast_and_the_bell(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    app.ring_bell = True
+    rings: list[int] = []
+    app.bell = lambda: rings.append(1)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot)
+        pick(app, "alpha")
+        await pilot.press("r")
+        pick(app, "beta")
+        await pilot.press("r")
+        await until(pilot, lambda: any("beta failed (3)" in n for n in notes(app)))
+        await until(pilot, lambda: all(not o.active for o in app.occ_rows.by_id.values()))
+        await pilot.pause(0.2)
+        assert sum("failed (" in n for n in notes(app)) == 1  # alpha succeeded; beta once
+        assert rings == [1]
+
+
+async def test_breaker_opening_is_told_and_f_off_says_when_it_closes(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot)
+        assert not app.host.demo
+        await pilot.press("f")  # a real database: asks first
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("enter")  # No
+        await until(pilot, lambda: isinstance(app.screen, Dashboard))
+        assert not app.host.ticker.simulate_failures
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: app.host.ticker.simulate_failures)
+        for _ in range(5):
+            await app.host.ticker.emit_tick_at(app.clock.now())
+        assert app.host.ticker.breaker.state == "OPEN"
+        await until(pilot, lambda: any("Breaker open" in n or "publishes stop" in n
+                                       for n in notes(app)))  # fmt: skip
+        await pilot.press("f")  # off: no question
+        await until(pilot, lambda: not app.host.ticker.simulate_failures)
+        pane = app.dashboard.query_one(BreakerPane)
+        await until(pilot, lambda: "closes on its next probe" in pane.note)
+        assert "closes on its next probe" in screen_text(app)
+
+
+async def test_losing_the_lease_is_told(tmp_db: Path, monkeypatch) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot)
+        engine = app.host.engine
+        await until(pilot, lambda: engine.status().lease_state == "held")
+        app.show_status()
+        held = engine.status()
+        monkeypatch.setattr(
+            engine, "status", lambda: held.__class__(**{**vars(held), "lease_state": "standby"})
+        )
+        app.show_status()
+        await until(pilot, lambda: any("lost the lease" in n for n in notes(app)))
+
+
+# ---- quitting ------------------------------------------------------------------------------
+
+
+async def test_quit_wait_counts_down_in_the_header_and_c_cancels_them(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        pick(app, "sleepy")
+        await pilot.press("r")
+        [occ] = await app.host.store.history("sleepy")
+        await until(pilot, lambda: app.host.engine.dispatcher.active() == 1)
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("w")
+        await until(pilot, lambda: "waiting for 1 run (c cancels them)" in header(app))
+        assert app.is_running
+        await pilot.press("c")
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_code == 0
+    store = await Store.open(tmp_db)
+    try:
+        assert (await store.get_occurrence(occ.id)).state == "cancelled"
+    finally:
+        await store.close()
+
+
+async def test_hang_up_cancels_runs_records_them_and_exits_0(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        pick(app, "sleepy")
+        await pilot.press("r")
+        [occ] = await app.host.store.history("sleepy")
+        await until(pilot, lambda: app.host.engine.dispatcher.active() == 1)
+        pid_alive = _pids(app)
+        await app.hang_up()
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_code == 0 and app.host.closed
+    assert not any(_alive(pid) for pid in pid_alive)
+    store = await Store.open(tmp_db)
+    try:
+        assert (await store.get_occurrence(occ.id)).state == "cancelled"
+    finally:
+        await store.close()
+
+
+def _pids(app) -> list[int]:
+    runs = getattr(app.host.engine.dispatcher, "_runs", {})
+    return [r.process.pid for r in runs.values() if getattr(r, "process", None)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
