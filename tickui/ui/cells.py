@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
@@ -41,7 +42,7 @@ def _localtime_key() -> str | None:
 def _task_zone(name: str) -> tzinfo | None:
     try:
         return ZoneInfo(name)
-    except (ValueError, OSError):
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
         return None
 
 
@@ -145,23 +146,34 @@ def countdown(until: int | None, now: int) -> str:
     return f"{whole}s" if whole < 60 else span(whole * MICROS)
 
 
-def task_cells(task: Task, now: int) -> list[Cell]:
+def rate_text(rate: float | None) -> str:
+    """97%; never 100% unless every run succeeded (99.6% reads 99%)."""
+    if rate is None:
+        return "-"
+    return "100%" if rate >= 1 else f"{min(int(rate * 100), 99)}%"
+
+
+def task_cells(task: Task, now: int, view: TimeView = TimeView()) -> list[Cell]:
     spec, stats = task.spec, task.stats
+    zone = view.zone(spec.tz)
     enabled = task.enabled
     nxt = task.due_at if enabled else None
     last = stats.last_started_at or stats.last_scheduled_for
-    result = stats.last_state or "-"
+    result = stats.last_result or "-"
     off = safe_text(f"off {task.note or ''}".strip())
     on: Cell = ("on", "green") if enabled else (off, "yellow")
     counts = f"{stats.missed}/{stats.skipped}"
+    rate = stats.success_rate
     return [
         (task.name, "bold" if enabled else "bright_black"),
         (spec.schedule_text(), ""),
-        (clock_text(nxt), ""),
+        (when_text(nxt, now, zone), ""),
         (countdown(nxt, now), "bold" if nxt is not None and nxt - now < 5 * MICROS else ""),
-        (clock_text(last), ""),
+        (when_text(last, now, zone), ""),
         (span(now - last) if last is not None else "-", "bright_black"),
         (result, STATE_STYLE.get(result, "")),
+        (rate_text(rate), "" if rate is None or rate >= 1 else "yellow" if rate >= 0.9 else "red"),
+        (span(stats.median_duration_us) if stats.median_duration_us is not None else "-", ""),
         on,
         (f"{POLICY_SHORT.get(spec.misfire, spec.misfire)}/{spec.concurrency}", "bright_black"),
         (counts, "yellow" if stats.missed or stats.skipped else "bright_black"),
@@ -187,20 +199,28 @@ _CODE_WORDS = {
     "TIMEOUT": "TIMEOUT",
     "INTERRUPTED": "INTERRUPTED",
     "DISPATCH_FAILED": "DISPATCH",
+    "RUN_FAILED": "FAILED",  # a runtime's failure that named no code
 }
 
 
 def outcome_code(occ: Occurrence) -> str:
     """What happened, in one word: the exit code of a run that exited on its own, else why
-    it ended (a timeout's SIGTERM reads TIMEOUT, not -15). "" while nothing is known."""
+    it ended (a timeout's SIGTERM reads TIMEOUT, not -15; a kill by someone else names the
+    signal). "" while nothing is known (running, skipped)."""
     if occ.state == "cancelled":
         return "REPLACED" if (occ.detail or "").startswith("replaced") else "CANCELLED"
-    word = _CODE_WORDS.get(occ.error_code or "")
-    if word is not None:
+    code = occ.error_code or ""
+    word = _CODE_WORDS.get(code)
+    if word is not None and (word != "FAILED" or occ.exit_code is None):
         return word
+    if code == "KILLED" and occ.exit_code is not None and occ.exit_code < 0:
+        try:
+            return signal.Signals(-occ.exit_code).name
+        except ValueError:
+            return str(occ.exit_code)
     if occ.exit_code is not None:
         return str(occ.exit_code)
-    return occ.error_code or ""
+    return code
 
 
 def code_text(occ: Occurrence) -> str:
@@ -215,17 +235,23 @@ def detail_text(occ: Occurrence) -> str:
     return detail
 
 
-def occurrence_cells(occ: Occurrence, now: int) -> list[Cell]:
-    code = code_text(occ)
+CODE_STYLE = {"": "", "0": "", "CANCELLED": "magenta", "REPLACED": "bright_black"}
+
+
+def occurrence_cells(occ: Occurrence, now: int, view: TimeView = TimeView()) -> list[Cell]:
+    """Times in the view's zone; in "task" mode occurrences (which carry no zone) use
+    the local one."""
+    zone = view.zone()
+    code = outcome_code(occ)
     return [
         (str(occ.id), "bright_black"),
         (occ.state, STATE_STYLE.get(occ.state, "")),
         (occ.task, "bold"),
         ("manual" if occ.kind == "manual" else "sched", ""),
-        (clock_text(occ.scheduled_for), ""),
-        (clock_text(occ.started_at), ""),
+        (when_text(occ.scheduled_for, now, zone), ""),
+        (when_text(occ.started_at, now, zone), ""),
         (lateness(occ), "bright_black"),
         (duration(occ, now), ""),
-        (code or "-", "red" if code not in ("", "0") else ""),
+        (code or "-", CODE_STYLE.get(code, "red")),
         (detail_text(occ), "bright_black"),
     ]

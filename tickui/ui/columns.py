@@ -2,49 +2,69 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
-from tickui.ui.cells import Cell
+from tickui.ui.cells import Cell, TimeView
 from tickui.ui.rows import OccurrenceRows, TaskRows
 from tickui.ui.table import Column, RowSource
 
+# Column(title, min, preferred, priority, flex): see table.layout_columns.
 TASK_COLUMNS = [
-    Column("NAME", 16),
-    Column("SCHEDULE", 14, priority=3),
-    Column("NEXT", 8),
-    Column("LEFT", 6),
-    Column("LAST", 8, priority=5),
-    Column("PASSED", 6, priority=6),
+    Column("NAME", 8, 16, flex=True),
+    Column("SCHEDULE", 8, 14, priority=3, flex=True),
+    Column("NEXT", 8, 9, flex=True),
+    Column("LEFT", 6, right=True),
+    Column("LAST", 8, 9, priority=6, flex=True),
+    Column("PASSED", 6, priority=7, right=True),
     Column("RESULT", 9),
-    Column("ENABLED", 0),
-    Column("POLICY", 11, priority=7),
-    Column("MISS/SKIP", 9, priority=4),
+    Column("OK%", 4, priority=4, right=True),
+    Column("MED", 5, priority=5, right=True),
+    Column("ENABLED", 7, 16, priority=2, flex=True),
+    Column("POLICY", 6, 11, priority=8, flex=True),
+    Column("MISS/SKIP", 9, priority=5, right=True),
 ]
 OCCURRENCE_COLUMNS = [
-    Column("ID", 6, priority=5),
+    Column("ID", 4, 6, priority=6, right=True),
     Column("STATE", 9),
-    Column("TASK", 16),
-    Column("KIND", 6, priority=4),
-    Column("SCHED", 8, priority=3),
-    Column("START", 8),
-    Column("LATE", 6, priority=2),
-    Column("TOOK", 6),
-    Column("CODE", 11, priority=1),
-    Column("DETAIL", 0),
+    Column("TASK", 8, 16, flex=True),
+    Column("KIND", 6, priority=5),
+    Column("SCHED", 8, 9, priority=3, flex=True),
+    Column("START", 8, 9, flex=True),
+    Column("LATE", 7, priority=4, right=True),
+    Column("TOOK", 6, right=True),
+    Column("CODE", 8, 11, priority=1, flex=True),
+    Column("DETAIL", 6, 16, priority=2, flex=True),
 ]
 
 
 class CellSource(RowSource):
-    """Rows (`TaskRows` or `OccurrenceRows`) read through their cell function."""
+    """Rows (`TaskRows` or `OccurrenceRows`) read through their cell function, whose times
+    show in `view`'s zone (settable: the table then repaints what changed)."""
 
-    def __init__(self, rows: TaskRows | OccurrenceRows, cells: Callable[[Any, int], list[Cell]]):
+    def __init__(
+        self,
+        rows: TaskRows | OccurrenceRows,
+        cells: Callable[[Any, int, TimeView], list[Cell]],
+        view: TimeView | None = None,
+    ):
         self.rows = rows
         self.to_cells = cells
+        self.view = view or TimeView()
+
+    @property
+    def sort(self) -> tuple[str, bool] | None:  # type: ignore[override]
+        return self.rows.sort if isinstance(self.rows, TaskRows) else None
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def cells(self, index: int, now: int) -> list[Cell] | None:
         row = self.rows.at(index)
-        return self.to_cells(row, now) if row is not None else None
+        return self.to_cells(row, now, self.view) if row is not None else None
+
+    def key_at(self, index: int) -> Hashable | None:
+        return self.rows.key_at(index)
+
+    def index_of(self, key: Hashable) -> int | None:
+        return self.rows.index_of(key)  # type: ignore[arg-type]
