@@ -21,9 +21,11 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, tzinfo
 from itertools import accumulate
 
 from rich.cells import cell_len
+from rich.console import Group
 from rich.segment import Segment
 from rich.style import Style
 from rich.table import Table
@@ -41,7 +43,7 @@ from textual.widgets import Footer, Input, Static
 from tickui.dispatch.output import human_bytes
 from tickui.models import Occurrence
 from tickui.redact import safe_text
-from tickui.ui.cells import STATE_STYLE, code_text, detail_text, duration, lateness, stamp_text
+from tickui.ui.cells import STATE_STYLE, code_text, detail_text, duration, lateness, stamp_in
 
 BLOCK = 1 << 16  # the index keeps one count per block
 SCAN_SLICE = 16 << 20  # bytes indexed per step of the worker (then the view updates)
@@ -363,6 +365,7 @@ class RunSource:
     occurrence: Callable[[int], Awaitable[Occurrence | None]]
     now: Callable[[], int]
     label: Callable[[str], str] = str
+    zone: Callable[[Occurrence], tzinfo] | None = None  # the dashboard's zone choice; UTC
 
 
 class RunScreen(Screen[None]):
@@ -463,6 +466,7 @@ class RunScreen(Screen[None]):
 
     def render_facts(self) -> None:
         occ, now = self.occ, self.source.now()
+        zone = self.source.zone(occ) if self.source.zone is not None else UTC
         table = Table.grid(padding=(0, 1), expand=True)
         for style, least in (("bright_black", 9), ("", None), ("bright_black", 6), ("", None)):
             # a label is never cut: "sche…" says nothing; long values are cut instead
@@ -480,9 +484,9 @@ class RunScreen(Screen[None]):
         )
         table.add_row(
             "scheduled",
-            stamp_text(occ.scheduled_for),
+            stamp_in(occ.scheduled_for, zone),
             "started",
-            f"{stamp_text(occ.started_at)} ({lateness(occ)} late)"
+            f"{stamp_in(occ.started_at, zone)} ({lateness(occ)} late)"
             if occ.started_at is not None
             else "-",
         )
@@ -492,9 +496,14 @@ class RunScreen(Screen[None]):
             "exit",
             Text(exit_text(code, reason), "red" if code not in ("0", "-") else ""),
         )
+        table.add_row("", "", "output", self._log_state())
+        # the log path on a line of its own: it is the longest fact and the one to copy
         path = safe_text(self.source.label(occ.log_path)) if occ.log_path else "-"
-        table.add_row("log", path, "output", self._log_state())
-        self.query_one("#run-facts", Static).update(table)
+        log = Table.grid(padding=(0, 1), expand=True)
+        log.add_column(style="bright_black", no_wrap=True, min_width=9)
+        log.add_column(no_wrap=True, overflow="ellipsis")
+        log.add_row("log", path)
+        self.query_one("#run-facts", Static).update(Group(table, log))
         self._title()
 
     def _log_state(self) -> Text:
@@ -502,7 +511,7 @@ class RunScreen(Screen[None]):
             return Text(self.problem, "yellow")
         index = self.view.index
         assert index is not None
-        text = f"{human_bytes(index.size)}, {index.lines:,} lines"
+        text = f"{human_bytes(index.size)}, {index.lines:,} line{'' if index.lines == 1 else 's'}"
         if not self.indexed:
             text += " (reading…)"
         return Text(text)
