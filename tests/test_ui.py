@@ -161,7 +161,9 @@ async def test_detail_output_follows_a_running_task(tmp_db: Path) -> None:
         await until(pilot, lambda: "one-2" in screen_text(app))
         assert "two-3" not in screen_text(app)
         await until(pilot, lambda: "two-3" in screen_text(app))
-        await pilot.press("c")  # cancel from the detail screen
+        await pilot.press("c")  # cancel from the detail screen: asks first
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
         runs = await app.host.store.history("chatty")
         await until(pilot, lambda: app.occ_rows.by_id[runs[0].id].state == "cancelled")
 
@@ -221,6 +223,8 @@ async def test_c_cancels_the_selected_running_occurrence(tmp_db: Path) -> None:
         app.occ_table.move_to(app.occ_rows.index_of(occ.id))
         await until(pilot, lambda: app.occ_rows.by_id[occ.id].state == "running")
         await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
         await until(pilot, lambda: app.occ_rows.by_id[occ.id].state == "cancelled")
         assert (await app.host.store.get_occurrence(occ.id)).state == "cancelled"
         await pilot.press("c")  # nothing running there now
@@ -248,7 +252,9 @@ async def test_f_fails_publishes_and_shows_a_banner(tmp_db: Path) -> None:
     app = make_app(tmp_db, ManualClock(T0))
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
-        await pilot.press("t", "f")
+        await pilot.press("t", "f")  # not the demo's database: f asks first
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
         await until(pilot, lambda: app.host.ticker.is_running)
         assert app.host.ticker.simulate_failures
         await until(pilot, lambda: "SIMULATING PUBLISH FAILURES" in screen_text(app))
@@ -317,7 +323,7 @@ async def test_q_wait_lets_the_active_run_finish(tmp_db: Path) -> None:
         # the run ends: end it from a timer. It can only succeed if quit waited for it.
         asyncio.get_running_loop().call_later(0.5, go.touch)
         await pilot.press("w")
-        await until(pilot, lambda: app.host.closed)
+        await until(pilot, lambda: not app.is_running)
     from tickui.store import Store
 
     store = await Store.open(tmp_db)
