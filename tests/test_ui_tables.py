@@ -434,6 +434,13 @@ async def test_cells_take_the_theme_colours_light_and_dark() -> None:
             assert Color.from_rich_color(failed.style.color) == error, theme
             header = next(iter(table.render_line(0)))
             assert Color.from_rich_color(header.style.bgcolor) == Color.parse(variables["panel"])
+        # without focus the cursor row reads in the theme's blurred cursor colour
+        focused = next(iter(table.render_line(1))).style.bgcolor
+        app.set_focus(None)
+        await pilot.pause()
+        blurred = next(iter(table.render_line(1))).style.bgcolor
+        assert blurred is not None and blurred != focused
+        assert Color.from_rich_color(blurred) != surface
 
 
 async def test_the_app_keeps_the_selected_run_while_new_runs_arrive(tmp_path) -> None:
