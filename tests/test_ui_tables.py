@@ -405,6 +405,11 @@ async def test_the_cursor_stays_on_its_occurrence_while_50_arrive_on_top() -> No
         assert table.selected_key == 150 and table.cursor == 1 and table.scroll_offset.y == 0
         await pilot.click(RowTable, offset=(2, 0))
         assert app.clicked == ["ID"]
+        # a row hidden by a filter, with no sync_size: the next second's repaint re-finds it
+        rows.set_filter(state="failed")
+        rows.upsert(occ(152, state="failed"))
+        table.refresh_changed()
+        assert table.selected_key == 152 and table.virtual_size.height == 2
 
 
 async def test_cells_take_the_theme_colours_light_and_dark() -> None:

@@ -399,7 +399,14 @@ class RowTable(ScrollView, can_focus=True):
 
     def refresh_changed(self) -> None:
         """Time moved (countdowns, durations): repaint only the cells on screen whose text or
-        style is no longer what was painted. A row that reads the same is not touched."""
+        style is no longer what was painted. A row that reads the same is not touched.
+        Rows added, gone or moved without a `sync_size` are caught here too."""
+        source = self.source
+        if len(source) + 1 != self.virtual_size.height or (
+            self._key is not None and source.key_at(self._cursor) != self._key
+        ):
+            self.sync_size()
+            return
         width = self.size.width
         layout = self._columns_for(width)
         top, count, now = self.scroll_offset.y, len(self.source), self.now()
