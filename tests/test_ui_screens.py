@@ -3,18 +3,23 @@ store's edit_task they save through (real SQLite file, manual clock)."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from textual.app import App
 from textual.screen import Screen
 
+import tickui.ui
 from helpers import T0
 from tickui.errors import BadInput
 from tickui.spec import build_spec
 from tickui.store import Store
 from tickui.timeutil import MICROS, iso
+from tickui.ui.cells import TimeView
+from tickui.ui.detail import DetailScreen, DetailSource, sparkline
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import CONCURRENCY_HELP, MISFIRE_HELP, AddTaskScreen
 from ui_support import screen_text, until
@@ -23,7 +28,10 @@ _UNSET = object()
 
 
 class Host(App[None]):
-    """A bare app that shows one screen and keeps what it was dismissed with."""
+    """A bare app with the dashboard's stylesheet that shows one screen and keeps what it
+    was dismissed with."""
+
+    CSS_PATH = str(Path(tickui.ui.__file__).with_name("tickui.tcss"))
 
     def __init__(self, screen: Screen) -> None:
         super().__init__()
@@ -332,3 +340,136 @@ async def test_at_80x24_the_form_scrolls_to_its_verdict_and_buttons() -> None:
         await pilot.click("#add")
         await until(pilot, lambda: app.answer is not _UNSET)
         assert app.answer is not None and app.answer.name == "x"
+
+
+# ---- the task detail ---------------------------------------------------------------------------
+
+LONG_ERROR = "exit 3: " + "permission denied on /var/backups/" * 9  # over 300 characters
+
+
+def insert_runs(db: Path, task_id: int, runs: list[dict[str, Any]]) -> None:
+    """Occurrences as the engine leaves them, written straight into the real file."""
+    with sqlite3.connect(db) as conn:
+        for index, run in enumerate(runs):
+            slot = T0 - (len(runs) - index) * 3600 * MICROS
+            row = {"task_id": task_id, "task": "backup", "kind": "scheduled"}
+            row.update(scheduled_for=slot, claimed_at=slot, finished_at=slot, **run)
+            if "took" in row:  # started 0.1 s late, ran `took` seconds
+                took = row.pop("took")
+                row.update(started_at=slot + MICROS // 10)
+                row.update(finished_at=row["started_at"] + int(took * MICROS))
+            names = ", ".join(row)
+            conn.execute(
+                f"INSERT INTO occurrences ({names}) VALUES ({', '.join('?' * len(row))})",
+                list(row.values()),
+            )
+
+
+def ran(state: str, seconds: float, **extra: Any) -> dict[str, Any]:
+    return {"state": state, "took": seconds, **extra}
+
+
+DETAIL_RUNS = [
+    ran("succeeded", 1, exit_code=0),
+    ran("failed", 4, exit_code=3, detail=LONG_ERROR),
+    {"state": "skipped", "detail": "concurrency_forbid"},
+    {"state": "skipped", "detail": "concurrency_forbid"},
+    {"state": "skipped", "detail": "misfire_skipped: 3 missed", "missed": 3, "covers": 3},
+    ran("succeeded", 2, exit_code=0, missed=2, covers=3, detail="misfire_coalesced: 2 missed"),
+    ran("cancelled", 8, exit_code=-15, detail="cancelled by user"),
+    ran("failed", 2, exit_code=3, detail=LONG_ERROR),
+]
+
+
+async def detail_app(db: Path) -> tuple[Host, Store]:
+    store = await Store.open(db)
+    spec = build_spec(
+        {"name": "backup", "cron": "0 9 * * 1", "tz": "Europe/Berlin", "command": ["true"]}, T0
+    )
+    task = await store.add_task(spec, T0)
+    insert_runs(db, task.id, DETAIL_RUNS)
+    task = await store.get_task("backup")
+
+    async def cancel(occ) -> None:
+        return None
+
+    source = DetailSource(
+        current_task=lambda t: t,
+        history=lambda name, limit: store.history(name, limit=limit),
+        now=lambda: T0 + 60 * MICROS,
+        cancel=cancel,
+        view=lambda: TimeView("task"),
+        reasons=store.miss_reasons,
+    )
+    return Host(DetailScreen(task, source)), store
+
+
+async def test_detail_sparkline_bars_take_the_outcome_colours(tmp_db: Path) -> None:
+    app, store = await detail_app(tmp_db)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.screen
+            await until(pilot, lambda: len(screen.runs) == len(DETAIL_RUNS))
+            line = sparkline(screen.runs, T0)
+            started = [r for r in DETAIL_RUNS if "took" in r]  # skips have no bar
+            bars = line.plain.split()[0]
+            assert len(bars) == len(started)
+            styles = [str(line.get_style_at_offset(Console(), i)) for i in range(len(bars))]
+            expected = {"succeeded": "green", "failed": "red", "cancelled": "magenta"}
+            assert styles == [expected[r["state"]] for r in started]
+            assert bars[-2] == "█" and bars[0] == "▁"  # 8 s is the longest, 1 s the shortest
+            await until(pilot, lambda: bars in screen_text(app))
+    finally:
+        await store.close()
+
+
+async def test_detail_counts_missed_and_skipped_runs_with_their_reasons(tmp_db: Path) -> None:
+    app, store = await detail_app(tmp_db)
+    try:
+        assert await store.miss_reasons((await store.get_task("backup")).id) == {
+            "concurrency_forbid": (2, 0),
+            "misfire_skipped": (1, 3),
+            "misfire_coalesced": (0, 2),
+        }
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: "misfire_coalesced 2" in screen_text(app))
+            text = screen_text(app)
+            assert "missed    5: misfire_skipped 3, misfire_coalesced 2" in text
+            assert "skipped   3: concurrency_forbid 2, misfire_skipped 1" in text
+    finally:
+        await store.close()
+
+
+async def test_detail_times_in_the_view_zone_named_in_the_titles(tmp_db: Path) -> None:
+    app, store = await detail_app(tmp_db)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: "Next 10 fire times (Europe/Berlin)" in screen_text(app))
+            text = screen_text(app)
+            assert "2027-01-18 09:00:00" in text  # Monday 09:00 in Berlin, not 08:00 UTC
+            assert "2027-01-18 08:00:00" not in text
+            assert "Recent runs, times Europe/Berlin" in text
+            assert " 08:00:00   +0.10s " in text  # the newest run's 07:00 UTC slot
+    finally:
+        await store.close()
+
+
+async def test_detail_runs_table_keeps_id_state_and_code_beside_a_long_error(
+    tmp_db: Path,
+) -> None:
+    app, store = await detail_app(tmp_db)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = app.screen
+            await until(pilot, lambda: len(screen.recent) == len(DETAIL_RUNS))
+            newest = screen.recent[0]
+            assert newest.state == "failed" and len(newest.detail) > 300
+            rows = screen_text(app).splitlines()
+            [header] = [r for r in rows if "STATE" in r and "CODE" in r]
+            assert "ID" in header and "DETAIL" in header
+            [row] = [r for r in rows if f" {newest.id} " in r and "failed" in r]
+            assert " 3 " in row and "exit 3: p" in row and "…" in row
+            cancelled = [r for r in rows if "CANCELLED" in r]
+            assert cancelled  # outcome_code, not -15
+    finally:
+        await store.close()

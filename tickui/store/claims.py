@@ -242,6 +242,22 @@ class ClaimQueries(StoreBase):
             logs.extend(r[1] for r in rows if r[1])
         return logs
 
+    async def miss_reasons(self, task_id: int) -> dict[str, tuple[int, int]]:
+        """Why a task's slots were skipped or missed, from its kept history: per reason
+        ("concurrency_forbid", "misfire_skipped", "misfire_late", ...: the first word of
+        the occurrence's detail) the number of skipped occurrences and of missed slots."""
+        rows = await self._all(
+            "SELECT detail, sum(state = 'skipped'), sum(missed) FROM occurrences"
+            " WHERE task_id = ? AND (state = 'skipped' OR missed > 0) GROUP BY detail",
+            (task_id,),
+        )
+        found: dict[str, tuple[int, int]] = {}
+        for detail, skipped, missed in rows:
+            reason = (detail or "").split(":", 1)[0].split(" (", 1)[0].strip() or "unknown"
+            before = found.get(reason, (0, 0))
+            found[reason] = (before[0] + (skipped or 0), before[1] + (missed or 0))
+        return found
+
 
 class _SlowPath(Exception):
     """The batch claim met a stale plan or a taken slot; redo it one plan at a time."""
