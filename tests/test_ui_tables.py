@@ -386,6 +386,10 @@ async def test_the_cursor_stays_on_its_occurrence_while_50_arrive_on_top() -> No
             await pilot.press("down")
         picked = table.selected_key
         assert picked == 95 and table.cursor == 5
+        # rows end left of the scrollbar, so a cut cell's "…" shows
+        region = table.scrollable_content_region
+        assert region.width == table.size.width - table.styles.scrollbar_size_vertical > 0
+        assert table.render_line(1).cell_length == region.width
         for i in range(101, 151):
             rows.upsert(occ(i, task=f"t{i}"))
         table.sync_size()

@@ -270,13 +270,18 @@ class RowTable(ScrollView, can_focus=True):
 
     # ---- geometry --------------------------------------------------------------------
 
+    @property
+    def _width(self) -> int:
+        """The cells left of the vertical scrollbar, when it shows."""
+        return self.scrollable_content_region.width
+
     def sync_size(self) -> None:
         """Call after rows are added, removed or reordered: the virtual height follows the
         source and the cursor its row's key (or, if that row went, the row now in its
         place). The selected row keeps its line on screen, unless the view was at the top
         and it still fits there (then rows added on top show)."""
         count = len(self.source)
-        self.virtual_size = Size(self.size.width, count + 1)
+        self.virtual_size = Size(0, count + 1)  # no horizontal scrolling
         index = self.source.index_of(self._key) if self._key is not None else None
         if index is None:
             index = max(0, min(self._cursor, count - 1)) if count else 0
@@ -367,7 +372,7 @@ class RowTable(ScrollView, can_focus=True):
         return Strip([Segment(fit(" ".join(titles), width), style)], width)
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self._width
         layout = self._columns_for(width)
         if y == 0:
             return self._header(width, layout)
@@ -407,7 +412,7 @@ class RowTable(ScrollView, can_focus=True):
         ):
             self.sync_size()
             return
-        width = self.size.width
+        width = self._width
         layout = self._columns_for(width)
         top, count, now = self.scroll_offset.y, len(self.source), self.now()
         for y in range(1, self.size.height):
@@ -441,7 +446,7 @@ class RowTable(ScrollView, can_focus=True):
     def column_at(self, x: int) -> str | None:
         """The title of the column under screen column `x`, if any."""
         left = 0
-        for i, w in self._columns_for(self.size.width):
+        for i, w in self._columns_for(self._width):
             if left <= x < left + w + 1:
                 return self.columns[i].title
             left += w + 1
