@@ -12,22 +12,35 @@ from pathlib import Path
 
 from tickui.ui import sample
 
+
+def _fixed(db: Path):
+    return sample.sample_app(db)
+
+
+def _standby(db: Path):
+    return sample.sample_app(db, standby=True)
+
+
 SHOTS = [
-    ("main", sample.main_scene, False),
-    ("detail", sample.detail_scene, False),
-    ("add-form", sample.add_scene, False),
-    ("add-form-error", sample.add_error_scene, False),
-    ("breaker-open", sample.breaker_open_scene, False),
-    ("standby", sample.standby_scene, True),
+    ("busy", sample.busy_scene, sample.busy_app),  # live: real time from a fixed instant
+    ("main", sample.main_scene, _fixed),
+    ("run-output", sample.run_output_scene, _fixed),
+    ("detail", sample.detail_scene, _fixed),
+    ("add-form", sample.add_scene, _fixed),
+    ("add-form-error", sample.add_error_scene, _fixed),
+    ("breaker-open", sample.breaker_open_scene, _fixed),
+    ("standby", sample.standby_scene, _standby),
 ]
 SIZE = (130, 36)
 
 
-async def shoot(out: Path) -> list[Path]:
+async def shoot(out: Path, only: list[str] | None = None) -> list[Path]:
     written = []
-    for name, scene, standby in SHOTS:
+    for name, scene, make in SHOTS:
+        if only and name not in only:
+            continue
         with tempfile.TemporaryDirectory() as scratch:
-            app = sample.sample_app(Path(scratch) / "shot.db", standby=standby)
+            app = make(Path(scratch) / "shot.db")
             async with app.run_test(size=SIZE) as pilot:
                 await scene(pilot)
                 await pilot.pause(0.2)
@@ -39,7 +52,7 @@ async def shoot(out: Path) -> list[Path]:
 def main() -> int:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("screenshots")
     out.mkdir(parents=True, exist_ok=True)
-    for path in asyncio.run(shoot(out)):
+    for path in asyncio.run(shoot(out, sys.argv[2:] or None)):
         print(path)
     return 0
 

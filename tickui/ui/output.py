@@ -375,12 +375,14 @@ class RunScreen(Screen[None]):
     RunScreen #run-facts {
         height: auto;
         border: round $primary 40%;
+        border-title-color: $text;
         border-title-style: bold;
         padding: 0 1;
     }
     RunScreen #run-log {
         height: 1fr;
         border: round $primary 40%;
+        border-title-color: $text;
         border-title-style: bold;
         scrollbar-size-vertical: 1;
         scrollbar-size-horizontal: 1;
@@ -470,7 +472,13 @@ class RunScreen(Screen[None]):
         table = Table.grid(padding=(0, 1), expand=True)
         for style, least in (("bright_black", 9), ("", None), ("bright_black", 6), ("", None)):
             # a label is never cut: "sche…" says nothing; long values are cut instead
-            table.add_column(style=style, no_wrap=True, overflow="ellipsis", min_width=least)
+            table.add_column(
+                style=style,
+                no_wrap=True,
+                overflow="ellipsis",
+                min_width=least,
+                ratio=None if least else 1,  # labels keep their width, values share the rest
+            )
         code = code_text(occ) or "-"
         reason = detail_text(occ)
         slots = f"covers {occ.covers} slot{'s' if occ.covers != 1 else ''}"
@@ -501,7 +509,7 @@ class RunScreen(Screen[None]):
         path = safe_text(self.source.label(occ.log_path)) if occ.log_path else "-"
         log = Table.grid(padding=(0, 1), expand=True)
         log.add_column(style="bright_black", no_wrap=True, min_width=9)
-        log.add_column(no_wrap=True, overflow="ellipsis")
+        log.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
         log.add_row("log", path)
         self.query_one("#run-facts", Static).update(Group(table, log))
         self._title()

@@ -7,9 +7,11 @@ outcome does not depend on timing, and a fixed database label in the header.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from tickui.breaker import OPEN
 from tickui.clock import ManualClock
 from tickui.config import EngineSettings, Settings
 from tickui.spec import build_spec
@@ -180,3 +182,66 @@ async def run_output_scene(pilot) -> None:
             break
     screen.render_facts()
     await pilot.pause()
+
+
+class ReplayClock:
+    """Real time, started at a fixed instant: the engine and ticker run for real (ticks
+    every second, real processes), and the header reads the same day in every picture."""
+
+    scale = 1.0
+
+    def __init__(self, start: int) -> None:
+        self._start = start
+        self._mono0 = time.monotonic()
+
+    def now(self) -> int:
+        return self._start + round((time.monotonic() - self._mono0) * MICROS)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+BUSY_START = T0 + 24 * MICROS  # 08:00:24, six seconds before the half-minute slots
+
+
+def busy_app(db: Path) -> TickuiApp:
+    """Engine and ticker running in real time from 08:00:24: slots at 08:00:30 start
+    heartbeat (succeeds), export-orders (fails) and reindex (still running)."""
+    clock = ReplayClock(BUSY_START)
+    settings = Settings(engine=EngineSettings(stop_grace=0))
+
+    async def factory() -> Host:
+        store = await Store.open(db)
+        await seed(store, T0)
+        host = build_host(store, clock, settings)
+        host.db = Path("~/.local/share/tickui/tickui.db")
+        return host
+
+    return TickuiApp(factory)
+
+
+async def busy_scene(pilot) -> None:
+    """Live: the 08:00:30 slots run, publishes fail on purpose until the breaker opens,
+    then `f` is turned off again, so the breaker pane says when it will close."""
+    app: TickuiApp = pilot.app
+    await app.ready.wait()
+    loop = asyncio.get_running_loop()
+
+    async def until(check, timeout: float) -> None:
+        deadline = loop.time() + timeout
+        while not check() and loop.time() < deadline:
+            await pilot.pause(0.1)
+
+    def states() -> dict[str, str]:
+        return {o.task: o.state for o in app.occ_rows.by_id.values()}
+
+    await until(lambda: states().get("export-orders") == "failed", 15)
+    ticker = app.host.ticker
+    await pilot.press("f")  # asks first: this is not the demo's database
+    await pilot.press("y")
+    await until(lambda: ticker.simulate_failures, 5)
+    await until(lambda: ticker.breaker.state == OPEN, 15)
+    await pilot.press("f")  # publishes work again; the breaker closes on its next probe
+    await until(lambda: not ticker.simulate_failures, 5)
+    app.tasks_table.focus()
+    await pilot.pause(1.2)
