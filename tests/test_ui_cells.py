@@ -62,12 +62,14 @@ def test_code_prefers_the_exit_code_and_detail_is_one_line_with_covers() -> None
     assert code_text(occ(1, exit_code=3, error_code="EXIT_NONZERO")) == "3"
     assert code_text(occ(1, error_code="TIMEOUT")) == "TIMEOUT"
     assert code_text(occ(1)) == ""
+    assert code_text(occ(1, exit_code=-15, error_code="TIMEOUT")) == "TIMEOUT"  # not -15
     assert detail_text(occ(1, detail="line one\nline two")) == "line one line two"
     assert detail_text(occ(1, covers=4)) == "covers 4 slots"
     assert detail_text(occ(1, detail="late", covers=2)) == "late · covers 2 slots"
 
 
-def test_task_rows_stay_sorted_by_name_through_rename_remove_and_filter() -> None:
+def test_task_rows_with_one_next_time_stay_sorted_by_name_through_rename_remove_and_filter():
+    """The default sort is NEXT; tasks due at the same moment are in name order."""
     rows = TaskRows()
     rows.load([task(1, "gamma"), task(2, "alpha"), task(3, "beta")])
     assert [rows.at(i).name for i in range(len(rows))] == ["alpha", "beta", "gamma"]

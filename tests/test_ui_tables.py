@@ -478,3 +478,32 @@ async def test_the_app_keeps_the_selected_run_while_new_runs_arrive(tmp_path) ->
             assert app.selected_occurrence().id == picked
         finally:
             await other.close()
+
+
+class TaskApp(App):
+    def __init__(self, rows: TaskRows) -> None:
+        super().__init__()
+        self.table = RowTable(TASK_COLUMNS, CellSource(rows, task_cells), lambda: T0)
+
+    def compose(self) -> ComposeResult:
+        yield self.table
+
+
+async def test_the_sorted_column_shows_its_arrow_and_a_resort_keeps_the_selection() -> None:
+    rows = TaskRows()
+    rows.load([task(i, f"t{i:02d}", T0 + (30 - i) * S) for i in range(1, 21)])
+    app = TaskApp(rows)
+    async with app.run_test(size=(150, 12)) as pilot:
+        table = app.table
+        table.sync_size()
+        await pilot.pause()
+        header = table.render_line(0).text
+        assert "NEXT▲" in header and "NAME " in header
+        assert table.selected_key == 20  # the soonest first
+        table.select_key(18)
+        rows.set_sort("NAME", True)
+        table.sync_size()
+        await pilot.pause()
+        assert "NAME▼" in table.render_line(0).text and "NEXT▲" not in table.render_line(0).text
+        assert table.selected_key == 18 and table.cursor == rows.index_of(18) == 2
+        assert rows.at(0).name == "t20"
