@@ -4,6 +4,7 @@ store's edit_task they save through (real SQLite file, manual clock)."""
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +272,20 @@ async def test_form_reads_cron_and_lists_5_dated_fire_times_in_the_task_zone() -
         await pilot.press("ctrl+s")
         await until(pilot, lambda: app.answer is not _UNSET)
         assert app.answer.kind == "cron" and app.answer.tz == "Europe/Berlin"
+
+
+async def test_fire_times_also_in_the_dashboard_zone_when_it_differs() -> None:
+    app = Host(AddTaskScreen(lambda: T0, zone_for_preview=UTC))
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        form = app.screen
+        await fill(pilot, form, name="weekly", kind="cron", expr="0 9 * * 1", command="true")
+        assert "also in" not in screen_text(app)  # the task's zone is UTC too: one column
+        assert "Mon 2027-01-18 09:00 UTC" in screen_text(app)
+        await fill(pilot, form, tz="Europe/Berlin")
+        text = screen_text(app)
+        assert "Next 5 fire times (Europe/Berlin) · also in UTC" in text
+        assert "Mon 2027-01-18 09:00 CET  (Mon 2027-01-18 08:00 UTC)" in text
 
 
 async def test_cron_typed_into_the_every_field_gets_a_hint() -> None:

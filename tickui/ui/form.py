@@ -123,6 +123,15 @@ def fire_time(moment: int, zone: tzinfo, seconds: bool) -> str:
     return local.strftime("%a %Y-%m-%d %H:%M" + (":%S" if seconds else "") + " %Z")
 
 
+def _offset(moment: int, zone: tzinfo) -> object:
+    return datetime.fromtimestamp(moment / MICROS, UTC).astimezone(zone).utcoffset()
+
+
+def _zone_label(zone: tzinfo, now: int) -> str:
+    key = getattr(zone, "key", None)
+    return key or datetime.fromtimestamp(now / MICROS, zone).tzname() or str(zone)
+
+
 def fire_times(times: list[int], zone: tzinfo) -> list[str]:
     seconds = any(t % (60 * MICROS) for t in times)
     return [fire_time(t, zone, seconds) for t in times]
@@ -177,7 +186,8 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         task: Task | None = None,
         zone_for_preview: tzinfo | None = None,
     ) -> None:
-        """`zone_for_preview`: show fire times in this zone instead of the task's own."""
+        """`zone_for_preview`: the dashboard's zone; fire times show in the task's own zone
+        and, when this one differs, in this one too."""
         super().__init__()
         self.now = now
         self.task_row = task
@@ -297,20 +307,33 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             spec = form_spec(filled, now)
         except BadInput as exc:
             return None, Text(f"✗ {safe_text(exc)}", "bold red")
-        zone = self.zone_for_preview or ZoneInfo(spec.tz)
         if missing:
             hint = Text(f"To fill in: {', '.join(missing)}.", "italic")
             if "schedule" not in missing:
-                hint.append_text(self.times(spec, now, zone))
+                hint.append_text(self.times(spec, now))
             return None, hint
-        return spec, Text("✓ ", "bold green").append_text(self.times(spec, now, zone))
+        return spec, Text("✓ ", "bold green").append_text(self.times(spec, now))
 
-    def times(self, spec: TaskSpec, now: int, zone: tzinfo) -> Text:
+    def times(self, spec: TaskSpec, now: int) -> Text:
+        """The next 5 fire times with weekday and date in the task's zone, each also in the
+        dashboard's zone when that one reads differently."""
         anchor = self.task_row.anchor if self.task_row is not None else default_anchor(spec, now)
         found = preview(spec.schedule(anchor), now, 5)
-        text = Text("\nNext 5 fire times", "bold")
-        text.append(f" ({getattr(zone, 'key', None) or zone}):\n", "bold")
-        text.append("\n".join(fire_times(found, zone)) or "none")
+        zone, other = ZoneInfo(spec.tz), self.zone_for_preview
+        if other is not None and all(_offset(t, other) == _offset(t, zone) for t in found):
+            other = None
+        text = Text(f"\nNext 5 fire times ({spec.tz})", "bold")
+        if other is not None:
+            text.append(f" · also in {_zone_label(other, now)}", "bold")
+        text.append(":\n", "bold")
+        lines = fire_times(found, zone)
+        if other is not None:
+            seconds = any(t % (60 * MICROS) for t in found)
+            lines = [
+                f"{line}  ({fire_time(t, other, seconds)})"
+                for line, t in zip(lines, found, strict=True)
+            ]
+        text.append("\n".join(lines) or "none")
         return text
 
     def action_submit(self) -> None:
