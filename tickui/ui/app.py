@@ -200,7 +200,6 @@ class TickuiApp(App[int]):
         self._waiting = False  # quitting, waiting for active runs
         self._leaving: asyncio.Task | None = None
         self._newest_at_load = 0  # failures up to this occurrence id were there before us
-        self._follow: int | None = None  # Occurrences pane: only this task's runs
         self.failure: str | None = None
         if self.prefs.theme:
             with contextlib.suppress(Exception):  # a theme this Textual does not know
@@ -558,16 +557,16 @@ class TickuiApp(App[int]):
         if self.focused is self.occ_table:
             occ = self.selected_occurrence()
             return self.task_rows.by_id.get(occ.task_id) if occ is not None else None
-        key = _selected(self.tasks_table)
+        key = self.tasks_table.selected_key
         return self.task_rows.by_id.get(key) if key is not None else None
 
     def selected_occurrence(self) -> Occurrence | None:
         """The occurrence highlighted now (by id); from the Tasks pane, the selected task's
         newest active run."""
         if self.focused is self.occ_table:
-            key = _selected(self.occ_table)
+            key = self.occ_table.selected_key
             return self.occ_rows.by_id.get(key) if key is not None else None
-        key = _selected(self.tasks_table)
+        key = self.tasks_table.selected_key
         if key is None:
             return None
         running = [o for o in self.occ_rows.by_id.values() if o.task_id == key and o.active]
@@ -733,7 +732,11 @@ class TickuiApp(App[int]):
             found = await store.occurrences_by_id([occ_id])
             return found[0] if found else None
 
-        self.push_screen(RunScreen(occ, RunSource(occurrence, self._now, _short_text)))
+        def zone(run: Occurrence):
+            task = self.task_rows.by_id.get(run.task_id)
+            return self.view.zone(task.spec.tz if task is not None else None)
+
+        self.push_screen(RunScreen(occ, RunSource(occurrence, self._now, _short_text, zone)))
 
     def action_add_task(self) -> None:
         self.push_screen(
@@ -866,7 +869,7 @@ class TickuiApp(App[int]):
             else "tasks: name contains (enter keeps, esc clears)"
         )
         with box.prevent(Input.Changed):
-            box.value = self.prefs.occ_text if occ else self.task_rows.filter
+            box.value = self.occ_rows.text if occ else self.task_rows.filter
         box.display = True
         box.focus()
 
@@ -876,8 +879,8 @@ class TickuiApp(App[int]):
     async def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id != "filter":
             return
-        if self._target(event.input) == "occ":
-            await self._filter_occurrences(text=event.value)
+        if self._target(event.input) == "occ":  # remembered on enter or esc, not per key
+            await self._filter_occurrences(save=False, text=event.value)
         else:
             self.task_rows.set_filter(event.value)
             self.tasks_table.sync_size()
@@ -885,6 +888,8 @@ class TickuiApp(App[int]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
+            if self._target(event.input) == "occ":
+                self.remember(occ_text=self.occ_rows.text)
             event.input.display = False
             (self.occ_table if self._target(event.input) == "occ" else self.tasks_table).focus()
 
@@ -893,34 +898,35 @@ class TickuiApp(App[int]):
         if event.key == "escape" and isinstance(box, Input) and box.id == "filter":
             event.stop()
             box.value = ""  # clears that pane's filter (through Input.Changed)
+            if self._target(box) == "occ":
+                self.remember(occ_text="")
             box.display = False
             (self.occ_table if self._target(box) == "occ" else self.tasks_table).focus()
 
-    async def _filter_occurrences(self, **changes: object) -> None:
+    async def _filter_occurrences(self, save: bool = True, **changes: object) -> None:
         """Change the Occurrences pane's filters and read its rows again from the store."""
         rows = self.occ_rows
-        current = {"text": self.prefs.occ_text, "state": self.prefs.occ_state}
-        current["task_id"] = self._follow
+        current = {"text": rows.text, "state": rows.state, "task_id": rows.task_id}
         current.update(changes)
         task = self.task_rows.by_id.get(current["task_id"] or -1)
         rows.set_filter(**current, task_name=task.name if task is not None else None)
-        self._follow = current["task_id"]
-        self.remember(occ_text=current["text"], occ_state=current["state"])
+        if save:
+            self.remember(occ_text=current["text"], occ_state=current["state"])
         self._titles()
         if self.host is not None:
-            keep = _selected(self.occ_table)
+            keep = self.occ_table.selected_key
             await self._load_occurrences()
             if keep is not None and keep in rows.by_id:
                 self.occ_table.select_key(keep)
 
     async def action_cycle_state(self) -> None:
         states = OccurrenceRows.STATES
-        now = self.prefs.occ_state if self.prefs.occ_state in states else "all"
+        now = self.occ_rows.state
         await self._filter_occurrences(state=states[(states.index(now) + 1) % len(states)])
 
     async def action_follow_task(self) -> None:
         """Only the highlighted occurrence's (or task's) runs; pressed again, every task's."""
-        if self._follow is not None:
+        if self.occ_rows.task_id is not None:
             await self._filter_occurrences(task_id=None)
             return
         task = self.selected_task()
@@ -937,7 +943,7 @@ class TickuiApp(App[int]):
         self._sort(nxt, False)
 
     def _sort(self, title: str, descending: bool) -> None:
-        keep = _selected(self.tasks_table)
+        keep = self.tasks_table.selected_key
         self.task_rows.set_sort(title, descending)
         self.tasks_table.sync_size()
         if keep is not None:
@@ -1063,13 +1069,6 @@ class TickuiApp(App[int]):
             if action in ("focus_next", "quit") or label.lower() in seen:
                 continue
             yield SystemCommand(f"{label} ({SHOWN_KEY.get(key, key)})", text, _runner(self, action))
-
-
-def _selected(table: RowTable) -> int | None:
-    """The id under the table's cursor (its own `selected_key` once it keeps one)."""
-    if hasattr(table, "selected_key"):
-        return table.selected_key
-    return table.source.rows.key_at(table.cursor)
 
 
 def _if_field(cls: type, **values: object) -> dict[str, object]:
