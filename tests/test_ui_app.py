@@ -94,6 +94,41 @@ async def test_the_theme_is_remembered(tmp_db: Path) -> None:
         assert again.theme == "textual-light"
 
 
+async def test_saved_view_choices_come_back_at_start(tmp_db: Path) -> None:
+    saved.save(
+        saved.DashboardSettings(
+            zone="utc", sort_column="NAME", sort_descending=True, occ_state="failed"
+        )
+    )
+    clock = ManualClock(T0)
+    app = make_app(tmp_db, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        assert "08:00:00 UTC" in header(app)
+        assert app.dashboard.query_one("#tasks-pane").border_title == "Tasks · by NAME ▼"
+        assert app.task_rows.at(0).name == "sleepy"
+        assert "failed" in app.dashboard.query_one("#occ-pane").border_title
+        clock.advance(3630)
+        await app.host.engine.tick(clock.now())
+        await until(pilot, lambda: any(not o.active for o in app.occ_rows.by_id.values()))
+        await pilot.pause(0.3)
+        assert {o.task for o in app.occ_rows.by_id.values()} == {"beta"}
+
+
+async def test_settings_that_cannot_be_saved_are_said_once(
+    tmp_db: Path, private_config_home: Path
+) -> None:
+    (private_config_home / "tickui").write_text("a file where the folder should be")
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot)
+        await pilot.press("z", "z", "H")
+        await until(pilot, lambda: any("settings not saved" in n for n in notes(app)))
+        await pilot.pause(0.2)
+        assert sum("settings not saved" in n for n in notes(app)) == 1
+        assert app.view.mode == "task" and app.prefs.side_hidden  # kept for this session
+
+
 def test_ui_bell_must_be_true_or_false(tmp_path: Path) -> None:
     config = tmp_path / "tickui.toml"
     config.write_text('[ui]\nbell = "yes"\n')
