@@ -357,6 +357,26 @@ async def test_at_80x24_the_form_scrolls_to_its_verdict_and_buttons() -> None:
         assert app.answer is not None and app.answer.name == "x"
 
 
+async def test_at_80x24_an_error_shows_under_its_field_without_scrolling_it_away() -> None:
+    app = form_host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        form = app.screen
+        box, tz = form.query_one("#add-box"), form.query_one("#tz")
+        await fill(pilot, form, name="x", expr="30s", command="true")
+        tz.focus()
+        await until(pilot, lambda: box.region.contains_region(tz.region))
+        await pilot.press(*"Mars/Base")
+        await until(pilot, lambda: form.query_one("#tz-error").display)
+        assert shown(form, "tz-error").startswith("✗ unknown time zone 'Mars/Base'")
+        assert "✗ unknown time" in screen_text(app)
+        assert box.region.contains_region(tz.region)  # still in view
+        assert form.query_one("#add").disabled
+        await pilot.press(*["backspace"] * 9, *"UTC")
+        await until(pilot, lambda: not form.query_one("#tz-error").display)
+        assert not form.query_one("#add").disabled
+
+
 # ---- the task detail ---------------------------------------------------------------------------
 
 LONG_ERROR = "exit 3: " + "permission denied on /var/backups/" * 9  # over 300 characters

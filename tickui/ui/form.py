@@ -42,7 +42,7 @@ CONCURRENCY_HELP = {
     "replace": "Still running at the next slot: cancel the old run, start the new one.",
 }
 KIND_HELP = {
-    "every": "A duration: 500ms, 30s, 5m, 2h, 1d; slots on a grid from when it is added.",
+    "every": "A duration, e.g. 500ms, 30s, 5m, 2h, 1d.",
     "at": "One instant: 2027-01-15T09:00Z or 2027-01-15T09:00+01:00.",
 }
 # Fields the user must fill; an empty one is "still to fill in", never an error.
@@ -167,6 +167,12 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         height: auto;
         padding: 0 1;
     }
+    AddTaskScreen .field-error {
+        color: $error;
+        height: auto;
+        padding: 0 1;
+        display: none;
+    }
     AddTaskScreen #verdict {
         height: auto;
         margin-top: 1;
@@ -193,6 +199,8 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         self.task_row = task
         self.zone_for_preview = zone_for_preview
         self.spec: TaskSpec | None = None
+        self.bad_field: str | None = None  # the input the current error is about
+        self.bad_text = Text()
         self.said = ""  # the verdict's kind last shown: hint, error or ok
 
     def compose(self) -> ComposeResult:
@@ -202,12 +210,10 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         save = "Save (ctrl+s)" if task is not None else "Add (ctrl+s)"
 
         def field(label: str, widget: Input | Select, *help_ids: str) -> Vertical:
-            return Vertical(
-                Label(label, classes="label"),
-                widget,
-                *[Static(id=i, classes="help") for i in help_ids],
-                classes="field",
-            )
+            extra = [Static(id=i, classes="help") for i in help_ids]
+            if isinstance(widget, Input):  # its own error line, right where the user types
+                extra.insert(0, Static(id=f"{widget.id}-error", classes="field-error"))
+            return Vertical(Label(label, classes="label"), widget, *extra, classes="field")
 
         def box(key: str, placeholder: str) -> Input:
             return Input(start.get(key, ""), placeholder=placeholder, id=key)
@@ -279,11 +285,15 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         widget.update(verdict)
         said = "ok" if spec else "error" if verdict.plain.startswith("✗") else "hint"
         widget.set_class(said == "error", "-error")
+        for line in self.query(".field-error").results(Static):
+            shown = said == "error" and line.id == f"{self.bad_field}-error"
+            line.update(self.bad_text if shown else "")
+            line.display = shown
         self.query_one("#add", Button).disabled = spec is None
-        if said != self.said and self.said:
-            # The verdict changed its kind: on a short terminal bring it and the buttons
-            # into view (not on every keystroke, which would scroll the field being typed
-            # in out of sight).
+        if said == "ok" and self.said != "ok":
+            # Whole and valid: on a short terminal bring the verdict and the buttons into
+            # view. Errors show under their own field instead, so a half-typed value
+            # ("5" on the way to "5m") never scrolls the field being typed in away.
             self.call_after_refresh(self.reveal_verdict)  # once laid out at its new height
         self.said = said
 
@@ -306,7 +316,10 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         try:
             spec = form_spec(filled, now)
         except BadInput as exc:
+            self.bad_field = input_of(exc.field)
+            self.bad_text = Text(f"✗ {safe_text(exc.message)}", "bold red")  # under the field
             return None, Text(f"✗ {safe_text(exc)}", "bold red")
+        self.bad_field = None
         if missing:
             hint = Text(f"To fill in: {', '.join(missing)}.", "italic")
             if "schedule" not in missing:
@@ -347,6 +360,15 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
     @on(Button.Pressed, "#cancel")
     def cancel(self) -> None:
         self.dismiss(None)
+
+
+def input_of(field: str) -> str | None:
+    """The form's input a BadInput's field is about (None: one the form does not show)."""
+    if field.startswith("command"):
+        return "command"
+    if field in ("cron", "every", "at", "schedule"):
+        return "expr"
+    return field if field in ("name", "tz", "timeout", "jitter") else None
 
 
 def schedule_help(values: dict[str, Any]) -> Text:
