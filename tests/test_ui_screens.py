@@ -15,6 +15,7 @@ from textual.screen import Screen
 
 import tickui.ui
 from helpers import T0
+from tickui.clock import ManualClock
 from tickui.errors import BadInput
 from tickui.spec import build_spec
 from tickui.store import Store
@@ -23,7 +24,7 @@ from tickui.ui.cells import TimeView
 from tickui.ui.detail import DetailScreen, DetailSource, sparkline
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import CONCURRENCY_HELP, MISFIRE_HELP, AddTaskScreen
-from ui_support import screen_text, until
+from ui_support import make_app, screen_text, until
 
 _UNSET = object()
 
@@ -508,3 +509,21 @@ async def test_detail_runs_table_keeps_id_state_and_code_beside_a_long_error(
             assert cancelled  # outcome_code, not -15
     finally:
         await store.close()
+
+
+async def test_dialogs_over_the_dashboard_show_their_own_keys(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.ready.wait()
+        await pilot.pause()
+        for key, screen, words in (
+            ("a", AddTaskScreen, ("Cancel", "Save")),
+            ("question_mark", HelpScreen, ("Close",)),
+        ):
+            await pilot.press(key)
+            await until(pilot, lambda screen=screen: isinstance(app.screen, screen))
+            await until(pilot, lambda words=words: all(w in footer_line(app) for w in words))
+            footer = footer_line(app)
+            assert "Quit" not in footer and "Run now" not in footer, footer
+            await pilot.press("escape")
+            await until(pilot, lambda screen=screen: not isinstance(app.screen, screen))
