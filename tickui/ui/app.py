@@ -720,7 +720,7 @@ class TickuiApp(App[int]):
             now=self._now,
             cancel=self.cancel_occurrence,
             open_run=self.open_run,
-            **_if_field(DetailSource, view=lambda: self.view),
+            view=lambda: self.view,
         )
 
     def open_run(self, occ: Occurrence) -> None:
@@ -1069,13 +1069,6 @@ class TickuiApp(App[int]):
             if action in ("focus_next", "quit") or label.lower() in seen:
                 continue
             yield SystemCommand(f"{label} ({SHOWN_KEY.get(key, key)})", text, _runner(self, action))
-
-
-def _if_field(cls: type, **values: object) -> dict[str, object]:
-    """Only the keyword arguments `cls` (a dataclass) takes: the detail screen's owner adds
-    the time view in its own commit."""
-    names = getattr(cls, "__dataclass_fields__", {})
-    return {k: v for k, v in values.items() if k in names}
 
 
 def _runner(app: TickuiApp, action: str) -> Callable[[], Awaitable[None]]:
