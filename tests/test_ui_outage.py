@@ -26,14 +26,15 @@ async def key_effect_times(pilot, presses: int = 6) -> list[float]:
     delivers it) until the task row shows the toggle."""
     app = pilot.app
     loop = asyncio.get_running_loop()
-    index = next(i for i in range(len(app.task_rows)) if app.task_rows.at(i).name == "alpha")
-    app.tasks_table.move_to(index)
+    # by id: with tasks sorted by NEXT, a disabled alpha moves to the end (the cursor with it)
+    alpha = next(t.id for t in app.task_rows.by_id.values() if t.name == "alpha")
+    app.tasks_table.select_key(alpha)
     times = []
     for _ in range(presses):
-        before = app.task_rows.at(index).enabled
+        before = app.task_rows.by_id[alpha].enabled
         started = loop.time()
         app.simulate_key("e")
-        while app.task_rows.at(index).enabled == before:
+        while app.task_rows.by_id[alpha].enabled == before:
             await asyncio.sleep(0.001)
         times.append(loop.time() - started)
         await pilot.pause(0.05)
