@@ -252,9 +252,10 @@ class SchedulerEngine:
         async with self._scanning:
             try:
                 if await self._hold_lease(now):
-                    await self._handle_requests(now)
-                    await self._scan_due(now)
-                    await self.reconcile()
+                    if self._receipts or await self.store.scan_has_work(now):
+                        await self._handle_requests(now)
+                        await self._scan_due(now)
+                        await self.reconcile()
                     await self._maybe_prune(now)
                     self._set_result(now, "ok", None)
                 else:

@@ -222,12 +222,14 @@ class StoreBase:
             await self._conn.execute("COMMIT")
 
     async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        async with self._conn.execute(sql, params) as cursor:
-            return await cursor.fetchone()
+        """The first row (every caller's query has at most one). One trip to the
+        connection's thread, not three (execute, fetch, close): an idle dashboard's
+        queries are mostly such trips, each waking two threads (issue 11)."""
+        rows = await self._conn.execute_fetchall(sql, params)
+        return rows[0] if rows else None
 
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        async with self._conn.execute(sql, params) as cursor:
-            return list(await cursor.fetchall())
+        return list(await self._conn.execute_fetchall(sql, params))
 
     async def data_version(self) -> int:
         """Changes whenever another connection commits: a cheap 'has anything changed'."""

@@ -171,6 +171,18 @@ class Coordination(StoreBase):
         )
         return [RunRequest(*row) for row in rows]
 
+    async def scan_has_work(self, now: int) -> bool:
+        """Whether a scan at `now` would find anything: a pending request, a task due or an
+        active occurrence. One indexed query in place of the scan's three when idle."""
+        row = await self._one(
+            "SELECT EXISTS (SELECT 1 FROM requests WHERE handled_at IS NULL)"
+            " OR EXISTS (SELECT 1 FROM tasks WHERE enabled = 1 AND due_at IS NOT NULL"
+            " AND due_at <= ?)"
+            f" OR EXISTS (SELECT 1 FROM occurrences WHERE state IN {_ACTIVE_SQL})",
+            (now,),
+        )
+        return bool(row[0])
+
     async def finish_request(
         self, req_id: int, now: int, outcome: str, occurrence_id: int | None, reason: str | None
     ) -> None:
