@@ -19,7 +19,7 @@ from tickui.ui import settings as saved
 from tickui.ui.app import KEY_GROUPS, Dashboard
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import AddTaskScreen
-from tickui.ui.panes import BreakerPane, StatusLine
+from tickui.ui.panes import BreakerPane, KeyFooter, StatusLine
 from ui_support import make_app, notes, screen_text, until
 
 SIZE = (140, 40)
@@ -388,6 +388,16 @@ async def test_the_footer_keeps_help_and_quit_at_any_width(
             assert len(shown) == len(_labels()), line
 
 
+async def test_clicking_a_key_in_the_footer_presses_it(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await until(pilot, lambda: "? Help" in footer(app))
+        x = footer(app).index("? Help") + 2
+        await pilot.click(KeyFooter, offset=(x, 0))
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+
+
 def _labels() -> list[tuple[str, int]]:
     return [(k.label, k.rank) for _, keys in KEY_GROUPS for k in keys if k.show]
 
@@ -462,19 +472,26 @@ async def test_breaker_opening_is_told_and_f_off_says_when_it_closes(tmp_db: Pat
         assert "closes on its next probe" in screen_text(app)
 
 
-async def test_losing_the_lease_is_told(tmp_db: Path, monkeypatch) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
+async def test_losing_the_lease_is_told(tmp_db: Path) -> None:
+    clock = ManualClock(T0)
+    app = make_app(tmp_db, clock)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await started(pilot)
         engine = app.host.engine
         await until(pilot, lambda: engine.status().lease_state == "held")
         app.show_status()
-        held = engine.status()
-        monkeypatch.setattr(
-            engine, "status", lambda: held.__class__(**{**vars(held), "lease_state": "standby"})
-        )
-        app.show_status()
+        clock.advance(120)  # the lease expired unrenewed: another engine takes it
+        thief = await Store.open(tmp_db)
+        try:
+            taken = await thief.acquire_lease(
+                "thief", clock.now(), 60_000_000, ("elsewhere", 1, None), lambda *_: False
+            )
+            assert taken.held
+            await engine.tick(clock.now())
+        finally:
+            await thief.close()
         await until(pilot, lambda: any("lost the lease" in n for n in notes(app)))
+        assert engine.status().lease_state == "standby"
 
 
 # ---- quitting ------------------------------------------------------------------------------
