@@ -15,6 +15,7 @@ from helpers import T0, cli
 from tickui.clock import ManualClock
 from tickui.spec import build_spec
 from tickui.store import Store
+from tickui.ui import app as appmod
 from tickui.ui import settings as saved
 from tickui.ui.app import KEY_GROUPS, Dashboard
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
@@ -428,22 +429,39 @@ async def test_the_palette_lists_each_command_once(tmp_db: Path) -> None:
 # ---- telling the user ----------------------------------------------------------------------
 
 
-async def test_a_failed_run_raises_a_toast_and_the_bell(tmp_db: Path) -> None:
+async def test_a_failed_run_raises_a_toast_and_the_bell_once_a_minute(
+    tmp_db: Path, monkeypatch
+) -> None:
     app = make_app(tmp_db, ManualClock(T0))
     app.ring_bell = True
     rings: list[int] = []
     app.bell = lambda: rings.append(1)
+    told = lambda: [n for n in notes(app) if "failed (" in n]  # noqa: E731
+
+    async def run(name: str) -> None:
+        """Run `name` now and wait until that run has ended on screen."""
+        pick(app, name)
+        await pilot.press("r")
+        [newest, *_] = await app.host.store.history(name)
+
+        def ended() -> bool:
+            occ = app.occ_rows.by_id.get(newest.id)
+            return occ is not None and not occ.active
+
+        await until(pilot, ended)
+        await pilot.pause(0.1)
+
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await started(pilot)
-        pick(app, "alpha")
-        await pilot.press("r")
-        pick(app, "beta")
-        await pilot.press("r")
-        await until(pilot, lambda: any("beta failed (3)" in n for n in notes(app)))
-        await until(pilot, lambda: all(not o.active for o in app.occ_rows.by_id.values()))
-        await pilot.pause(0.2)
-        assert sum("failed (" in n for n in notes(app)) == 1  # alpha succeeded; beta once
-        assert rings == [1]
+        await run("alpha")
+        await run("beta")
+        assert told() == ["beta failed (3): exit 3: broken"] and rings == [1]
+        await run("beta")  # failing again within the minute: counted, not told
+        assert len(told()) == 1 and rings == [1]
+        monkeypatch.setattr(appmod, "FAILURE_QUIET", 0.0)
+        await run("beta")
+        assert told()[-1] == "beta failed (3): exit 3: broken (1 more failed since the last notice)"
+        assert rings == [1, 1]
 
 
 async def test_breaker_opening_is_told_and_f_off_says_when_it_closes(tmp_db: Path) -> None:

@@ -46,6 +46,7 @@ EXTERNAL_EVERY = 0.5  # another process's commits are looked for this often
 NARROW = 110  # below this width the side panes move under the tables
 SHORT = 30  # below this height the narrow layout drops the sparkline
 WAIT_FOREVER = 24 * 3600.0
+FAILURE_QUIET = 60.0  # s: a task that keeps failing raises one toast in this long
 
 HostFactory = Callable[[], Awaitable[Host]]
 
@@ -200,6 +201,7 @@ class TickuiApp(App[int]):
         self._waiting = False  # quitting, waiting for active runs
         self._leaving: asyncio.Task | None = None
         self._newest_at_load = 0  # failures up to this occurrence id were there before us
+        self._failures_told: dict[int, tuple[float, int]] = {}  # task: (told at, not told)
         self.failure: str | None = None
         if self.prefs.theme:
             with contextlib.suppress(Exception):  # a theme this Textual does not know
@@ -381,15 +383,23 @@ class TickuiApp(App[int]):
 
     def _tell_failure(self, old: Occurrence | None, occ: Occurrence) -> None:
         """A run that just ended failed: a toast naming the task and its code (and the bell
-        when [ui] bell is on). One seen failed before is not told again."""
+        when [ui] bell is on). One seen failed before is not told again, and a task that
+        keeps failing is told at most once a minute (with how many more failed)."""
         if occ.state != "failed" or (old is not None and old.state == "failed"):
             return
         if old is None and occ.id <= self._newest_at_load:
             return  # a failure from before this dashboard started: not news
+        now = asyncio.get_running_loop().time()
+        told, unsaid = self._failures_told.get(occ.task_id, (-FAILURE_QUIET, 0))
+        if now - told < FAILURE_QUIET:
+            self._failures_told[occ.task_id] = (told, unsaid + 1)
+            return
+        self._failures_told[occ.task_id] = (now, 0)
         code = outcome_code(occ)
         detail = safe_text((occ.detail or "").replace("\n", " "))[:80]
+        more = f" ({unsaid} more failed since the last notice)" if unsaid else ""
         self.notify(
-            f"{occ.task} failed ({code}){': ' + detail if detail else ''}",
+            f"{occ.task} failed ({code}){': ' + detail if detail else ''}{more}",
             title=f"Run {occ.id} failed",
             severity="error",
         )
