@@ -21,7 +21,7 @@ from tickui.ui.app import KEY_GROUPS, Dashboard
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import AddTaskScreen
 from tickui.ui.panes import BreakerPane, KeyFooter, StatusLine
-from ui_support import make_app, notes, screen_text, until
+from ui_support import make_app, notes, screen_text, seed_basic, until
 
 SIZE = (140, 40)
 
@@ -293,17 +293,31 @@ async def test_occurrence_filters_by_name_state_and_task_show_in_the_title(tmp_d
 # ---- time zones --------------------------------------------------------------------------
 
 
-async def test_z_cycles_the_zone_in_the_header_and_remembers_it(tmp_db: Path) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
+async def test_z_cycles_the_zone_in_the_header_and_the_tables_and_remembers_it(
+    tmp_db: Path,
+) -> None:
+    async def seed(store, clock):
+        await seed_basic(store, clock)
+        fields = {"name": "tokyo", "every": "1h", "tz": "Asia/Tokyo", "command": ["true"]}
+        spec = build_spec({**fields, "anchor": "2027-01-15T08:00:30Z"}, clock.now())
+        await store.add_task(spec, clock.now())
+
+    app = make_app(tmp_db, ManualClock(T0), seed)
+
+    def tokyo_row() -> str:
+        return next(line for line in screen_text(app).splitlines() if "tokyo" in line)
+
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         assert "08:00:00 local (UTC)" in header(app)
         assert app.tasks_table.source.view.mode == "local"
+        assert "08:00:30" in tokyo_row()
         await pilot.press("z")
         await until(pilot, lambda: "08:00:00 UTC" in header(app))
         assert app.tasks_table.source.view.mode == app.occ_table.source.view.mode == "utc"
         await pilot.press("z")
         await until(pilot, lambda: "task zones" in header(app))
+        await until(pilot, lambda: "17:00:30" in tokyo_row())  # the task's own zone
         assert saved.load()[0].zone == "task"
 
 
