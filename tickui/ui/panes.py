@@ -305,12 +305,16 @@ class KeyFooter(Widget):
         super().__init__(**kwargs)
         self.rank = rank
         self._spans: list[tuple[int, int, str]] = []  # (start x, end x, key to press)
+        self._items: list[tuple[str, str, str, bool, str]] = []
 
     def on_mount(self) -> None:
         self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
 
     def _bindings_changed(self, _screen: object) -> None:
-        self.refresh()
+        items = self.items()
+        if items != self._items:  # focus moves publish this often; repaint on a change only
+            self._items = items
+            self.refresh()
 
     def items(self) -> list[tuple[str, str, str, bool, str]]:
         """(key to press, key as shown, label, enabled, action) of each shown binding."""
