@@ -13,6 +13,7 @@ import pytest
 
 from helpers import T0, cli
 from tickui.clock import ManualClock
+from tickui.config import load as config_load
 from tickui.spec import build_spec
 from tickui.store import Store
 from tickui.ui import app as appmod
@@ -130,12 +131,16 @@ async def test_settings_that_cannot_be_saved_are_said_once(
         assert app.view.mode == "task" and app.prefs.side_hidden  # kept for this session
 
 
-def test_ui_bell_must_be_true_or_false(tmp_path: Path) -> None:
+def test_ui_bell_must_be_true_or_false(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no tickui.toml here
     config = tmp_path / "tickui.toml"
     config.write_text('[ui]\nbell = "yes"\n')
     result = cli("--config", str(config), "task", "list", db=tmp_path / "x.db")
     assert result.returncode == 2
     assert "line 2" in result.stderr and "ui.bell" in result.stderr
+    assert config_load(None, T0).ui.bell is False  # no file: quiet
+    config.write_text("[ui]\nbell = true\n")
+    assert config_load(config, T0).ui.bell is True
 
 
 # ---- selection by id ---------------------------------------------------------------------
@@ -221,7 +226,8 @@ async def test_E_edits_the_selected_task_and_a_taken_name_changes_nothing(tmp_db
         app.screen.query_one("#name").value = "beta"
         await until(pilot, lambda: app.screen.spec is not None)
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: any("Not saved" in n or "beta" in n for n in notes(app)))
+        await until(pilot, lambda: any("'beta' exists already" in n for n in notes(app)))
+        assert not any(n.startswith("saved beta") for n in notes(app))
         assert (await app.host.store.get_task("alpha")).spec == after.spec
         assert (await app.host.store.get_task("beta")).spec.command[-1].endswith("exit 3")
 
