@@ -133,7 +133,7 @@ async def test_settings_that_cannot_be_saved_are_said_once(
 
 def test_ui_bell_must_be_true_or_false(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # no tickui.toml here
-    config = tmp_path / "tickui.toml"
+    config = tmp_path / "ui.toml"
     config.write_text('[ui]\nbell = "yes"\n')
     result = cli("--config", str(config), "task", "list", db=tmp_path / "x.db")
     assert result.returncode == 2
