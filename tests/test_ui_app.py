@@ -548,6 +548,8 @@ async def test_quit_wait_counts_down_in_the_header_and_c_cancels_them(tmp_db: Pa
         await pilot.press("w")
         await until(pilot, lambda: "waiting for 1 run (c cancels them)" in header(app))
         assert app.is_running
+        await until(pilot, lambda: "Run now" not in footer(app))  # only what still means something
+        assert "c Cancel run" in footer(app) and "q Quit" in footer(app)
         await pilot.press("c")
         await until(pilot, lambda: not app.is_running)
     assert app.return_code == 0

@@ -112,6 +112,9 @@ TASK_ACTIONS = (
     "toggle_failures", "edit_task",
 )  # fmt: skip
 VIEW_ACTIONS = ("cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side")
+QUITTING_OFF = frozenset(TASK_ACTIONS + VIEW_ACTIONS + ("toggle_engine", "toggle_ticker")) - {
+    "cancel_run"
+}  # keys that mean nothing while quit waits for the runs
 
 
 def _rank(action: str) -> int:
@@ -593,8 +596,8 @@ class TickuiApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, RunScreen) and action not in ("help", "quit"):
             return False  # the run view shows its own keys
-        if self._waiting:  # quitting: only cancelling them (or help) still means something
-            return action in ("cancel_run", "help", "quit")
+        if self._waiting and action in QUITTING_OFF:  # quitting: c cancels what it waits for
+            return False
         if action in TASK_ACTIONS and isinstance(self.screen, ModalScreen):
             return False
         if action in VIEW_ACTIONS and self.screen is not self.dashboard:
