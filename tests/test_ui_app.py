@@ -18,7 +18,7 @@ from tickui.spec import build_spec
 from tickui.store import Store
 from tickui.ui import app as appmod
 from tickui.ui import settings as saved
-from tickui.ui.app import KEY_GROUPS, Dashboard
+from tickui.ui.app import KEY_GROUPS, Dashboard, TickuiApp
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import AddTaskScreen
 from tickui.ui.panes import BreakerPane, KeyFooter, StatusLine
@@ -129,6 +129,18 @@ async def test_settings_that_cannot_be_saved_are_said_once(
         await pilot.pause(0.2)
         assert sum("settings not saved" in n for n in notes(app)) == 1
         assert app.view.mode == "task" and app.prefs.side_hidden  # kept for this session
+
+
+async def test_an_app_can_keep_its_settings_in_a_file_of_its_own(tmp_db: Path) -> None:
+    own = tmp_db.with_name("scene-settings.json")
+    saved.save(saved.DashboardSettings(zone="utc"), own)
+    app = TickuiApp(make_app(tmp_db, ManualClock(T0)).factory, settings_file=own)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        assert "08:00:00 UTC" in header(app)
+        await pilot.press("H")
+        await until(pilot, lambda: saved.load(own)[0].side_hidden)
+    assert not saved.settings_path().exists()  # the user's file untouched
 
 
 def test_ui_bell_must_be_true_or_false(tmp_path: Path, monkeypatch) -> None:

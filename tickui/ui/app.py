@@ -169,15 +169,23 @@ class TickuiApp(App[int]):
     ]
 
     def __init__(
-        self, factory: HostFactory, *, header_clock: bool = True, bell: bool = False
+        self,
+        factory: HostFactory,
+        *,
+        header_clock: bool = True,
+        bell: bool = False,
+        settings_file: Path | None = None,
     ) -> None:
+        """`settings_file`: where view choices are kept (default: the user's config folder;
+        fixed scenes such as screenshots give their own)."""
         super().__init__()
+        self.settings_file = settings_file
         self.factory = factory
         self.header_clock = header_clock
         self.ring_bell = bell  # [ui] bell: ring on a failed run
         self.host: Host | None = None  # type: ignore[assignment]
         self.ready = asyncio.Event()
-        self.prefs, self._prefs_problem = saved.load()
+        self.prefs, self._prefs_problem = saved.load(settings_file)
         self.view = TimeView(self.prefs.zone if self.prefs.zone in MODES else "local")
         self.task_rows = TaskRows()
         self.occ_rows = OccurrenceRows()
@@ -283,7 +291,7 @@ class TickuiApp(App[int]):
         """Keep a view choice for next time; a folder that cannot be written is said once."""
         self.prefs = self.prefs.but(**changes)
         try:
-            saved.save(self.prefs)
+            saved.save(self.prefs, self.settings_file)
         except OSError as exc:
             if not self._save_failed:
                 self._save_failed = True
