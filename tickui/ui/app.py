@@ -212,6 +212,7 @@ class TickuiApp(App[int]):
         self._waiting = False  # quitting, waiting for active runs
         self._leaving: asyncio.Task | None = None
         self._newest_at_load = 0  # failures up to this occurrence id were there before us
+        self._filtering_occ = False  # the filter box filters the Occurrences pane (else Tasks)
         self._failures_told: dict[int, tuple[float, int]] = {}  # task: (told at, not told)
         self.failure: str | None = None
         if self.prefs.theme:
@@ -883,7 +884,7 @@ class TickuiApp(App[int]):
         """One filter box; what it filters is the pane focused when `/` was pressed."""
         box = self._filter_box()
         occ = self.focused is self.occ_table
-        box.filter_target = "occ" if occ else "tasks"  # type: ignore[attr-defined]
+        self._filtering_occ = occ
         box.placeholder = (
             "occurrences: task name contains (enter keeps, esc clears)"
             if occ
@@ -894,13 +895,10 @@ class TickuiApp(App[int]):
         box.display = True
         box.focus()
 
-    def _target(self, box: Input) -> str:
-        return getattr(box, "filter_target", "tasks")
-
     async def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id != "filter":
             return
-        if self._target(event.input) == "occ":  # remembered on enter or esc, not per key
+        if self._filtering_occ:  # remembered on enter or esc, not per key
             await self._filter_occurrences(save=False, text=event.value)
         else:
             self.task_rows.set_filter(event.value)
@@ -909,20 +907,20 @@ class TickuiApp(App[int]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
-            if self._target(event.input) == "occ":
+            if self._filtering_occ:
                 self.remember(occ_text=self.occ_rows.text)
             event.input.display = False
-            (self.occ_table if self._target(event.input) == "occ" else self.tasks_table).focus()
+            (self.occ_table if self._filtering_occ else self.tasks_table).focus()
 
     async def on_key(self, event) -> None:
         box = self.focused
         if event.key == "escape" and isinstance(box, Input) and box.id == "filter":
             event.stop()
             box.value = ""  # clears that pane's filter (through Input.Changed)
-            if self._target(box) == "occ":
+            if self._filtering_occ:
                 self.remember(occ_text="")
             box.display = False
-            (self.occ_table if self._target(box) == "occ" else self.tasks_table).focus()
+            (self.occ_table if self._filtering_occ else self.tasks_table).focus()
 
     async def _filter_occurrences(self, save: bool = True, **changes: object) -> None:
         """Change the Occurrences pane's filters and read its rows again from the store."""
