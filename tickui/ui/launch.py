@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import select
 import shutil
 import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -121,11 +123,10 @@ def dashboard_session(
 def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: bool) -> int:
     from tickui.ui.app import TickuiApp
 
-    app: TickuiApp | None = None
     # Installed around the session too: a signal while the demo folder or the time-lapse
     # copy is being removed is noted, not allowed to cut the clean-up short.
     with (
-        _exit_on_signals(lambda: app) as received,
+        _hang_up_on_signals() as hang_up,
         dashboard_session(args, settings, db, demo) as session,
     ):
         if session.lapse is not None:
@@ -133,39 +134,121 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: 
         path = session.path.expanduser()
         inspect_file(path)  # a foreign or broken file: one line, before the UI
         _log_to_file(path)  # under time-lapse, beside the copy (and removed with it)
-        app = TickuiApp(session.factory, bell=settings.ui.bell)
-        code = app.run()
+        app = TickuiApp(session.factory)
+        hang_up.app = app
+        code = asyncio.run(hang_up.run(app))
         if app.failure:
             print(f"tickui: {app.failure}", file=sys.stderr)
             return 2
-        if received:
-            return 128 + received[0]
+        if hang_up.received:  # the convention for an exit on a signal, kept
+            return 128 + hang_up.received[0]
         return code or 0
 
 
-@contextlib.contextmanager
-def _exit_on_signals(current_app: Callable[[], App | None]) -> Iterator[list[int]]:
-    """SIGTERM or SIGHUP (the terminal went away) quit the app as `q` does, so the engine
-    stops cleanly and a time-lapse copy or demo database is removed. Outside the app's
-    loop (setting up, cleaning up) a signal is only noted: the caller is on its way out."""
-    received: list[int] = []
+BOOT_WAIT = 30.0  # a hang-up while the dashboard boots waits this long for its host
 
-    def handler(signum: int, _frame: object) -> None:
-        received.append(signum)
-        app = current_app()
+
+@dataclass
+class HangUp:
+    """SIGTERM or SIGHUP (the terminal went away) do what `q` then "cancel them" does:
+    the app's `hang_up()` cancels and records the active runs, ends their process trees
+    and closes the host; the caller then removes the demo folder or time-lapse copy. The
+    first signal counts; more while hanging up are noted only. Before the app exists
+    there is nothing to clean up (SystemExit); after its loop ended, a signal is noted."""
+
+    received: list[int] = field(default_factory=list)
+    app: App | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    _task: asyncio.Task[None] | None = None
+
+    def handler(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+        if self.app is None:
+            raise SystemExit(128 + signum)
+        if len(self.received) > 1:
+            return  # the first one's hang-up is under way
+        # A terminal's hang-up sends SIGCONT after SIGHUP (handled in that order), and
+        # Textual's SIGCONT handler restarts its application mode: on a dead terminal a
+        # second writer thread that dies on EIO while shutting down waits for it forever.
+        signal.signal(signal.SIGCONT, _ignore)
+        if _terminal_gone():
+            _writes_to_null()  # Textual's output (and its restore codes) goes nowhere
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._start)
+        # else: before the loop runs (run() starts the hang-up) or after it (noted)
+
+    async def run(self, app: App) -> object:
+        """The app on this loop (as App.run does), hanging up at once on a signal that
+        came while the app was being built."""
+        self.loop = asyncio.get_running_loop()
+        if self.received:
+            self._start()
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            if app is None:  # before the app: nothing to clean up yet, stop here
-                raise SystemExit(128 + signum) from None
-            return
-        if app is not None:
-            loop.call_soon_threadsafe(app.exit)
+            return await app.run_async()
+        finally:
+            self.loop = None
 
-    wanted = (signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, handler) for sig in wanted}
+    def _start(self) -> None:
+        if self._task is None and self.loop is not None:
+            self._task = self.loop.create_task(self._hang_up())
+
+    async def _hang_up(self) -> None:
+        app = self.app
+        assert app is not None
+        ready = getattr(app, "ready", None)
+        if isinstance(ready, asyncio.Event) and not ready.is_set():
+            # Booting: wait for the host (its engine may be starting runs) so that
+            # hang_up() finds it and cancels them, rather than leaving them behind.
+            waiting = asyncio.ensure_future(ready.wait())
+            await asyncio.wait({waiting}, timeout=BOOT_WAIT)
+            waiting.cancel()
+        if not app.is_running:
+            return
+        hang_up = getattr(app, "hang_up", None)
+        if hang_up is None:  # an app without one: quit as `q` does
+            app.exit()
+        else:
+            app.call_later(hang_up)
+
+
+def _ignore(_signum: int, _frame: object) -> None:
+    return None
+
+
+def _terminal_gone(fd: int = 1) -> bool:
+    """Whether `fd` is a terminal that hung up (a closed window, a killed tmux session):
+    the kernel then reports POLLHUP/POLLERR on it and every write fails with EIO."""
     try:
-        yield received
+        if not os.isatty(fd):
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+    except OSError:
+        return True
+
+
+def _writes_to_null() -> None:
+    """Point stdout and stderr at /dev/null, so writes after a hang-up neither fail (a
+    dead writer thread would make Textual wait forever) nor print a traceback nowhere."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+
+
+@contextlib.contextmanager
+def _hang_up_on_signals() -> Iterator[HangUp]:
+    hang_up = HangUp()
+    wanted = (signal.SIGTERM, signal.SIGHUP, signal.SIGCONT)
+    previous = {sig: signal.getsignal(sig) for sig in wanted}
+    for sig in wanted[:2]:
+        signal.signal(sig, hang_up.handler)
+    try:
+        yield hang_up
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        for sig, old in previous.items():  # SIGCONT too: Textual's driver set its own
+            if old is not None:
+                signal.signal(sig, old)
