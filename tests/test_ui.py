@@ -14,11 +14,12 @@ from helpers import T0, cli
 from tickui.clock import ManualClock, SystemClock
 from tickui.schedules import preview
 from tickui.ticker_config import TickerConfig
-from tickui.ui.app import KEYS, TickuiApp
+from tickui.ui.app import TickuiApp
 from tickui.ui.cells import stamp_text
 from tickui.ui.detail import DetailScreen
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import AddTaskScreen
+from tickui.ui.keys import KEYS
 from ui_support import make_app, notes, screen_text, until
 
 SIZE = (140, 40)

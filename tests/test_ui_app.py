@@ -16,11 +16,12 @@ from tickui.clock import ManualClock
 from tickui.config import load as config_load
 from tickui.spec import build_spec
 from tickui.store import Store
-from tickui.ui import app as appmod
 from tickui.ui import settings as saved
-from tickui.ui.app import KEY_GROUPS, Dashboard, TickuiApp
+from tickui.ui.app import TickuiApp
+from tickui.ui.dashboard import Dashboard
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import AddTaskScreen
+from tickui.ui.keys import KEY_GROUPS
 from tickui.ui.panes import BreakerPane, KeyFooter, StatusLine
 from ui_support import make_app, notes, screen_text, seed_basic, until
 
@@ -490,7 +491,7 @@ async def test_a_failed_run_raises_a_toast_and_the_bell_once_a_minute(
         assert told() == ["beta failed (3): exit 3: broken"] and rings == [1]
         await run("beta")  # failing again within the minute: counted, not told
         assert len(told()) == 1 and rings == [1]
-        monkeypatch.setattr(appmod, "FAILURE_QUIET", 0.0)
+        app.notices.quiet = 0.0  # the minute has passed
         await run("beta")
         assert told()[-1] == "beta failed (3): exit 3: broken (1 more failed since the last notice)"
         assert rings == [1, 1]

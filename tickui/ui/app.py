@@ -10,156 +10,53 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
-from textual.widgets import Input
 
-from tickui.breaker import CLOSED, OPEN
-from tickui.engine import EngineChange, RunNowRefused, queue_run_now
+from tickui.breaker import CLOSED
+from tickui.engine import EngineChange
 from tickui.errors import TickuiError
-from tickui.models import Occurrence, Task
-from tickui.redact import redact, safe_text
-from tickui.spec import TaskSpec
+from tickui.models import Occurrence
+from tickui.redact import redact
 from tickui.ui import settings as saved
-from tickui.ui.cells import MODES, TimeView, occurrence_cells, outcome_code, task_cells
+from tickui.ui.cells import MODES, TimeView, occurrence_cells, short_path, task_cells
 from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
-from tickui.ui.detail import DetailScreen, DetailSource
+from tickui.ui.dashboard import Dashboard
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
-from tickui.ui.form import AddTaskScreen
 from tickui.ui.host import Host
-from tickui.ui.output import RunScreen, RunSource
-from tickui.ui.panes import Banner, BreakerPane, KeyFooter, StatusLine, TablePane, TicksPane
+from tickui.ui.keys import (
+    KEY_GROUPS,
+    KEYS,
+    QUITTING_OFF,
+    SHOWN_KEY,
+    TASK_ACTIONS,
+    VIEW_ACTIONS,
+    help_groups,
+)
+from tickui.ui.notices import Notices
+from tickui.ui.output import RunScreen
+from tickui.ui.panes import Banner, BreakerPane, StatusLine, TicksPane
 from tickui.ui.rows import OccurrenceRows, TaskRows
 from tickui.ui.table import RowTable
+from tickui.ui.task_actions import TaskActions
+from tickui.ui.viewing import ViewChoices
 
 DRAIN_EVERY = 0.05  # drains (repaints of what changed): on average at most this often
 DRAIN_DELAY = 0.01  # a drain waits this long after the first mark, to gather a burst
 EXTERNAL_EVERY = 0.5  # another process's commits are looked for this often
-NARROW = 110  # below this width the side panes move under the tables
-SHORT = 30  # below this height the narrow layout drops the sparkline
 WAIT_FOREVER = 24 * 3600.0
 FAILURE_QUIET = 60.0  # s: a task that keeps failing raises one toast in this long
 
 HostFactory = Callable[[], Awaitable[Host]]
 
 
-@dataclass(frozen=True)
-class Key:
-    key: str
-    action: str
-    label: str  # in the footer and the palette
-    text: str  # in the help screen
-    rank: int  # the footer drops high ranks first when narrow; 0 always shows
-    show: bool = True
-
-
-KEY_GROUPS: list[tuple[str, list[Key]]] = [
-    ("Runs", [
-        Key("r", "run_now", "Run now", "Run the selected task now (its schedule does not move)", 2),
-        Key("enter", "detail", "Open",
-            "Open: a task's detail (Tasks pane) or a run's output (Occurrences pane)", 3),
-        Key("c", "cancel_run", "Cancel run",
-            "Cancel the selected running occurrence (asks first); while quitting: all of them", 4),
-    ]),
-    ("Tasks", [
-        Key("a", "add_task", "Add", "Add a task (the form checks it as you type)", 6),
-        Key("E", "edit_task", "Edit", "Edit the selected task (the add form, filled in)", 9),
-        Key("e", "toggle_enabled", "Enable/disable", "Enable or disable the selected task", 5),
-        Key("d", "delete_task", "Delete", "Delete the selected task (asks first; history stays)",
-            10),
-    ]),
-    ("View", [
-        Key("slash", "filter", "Filter",
-            "Filter the focused pane by task name (enter keeps it, esc clears it)", 7),
-        Key("F", "cycle_state", "State",
-            "Occurrences: show all, failed, running or not skipped runs", 12),
-        Key("T", "follow_task", "Follow",
-            "Occurrences: only the selected task's runs (again: every task's)", 13),
-        Key("S", "cycle_sort", "Sort",
-            "Tasks: sort by the next column; click a header to sort by it, again to reverse",
-            11),
-        Key("z", "cycle_zone", "Zone", "Times in local time, UTC or each task's own zone", 14),
-        Key("H", "toggle_side", "Side panes", "Hide or show the Ticks and breaker panes", 15),
-        Key("tab", "focus_next", "Next pane", "Move between the Tasks and Occurrences panes", 20,
-            show=False),
-    ]),
-    ("Engine", [
-        Key("s", "toggle_engine", "Start/stop engine", "Start or stop the engine", 8),
-        Key("t", "toggle_ticker", "Start/stop ticker", "Start or stop the tick emitter", 16),
-        Key("f", "toggle_failures", "Fail publishes",
-            "Simulate publish failures (watch the breaker; asks first on a real database)", 17),
-    ]),
-    ("App", [
-        Key("question_mark", "help", "Help", "This help", 0),
-        Key("q", "quit", "Quit", "Quit (asks about active runs)", 0),
-    ]),
-]  # fmt: skip
-KEYS = [(k.key, k.action, k.label, k.text) for _, keys in KEY_GROUPS for k in keys]
-RANKS = {k.action: k.rank for _, keys in KEY_GROUPS for k in keys}
-SHOWN_KEY = {"question_mark": "?", "slash": "/"}
-
-# Keys that act on the dashboard's panes: off under dialogs (the detail screen uses some).
-TASK_ACTIONS = (
-    "run_now", "toggle_enabled", "delete_task", "detail", "cancel_run", "add_task", "filter",
-    "toggle_failures", "edit_task",
-)  # fmt: skip
-VIEW_ACTIONS = ("cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side")
-QUITTING_OFF = frozenset(TASK_ACTIONS + VIEW_ACTIONS + ("toggle_engine", "toggle_ticker")) - {
-    "cancel_run"
-}  # keys that mean nothing while quit waits for the runs
-
-
-def _rank(action: str) -> int:
-    return RANKS.get(action, 50)
-
-
-class Dashboard(Screen[None]):
-    """The main screen. Its layout classes follow its own size on every resize (the app's
-    size moves before the screen is laid out again, so classes set there came a resize
-    late)."""
-
-    def __init__(self, tasks: RowTable, occurrences: RowTable) -> None:
-        super().__init__()
-        self.tasks = tasks
-        self.occurrences = occurrences
-
-    def compose(self) -> ComposeResult:
-        yield StatusLine(id="status")
-        yield Banner("", id="banner")
-        with Horizontal(id="body"):
-            with Vertical(id="tables"):
-                yield TablePane("Tasks", self.tasks, id="tasks-pane")
-                yield TablePane("Occurrences (newest first)", self.occurrences, id="occ-pane")
-            with Vertical(id="side"):
-                yield TicksPane(id="ticks")
-                yield BreakerPane(id="breaker")
-        yield Input(placeholder="filter by task name (enter keeps, esc clears)", id="filter")
-        yield KeyFooter(_rank, id="footer")
-
-    def on_mount(self) -> None:
-        self.tasks.focus()
-        self.lay_out(self.app.size.width, self.app.size.height)
-
-    def on_resize(self, event) -> None:
-        self.lay_out(event.size.width, event.size.height)
-
-    def lay_out(self, width: int, height: int) -> None:
-        narrow, short = width < NARROW, height < SHORT
-        if self.has_class("-narrow") != narrow or self.has_class("-short") != short:
-            self.set_class(narrow, "-narrow")
-            self.set_class(short, "-short")
-            self.refresh(layout=True)
-
-
-class TickuiApp(App[int]):
+class TickuiApp(TaskActions, ViewChoices, App[int]):
     CSS_PATH = "tickui.tcss"
     TITLE = "tickui"
     BINDINGS = [
@@ -205,15 +102,12 @@ class TickuiApp(App[int]):
         self._drain_pending = False  # a drain is scheduled
         self._drains = [0.0, 0.0]  # loop times the last two drains started
         self._last_second = 0.0  # loop time countdowns and the clock were last looked at
-        self._breaker_state: str | None = None
-        self._lease_state: str | None = None
+        self.notices = Notices(FAILURE_QUIET)
         self._failures_were_on = False  # `f` was on: say when the breaker closes again
         self._save_failed = False
         self._waiting = False  # quitting, waiting for active runs
         self._leaving: asyncio.Task | None = None
-        self._newest_at_load = 0  # failures up to this occurrence id were there before us
         self._filtering_occ = False  # the filter box filters the Occurrences pane (else Tasks)
-        self._failures_told: dict[int, tuple[float, int]] = {}  # task: (told at, not told)
         self.failure: str | None = None
         if self.prefs.theme:
             with contextlib.suppress(Exception):  # a theme this Textual does not know
@@ -275,7 +169,7 @@ class TickuiApp(App[int]):
         self._data_version = await store.data_version()
         self.task_rows.load(await store.list_tasks())
         newest = await store.newest_occurrences(1)
-        self._newest_at_load = newest[0].id if newest else 0
+        self.notices.newest_at_load = newest[0].id if newest else 0
         await self._load_occurrences()
         self.tasks_table.sync_size()
 
@@ -394,29 +288,12 @@ class TickuiApp(App[int]):
                     self.occ_table.refresh_row(index)
 
     def _tell_failure(self, old: Occurrence | None, occ: Occurrence) -> None:
-        """A run that just ended failed: a toast naming the task and its code (and the bell
-        when [ui] bell is on). One seen failed before is not told again, and a task that
-        keeps failing is told at most once a minute (with how many more failed)."""
-        if occ.state != "failed" or (old is not None and old.state == "failed"):
-            return
-        if old is None and occ.id <= self._newest_at_load:
-            return  # a failure from before this dashboard started: not news
-        now = asyncio.get_running_loop().time()
-        told, unsaid = self._failures_told.get(occ.task_id, (-FAILURE_QUIET, 0))
-        if now - told < FAILURE_QUIET:
-            self._failures_told[occ.task_id] = (told, unsaid + 1)
-            return
-        self._failures_told[occ.task_id] = (now, 0)
-        code = outcome_code(occ)
-        detail = safe_text((occ.detail or "").replace("\n", " "))[:80]
-        more = f" ({unsaid} more failed since the last notice)" if unsaid else ""
-        self.notify(
-            f"{occ.task} failed ({code}){': ' + detail if detail else ''}{more}",
-            title=f"Run {occ.id} failed",
-            severity="error",
-        )
-        if self.ring_bell:
-            self.bell()
+        """A run that just ended failed: a toast (and the bell when [ui] bell is on)."""
+        message = self.notices.failed_run(old, occ, asyncio.get_running_loop().time())
+        if message is not None:
+            self.notify(message, title=f"Run {occ.id} failed", severity="error")
+            if self.ring_bell:
+                self.bell()
 
     async def _refresh_tasks(self, ids: set[int]) -> None:
         store = self.host.store
@@ -504,19 +381,13 @@ class TickuiApp(App[int]):
         this engine lost the lease it held."""
         host = self.host
         status = host.engine.status()
-        if self._lease_state == "held" and status.lease_state != "held" and status.running:
-            self.notify(
-                f"this dashboard's engine lost the lease ({status.lease_state}"
-                f"{', held by ' + status.holder if status.holder else ''}): it runs nothing"
-                " until it holds it again",
-                title="Lease lost",
-                severity="error",
-            )
-        self._lease_state = status.lease_state
+        lost = self.notices.lease(status)
+        if lost is not None:
+            self.notify(lost, title="Lease lost", severity="error")
         waiting = host.engine.dispatcher.active() if self._waiting else None
         with contextlib.suppress(Exception):
             self.dashboard.query_one(StatusLine).show(
-                _short(host.db),
+                short_path(host.db),
                 status,
                 host.ticker.status,
                 host.clock.now(),
@@ -547,14 +418,10 @@ class TickuiApp(App[int]):
                 )
 
     def _tell_breaker(self, metrics) -> None:
-        state = metrics.breaker_state
-        if state == OPEN and self._breaker_state not in (None, OPEN):
-            reason = metrics.transitions[-1]["reason"] if metrics.transitions else ""
-            reason = safe_text(reason or metrics.last_error or "too many failed publishes")
-            self.notify(f"tick publishes stop for a while: {reason}", title="Breaker open",
-                        severity="error")  # fmt: skip
-        self._breaker_state = state
-        if state == CLOSED:
+        opened = self.notices.breaker(metrics)
+        if opened is not None:
+            self.notify(opened, title="Breaker open", severity="error")
+        if metrics.breaker_state == CLOSED:
             self._failures_were_on = False
 
     def _breaker_note(self, metrics) -> str:
@@ -568,37 +435,6 @@ class TickuiApp(App[int]):
         at = self._now() + round(retry * 1_000_000)
         clock = datetime.fromtimestamp(at / 1_000_000, self.view.zone()).strftime("%H:%M:%S")
         return f"f is off: closes on its next probe at {clock} (in {retry:.0f}s)"
-
-    # ---- what is selected -------------------------------------------------------------
-
-    def selected_task(self) -> Task | None:
-        """The task highlighted now, by id: in the Tasks pane, or the selected
-        occurrence's task in the Occurrences pane, or the detail screen's."""
-        if isinstance(self.screen, DetailScreen):
-            return self.screen.task_row
-        if self.focused is self.occ_table:
-            occ = self.selected_occurrence()
-            return self.task_rows.by_id.get(occ.task_id) if occ is not None else None
-        key = self.tasks_table.selected_key
-        return self.task_rows.by_id.get(key) if key is not None else None
-
-    def selected_occurrence(self) -> Occurrence | None:
-        """The occurrence highlighted now (by id); from the Tasks pane, the selected task's
-        newest active run."""
-        if self.focused is self.occ_table:
-            key = self.occ_table.selected_key
-            return self.occ_rows.by_id.get(key) if key is not None else None
-        key = self.tasks_table.selected_key
-        if key is None:
-            return None
-        running = [o for o in self.occ_rows.by_id.values() if o.task_id == key and o.active]
-        return max(running, key=lambda o: o.id) if running else None
-
-    def _need_task(self) -> Task | None:
-        task = self.selected_task()
-        if task is None:
-            self.notify("no task selected", severity="warning")
-        return task
 
     # ---- actions ----------------------------------------------------------------------
 
@@ -615,50 +451,7 @@ class TickuiApp(App[int]):
             return self.host is not None and self.ready.is_set()
         return True
 
-    async def action_run_now(self) -> None:
-        task = self._need_task()
-        if task is None:
-            return
-        engine = self.host.engine
-        try:
-            if engine.running and engine.holds_lease:
-                occ = await engine.run_now(task.name)
-                self.mark([task.id], [occ.id])
-                self.notify(f"started {task.name}: occurrence {occ.id}")
-            else:
-                await self._queue_run_now(task)
-        except RunNowRefused as exc:
-            self.notify(
-                f"{task.name}: {exc.reason} ({exc.code})",
-                title="Run now refused",
-                severity="warning",
-            )
-        except TickuiError as exc:
-            self.notify(redact(str(exc)), title="Run now failed", severity="error")
-        await self.drain()
-
-    async def _queue_run_now(self, task: Task) -> None:
-        """Not the lease holder: leave a request for whoever holds it (or starts next)."""
-        await queue_run_now(self.host.store, task, self.clock.now())
-        where = (
-            "the lease holder runs it"
-            if self.host.engine.running
-            else "the engine is stopped; it runs when an engine starts"
-        )
-        self.notify(f"queued run-now of {task.name}: {where}")
-
-    async def action_toggle_enabled(self) -> None:
-        task = self._need_task()
-        if task is None:
-            return
-        try:
-            await self.host.store.set_enabled(task.name, not task.enabled, self.clock.now())
-        except TickuiError as exc:
-            self.notify(redact(str(exc)), severity="error")
-            return
-        self.notify(f"{'disabled' if task.enabled else 'enabled'} {task.name}")
-        self.mark([task.id])
-        await self.drain()
+    # ---- engine, ticker, simulated failures ----------------------------------------
 
     @work(exclusive=True, group="engine")
     async def action_toggle_engine(self) -> None:
@@ -721,312 +514,10 @@ class TickuiApp(App[int]):
         self._ticker_dirty = True
         self.show_ticker()
 
-    def action_detail(self) -> None:
-        if isinstance(self.screen, DetailScreen):  # enter on a run picked in the detail
-            self.screen.action_open_selected()
-            return
-        if self.focused is self.occ_table:
-            occ = self.selected_occurrence()
-            if occ is not None:
-                self.open_run(occ)
-            return
-        task = self._need_task()
-        if task is not None:
-            self.push_screen(DetailScreen(task, self._detail_source()))
-
-    def _detail_source(self) -> DetailSource:
-        assert self.host is not None
-        return DetailSource(
-            current_task=lambda task: self.task_rows.by_id.get(task.id, task),
-            history=lambda name, limit: self.host.store.history(name, limit=limit),
-            now=self._now,
-            cancel=self.cancel_occurrence,
-            open_run=self.open_run,
-            view=lambda: self.view,
-        )
-
-    def open_run(self, occ: Occurrence) -> None:
-        """That run's facts and whole output (from the Occurrences pane or a task's runs)."""
-        assert self.host is not None
-        store = self.host.store
-
-        async def occurrence(occ_id: int) -> Occurrence | None:
-            found = await store.occurrences_by_id([occ_id])
-            return found[0] if found else None
-
-        def zone(run: Occurrence):
-            task = self.task_rows.by_id.get(run.task_id)
-            return self.view.zone(task.spec.tz if task is not None else None)
-
-        self.push_screen(RunScreen(occ, RunSource(occurrence, self._now, _short_text, zone)))
-
-    def action_add_task(self) -> None:
-        self.push_screen(
-            AddTaskScreen(self._now, zone_for_preview=self._preview_zone()), self._added
-        )
-
-    def _preview_zone(self):
-        """The form previews fire times in the zone the dashboard shows (task mode: the
-        task's own)."""
-        return None if self.view.mode == "task" else self.view.zone()
-
-    async def _added(self, spec: TaskSpec | None) -> None:
-        if spec is None:
-            return
-        try:
-            task = await self.host.store.add_task(spec, self.clock.now(), source="ui")
-        except TickuiError as exc:
-            self.notify(redact(str(exc)), title="Not added", severity="error")
-            return
-        self.notify(f"added {task.name}")
-        self.mark([task.id])
-        await self.drain()
-        self.tasks_table.select_key(task.id)
-
-    def action_edit_task(self) -> None:
-        """The add form filled in with the task highlighted now; saved through the same
-        checks (a bad or taken name changes nothing)."""
-        task = self._need_task()
-        if task is None:
-            return
-
-        async def edited(spec: TaskSpec | None) -> None:
-            if spec is None:
-                return
-            try:
-                changed = await self.host.store.edit_task(task.name, spec, self.clock.now())
-            except TickuiError as exc:
-                self.notify(redact(str(exc)), title="Not saved", severity="error")
-                return
-            self.notify(f"saved {changed.name}")
-            self.mark([changed.id])
-            await self.drain()
-
-        self.push_screen(
-            AddTaskScreen(self._now, task=task, zone_for_preview=self._preview_zone()), edited
-        )
-
-    def action_delete_task(self) -> None:
-        task = self._need_task()
-        if task is None:
-            return
-
-        async def answered(yes: bool | None) -> None:
-            if not yes:
-                return
-            try:
-                await self.host.store.remove_task(task.name)
-            except TickuiError as exc:
-                self.notify(redact(str(exc)), severity="error")
-                return
-            self.notify(f"deleted {task.name}; its history stays")
-            self.mark([task.id])
-            await self.drain()
-
-        self.push_screen(
-            ConfirmScreen(
-                f"Delete task {task.name}? Its history stays.",
-                yes_label="Delete (y)",
-                no_label="Keep (n)",
-            ),
-            answered,
-        )
-
-    async def action_cancel_run(self) -> None:
-        if self._waiting:
-            await self.hang_up()
-            return
-        await self.cancel_occurrence(self.selected_occurrence())
-
-    async def cancel_occurrence(self, occ: Occurrence | None) -> None:
-        """Ask first, naming the run; `y` cancels exactly that occurrence id."""
-        if occ is None or not occ.active:
-            self.notify(
-                "no running occurrence selected", title="Cancel refused", severity="warning"
-            )
-            return
-        started = occ.started_at or occ.scheduled_for
-        task = self.task_rows.by_id.get(occ.task_id)
-        zone = self.view.zone(task.spec.tz if task is not None else None)
-        clock = datetime.fromtimestamp(started / 1_000_000, zone).strftime("%H:%M:%S")
-        word = "started" if occ.started_at is not None else "scheduled"
-
-        async def answered(yes: bool | None) -> None:
-            if yes:
-                await self._cancel(occ)
-
-        self.push_screen(
-            ConfirmScreen(
-                f"Cancel run {occ.id} ({occ.task}, {word} {clock})?",
-                yes_label="Cancel run (y)",
-                no_label="Keep (n)",
-            ),
-            answered,
-        )
-
-    async def _cancel(self, occ: Occurrence) -> None:
-        if not await self.host.engine.cancel(occ.id):
-            self.notify(
-                f"occurrence {occ.id} is not run by this engine (or it already ended)",
-                title="Cancel refused",
-                severity="warning",
-            )
-            return
-        self.notify(f"cancelling occurrence {occ.id} ({occ.task})")
-        self.mark([occ.task_id], [occ.id])
-
-    # ---- view: filters, sort, zone, side panes ----------------------------------------
-
-    def _filter_box(self) -> Input:
-        return self.dashboard.query_one("#filter", Input)
-
-    def action_filter(self) -> None:
-        """One filter box; what it filters is the pane focused when `/` was pressed."""
-        box = self._filter_box()
-        occ = self.focused is self.occ_table
-        self._filtering_occ = occ
-        box.placeholder = (
-            "occurrences: task name contains (enter keeps, esc clears)"
-            if occ
-            else "tasks: name contains (enter keeps, esc clears)"
-        )
-        with box.prevent(Input.Changed):
-            box.value = self.occ_rows.text if occ else self.task_rows.filter
-        box.display = True
-        box.focus()
-
-    async def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id != "filter":
-            return
-        if self._filtering_occ:  # remembered on enter or esc, not per key
-            await self._filter_occurrences(save=False, text=event.value)
-        else:
-            self.task_rows.set_filter(event.value)
-            self.tasks_table.sync_size()
-            self._titles()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "filter":
-            if self._filtering_occ:
-                self.remember(occ_text=self.occ_rows.text)
-            event.input.display = False
-            (self.occ_table if self._filtering_occ else self.tasks_table).focus()
-
-    async def on_key(self, event) -> None:
-        box = self.focused
-        if event.key == "escape" and isinstance(box, Input) and box.id == "filter":
-            event.stop()
-            box.value = ""  # clears that pane's filter (through Input.Changed)
-            if self._filtering_occ:
-                self.remember(occ_text="")
-            box.display = False
-            (self.occ_table if self._filtering_occ else self.tasks_table).focus()
-
-    async def _filter_occurrences(self, save: bool = True, **changes: object) -> None:
-        """Change the Occurrences pane's filters and read its rows again from the store."""
-        rows = self.occ_rows
-        current = {"text": rows.text, "state": rows.state, "task_id": rows.task_id}
-        current.update(changes)
-        task = self.task_rows.by_id.get(current["task_id"] or -1)
-        rows.set_filter(**current, task_name=task.name if task is not None else None)
-        if save:
-            self.remember(occ_text=current["text"], occ_state=current["state"])
-        self._titles()
-        if self.host is not None:
-            keep = self.occ_table.selected_key
-            await self._load_occurrences()
-            if keep is not None and keep in rows.by_id:
-                self.occ_table.select_key(keep)
-
-    async def action_cycle_state(self) -> None:
-        states = OccurrenceRows.STATES
-        now = self.occ_rows.state
-        await self._filter_occurrences(state=states[(states.index(now) + 1) % len(states)])
-
-    async def action_follow_task(self) -> None:
-        """Only the highlighted occurrence's (or task's) runs; pressed again, every task's."""
-        if self.occ_rows.task_id is not None:
-            await self._filter_occurrences(task_id=None)
-            return
-        task = self.selected_task()
-        if task is None:
-            self.notify("no task selected", severity="warning")
-            return
-        await self._filter_occurrences(task_id=task.id)
-
-    def action_cycle_sort(self) -> None:
-        """The next sortable column, ascending (a header click picks one, or reverses)."""
-        columns = TaskRows.SORTABLE
-        title, _ = self.task_rows.sort
-        nxt = columns[(columns.index(title) + 1) % len(columns)] if title in columns else "NEXT"
-        self._sort(nxt, False)
-
-    def _sort(self, title: str, descending: bool) -> None:
-        keep = self.tasks_table.selected_key
-        self.task_rows.set_sort(title, descending)
-        self.tasks_table.sync_size()
-        if keep is not None:
-            self.tasks_table.select_key(keep)
-        self.remember(sort_column=title, sort_descending=descending)
-        self._titles()
-
-    def on_row_table_header_clicked(self, event) -> None:
-        if event.table is not self.tasks_table or event.column_title not in TaskRows.SORTABLE:
-            return
-        title, descending = self.task_rows.sort
-        self._sort(event.column_title, not descending if title == event.column_title else False)
-
-    def action_cycle_zone(self) -> None:
-        self.view = TimeView(MODES[(MODES.index(self.view.mode) + 1) % len(MODES)])
-        self.task_cells.view = self.occ_cells.view = self.view
-        self.remember(zone=self.view.mode)
-        self.tasks_table.refresh()
-        self.occ_table.refresh()
-        if self.host is not None:
-            self.show_status()
-            self.show_ticker()
-        self.notify(f"times in {self.view.label()}")
-
-    def action_toggle_side(self) -> None:
-        self.remember(side_hidden=not self.prefs.side_hidden)
-        self._side_shown()
-
-    def _side_shown(self) -> None:
-        with contextlib.suppress(Exception):
-            self.dashboard.query_one("#side").display = not self.prefs.side_hidden
-
-    def _titles(self) -> None:
-        """Filters and sort in the pane titles: what the panes leave out is never hidden."""
-        if not self.dashboard.is_mounted:
-            return
-        tasks = self.dashboard.query_one("#tasks-pane")
-        occ = self.dashboard.query_one("#occ-pane")
-        title, descending = self.task_rows.sort
-        text = f"Tasks · by {title} {'▼' if descending else '▲'}"
-        if self.task_rows.filter:
-            shown = f"{len(self.task_rows)} of {self.task_rows.total}"
-            text += f" · {shown} match {self.task_rows.filter!r}"
-        tasks.border_title = text
-        label = self.occ_rows.filter_label()
-        occ.border_title = "Occurrences" + (f" · {label}" if label else " (newest first)")
-
     # ---- help, palette, quitting --------------------------------------------------------
 
     def action_help(self) -> None:
-        groups = [
-            (title, [(SHOWN_KEY.get(k.key, k.key), k.text) for k in keys])
-            for title, keys in KEY_GROUPS
-        ]
-        groups.append(
-            (
-                "Moving",
-                [
-                    ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
-                    ("ctrl+p", "Command palette (all of the above, and themes)"),
-                ],
-            )
-        )
-        self.push_screen(HelpScreen(groups))
+        self.push_screen(HelpScreen(help_groups()))
 
     async def action_quit(self) -> None:
         if self._waiting:
@@ -1095,13 +586,3 @@ def _runner(app: TickuiApp, action: str) -> Callable[[], Awaitable[None]]:
         await app.run_action(action)
 
     return run
-
-
-def _short_text(path: str) -> str:
-    return _short(Path(path))
-
-
-def _short(path: Path) -> str:
-    home = str(Path.home())
-    text = str(path)
-    return "~" + text[len(home) :] if text.startswith(home + "/") else text

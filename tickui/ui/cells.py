@@ -7,6 +7,7 @@ import signal
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from tickui.models import Occurrence, Task
@@ -255,3 +256,14 @@ def occurrence_cells(occ: Occurrence, now: int, view: TimeView = TimeView()) -> 
         (code or "-", CODE_STYLE.get(code, "red")),
         (detail_text(occ), "bright_black"),
     ]
+
+
+def short_path(path) -> str:
+    """A path as a person reads it: the home folder as ~."""
+    home = str(Path.home())
+    text = str(path)
+    return "~" + text[len(home) :] if text.startswith(home + "/") else text
+
+
+def short_path_text(path: str) -> str:
+    return short_path(path)

@@ -1,0 +1,102 @@
+"""Every key of the dashboard in one place: the bindings, the footer's order, the help
+screen's groups, the palette and README's keys table all read this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Key:
+    key: str
+    action: str
+    label: str  # in the footer and the palette
+    text: str  # in the help screen
+    rank: int  # the footer drops high ranks first when narrow; 0 always shows
+    show: bool = True
+
+
+KEY_GROUPS: list[tuple[str, list[Key]]] = [
+    ("Runs", [
+        Key("r", "run_now", "Run now", "Run the selected task now (its schedule does not move)", 2),
+        Key("enter", "detail", "Open",
+            "Open: a task's detail (Tasks pane) or a run's output (Occurrences pane)", 3),
+        Key("c", "cancel_run", "Cancel run",
+            "Cancel the selected running occurrence (asks first); while quitting: all of them", 4),
+    ]),
+    ("Tasks", [
+        Key("a", "add_task", "Add", "Add a task (the form checks it as you type)", 6),
+        Key("E", "edit_task", "Edit", "Edit the selected task (the add form, filled in)", 9),
+        Key("e", "toggle_enabled", "Enable/disable", "Enable or disable the selected task", 5),
+        Key("d", "delete_task", "Delete", "Delete the selected task (asks first; history stays)",
+            10),
+    ]),
+    ("View", [
+        Key("slash", "filter", "Filter",
+            "Filter the focused pane by task name (enter keeps it, esc clears it)", 7),
+        Key("F", "cycle_state", "State",
+            "Occurrences: show all, failed, running or not skipped runs", 12),
+        Key("T", "follow_task", "Follow",
+            "Occurrences: only the selected task's runs (again: every task's)", 13),
+        Key("S", "cycle_sort", "Sort",
+            "Tasks: sort by the next column; click a header to sort by it, again to reverse",
+            11),
+        Key("z", "cycle_zone", "Zone", "Times in local time, UTC or each task's own zone", 14),
+        Key("H", "toggle_side", "Side panes", "Hide or show the Ticks and breaker panes", 15),
+        Key("tab", "focus_next", "Next pane", "Move between the Tasks and Occurrences panes", 20,
+            show=False),
+    ]),
+    ("Engine", [
+        Key("s", "toggle_engine", "Start/stop engine", "Start or stop the engine", 8),
+        Key("t", "toggle_ticker", "Start/stop ticker", "Start or stop the tick emitter", 16),
+        Key("f", "toggle_failures", "Fail publishes",
+            "Simulate publish failures (watch the breaker; asks first on a real database)", 17),
+    ]),
+    ("App", [
+        Key("question_mark", "help", "Help", "This help", 0),
+        Key("q", "quit", "Quit", "Quit (asks about active runs)", 0),
+    ]),
+]  # fmt: skip
+KEYS = [(k.key, k.action, k.label, k.text) for _, keys in KEY_GROUPS for k in keys]
+RANKS = {k.action: k.rank for _, keys in KEY_GROUPS for k in keys}
+SHOWN_KEY = {"question_mark": "?", "slash": "/"}
+
+# Keys that act on the dashboard's panes: off under dialogs (the detail screen uses some).
+TASK_ACTIONS = (
+    "run_now", "toggle_enabled", "delete_task", "detail", "cancel_run", "add_task", "filter",
+    "toggle_failures", "edit_task",
+)  # fmt: skip
+VIEW_ACTIONS = ("cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side")
+QUITTING_OFF = frozenset(TASK_ACTIONS + VIEW_ACTIONS + ("toggle_engine", "toggle_ticker")) - {
+    "cancel_run"
+}  # keys that mean nothing while quit waits for the runs
+
+
+def rank(action: str) -> int:
+    """The footer drops high ranks first; a key not listed here goes last."""
+    return RANKS.get(action, 50)
+
+
+MOVING = [
+    ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
+    ("ctrl+p", "Command palette (all of the above, and themes)"),
+]
+
+
+def help_groups() -> list[tuple[str, list[tuple[str, str]]]]:
+    """The help screen's sections: each group's keys as shown, then how to move."""
+    groups = [
+        (title, [(SHOWN_KEY.get(k.key, k.key), k.text) for k in keys]) for title, keys in KEY_GROUPS
+    ]
+    return [*groups, ("Moving", MOVING)]
+
+
+def keys_markdown() -> str:
+    """README's keys table, made from the same source as the help screen."""
+    lines = ["| Key | What it does |", "| --- | --- |"]
+    for title, keys in help_groups():
+        lines.append(f"| **{title}** | |")
+        for key, text in keys:
+            shown = key.replace("|", "\\|")
+            lines.append(f"| `{shown}` | {text} |")
+    return "\n".join(lines) + "\n"
