@@ -338,6 +338,15 @@ async def test_z_cycles_the_zone_in_the_header_and_the_tables_and_remembers_it(
         await until(pilot, lambda: "task zones" in header(app))
         await until(pilot, lambda: "17:00:30" in tokyo_row())  # the task's own zone
         assert saved.load()[0].zone == "task"
+        await app.host.engine.run_now("tokyo")  # its run's times too, in the task's zone
+
+        def tokyo_run() -> str:
+            lines = screen_text(app).split("Occurrences", 1)[1].splitlines()
+            return next((line for line in lines if "tokyo" in line), "")
+
+        await until(pilot, lambda: "17:00:00" in tokyo_run())
+        await pilot.press("z")  # local (UTC here) again
+        await until(pilot, lambda: "08:00:00" in tokyo_run())
 
 
 # ---- layout ------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         self.occ_rows = OccurrenceRows()
         self._apply_prefs_to_rows()
         self.task_cells = CellSource(self.task_rows, task_cells)
-        self.occ_cells = CellSource(self.occ_rows, occurrence_cells)
+        self.occ_cells = CellSource(self.occ_rows, self._occurrence_cells)
         self.task_cells.view = self.occ_cells.view = self.view
         self.tasks_table = RowTable(TASK_COLUMNS, self.task_cells, self._now, id="tasks")
         self.occ_table = RowTable(OCCURRENCE_COLUMNS, self.occ_cells, self._now, id="occurrences")
@@ -112,6 +112,11 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         if self.prefs.theme:
             with contextlib.suppress(Exception):  # a theme this Textual does not know
                 self.theme = self.prefs.theme
+
+    def _occurrence_cells(self, occ: Occurrence, now: int, view: TimeView) -> list:
+        """An occurrence's cells, its times in its task's zone when the view says so."""
+        task = self.task_rows.by_id.get(occ.task_id)
+        return occurrence_cells(occ, now, view, task.spec.tz if task is not None else None)
 
     def _apply_prefs_to_rows(self) -> None:
         prefs = self.prefs

@@ -239,10 +239,12 @@ def detail_text(occ: Occurrence) -> str:
 CODE_STYLE = {"": "", "0": "", "CANCELLED": "magenta", "REPLACED": "bright_black"}
 
 
-def occurrence_cells(occ: Occurrence, now: int, view: TimeView = TimeView()) -> list[Cell]:
-    """Times in the view's zone; in "task" mode occurrences (which carry no zone) use
-    the local one."""
-    zone = view.zone()
+def occurrence_cells(
+    occ: Occurrence, now: int, view: TimeView = TimeView(), task_tz: str | None = None
+) -> list[Cell]:
+    """Times in the view's zone; in "task" mode, in `task_tz`, the zone of the run's task
+    (an occurrence carries none of its own)."""
+    zone = view.zone(task_tz)
     code = outcome_code(occ)
     return [
         (str(occ.id), "bright_black"),
