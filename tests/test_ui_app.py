@@ -309,6 +309,25 @@ async def test_occurrence_filters_by_name_state_and_task_show_in_the_title(tmp_d
         assert pane.border_title == "Occurrences (newest first)"
 
 
+async def test_a_run_the_state_filter_stops_showing_leaves_the_table_at_once(
+    tmp_db: Path,
+) -> None:
+    """Filtered to running, the sleepy run is shown; when it is cancelled it leaves the
+    rows and the table's height in the same refresh, not a second later."""
+    clock = ManualClock(T0)
+    app = make_app(tmp_db, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("tab", "F", "F")  # failed, then running
+        assert app.occ_rows.state == "running"
+        occ = await app.host.engine.run_now("sleepy")
+        await until(pilot, lambda: occ.id in app.occ_rows.by_id)
+        assert app.occ_table.virtual_size.height == 2  # header and the one run
+        await app.host.engine.cancel(occ.id)
+        await until(pilot, lambda: not app.occ_rows.by_id)
+        assert app.occ_table.virtual_size.height == 1  # only the header left
+
+
 # ---- time zones --------------------------------------------------------------------------
 
 

@@ -274,17 +274,18 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         store = self.host.store
         occ_ids, self._dirty_occ = self._dirty_occ, set()
         task_ids, self._dirty_tasks = self._dirty_tasks, set()
-        occ_added = False
+        rows_moved = False
         if occ_ids:
             for occ in await store.occurrences_by_id(sorted(occ_ids)):
                 old = self.occ_rows.by_id.get(occ.id)
                 self._tell_failure(old, occ)
-                self.occ_rows.upsert(occ)
-                occ_added |= old is None and occ.id in self.occ_rows.by_id
+                kept = self.occ_rows.upsert(occ)
+                # rows came or went (a new run, or one a state filter now hides): resize
+                rows_moved |= (old is None) == kept
                 task_ids.add(occ.task_id)
         if task_ids:
             await self._refresh_tasks(task_ids)
-        if occ_added:
+        if rows_moved:
             self.occ_table.sync_size()
         elif occ_ids:
             for occ_id in occ_ids:
