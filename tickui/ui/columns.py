@@ -15,26 +15,28 @@ TASK_COLUMNS = [
     Column("SCHEDULE", 8, 14, priority=3, flex=True),
     Column("NEXT", 8, 9, flex=True),
     Column("LEFT", 6, right=True),
-    Column("LAST", 8, 9, priority=6, flex=True),
-    Column("PASSED", 6, priority=7, right=True),
+    Column("LAST", 8, 9, priority=7, flex=True),
+    Column("PASSED", 6, priority=8, right=True),
     Column("RESULT", 9),
-    Column("OK%", 4, priority=4, right=True),
-    Column("MED", 5, priority=5, right=True),
-    Column("ENABLED", 7, 16, priority=2, flex=True),
-    Column("POLICY", 6, 11, priority=8, flex=True),
-    Column("MISS/SKIP", 9, priority=5, right=True),
+    Column("OK%", 4, priority=5, right=True),
+    Column("MED", 5, priority=6, right=True),
+    # a note ("off CRM migration") takes spare width only: it never pushes a column out
+    Column("ENABLED", 7, 8, priority=2, flex=True),
+    Column("POLICY", 6, 11, priority=9, flex=True),
+    Column("MISS/SKIP", 9, priority=4, right=True),
 ]
 OCCURRENCE_COLUMNS = [
-    Column("ID", 4, 6, priority=6, right=True),
+    Column("ID", 4, 6, priority=4, right=True),  # what `c` and the run view name a run by
     Column("STATE", 9),
     Column("TASK", 8, 16, flex=True),
-    Column("KIND", 6, priority=5),
+    Column("KIND", 6, priority=6),
     Column("SCHED", 8, 9, priority=3, flex=True),
     Column("START", 8, 9, flex=True),
-    Column("LATE", 7, priority=4, right=True),
+    Column("LATE", 7, priority=5, right=True),
     Column("TOOK", 6, right=True),
     Column("CODE", 8, 11, priority=1, flex=True),
-    Column("DETAIL", 6, 16, priority=2, flex=True),
+    # free text, read whole in the run view: spare width only, never pushes a column out
+    Column("DETAIL", 6, 8, priority=2, flex=True),
 ]
 
 

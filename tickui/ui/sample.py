@@ -59,7 +59,7 @@ def sample_app(db: Path, *, standby: bool = False) -> TickuiApp:
         host.db = Path("~/.local/share/tickui/tickui.db")
         return host
 
-    return TickuiApp(factory)
+    return TickuiApp(factory, settings_file=db.parent / "settings.json")  # not the user's
 
 
 def _alive(host: str | None, pid: int | None, start: int | None) -> bool:
@@ -217,7 +217,7 @@ def busy_app(db: Path) -> TickuiApp:
         host.db = Path("~/.local/share/tickui/tickui.db")
         return host
 
-    return TickuiApp(factory)
+    return TickuiApp(factory, settings_file=db.parent / "settings.json")  # not the user's
 
 
 async def busy_scene(pilot) -> None:
