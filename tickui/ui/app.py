@@ -28,6 +28,7 @@ from tickui.ui import settings as saved
 from tickui.ui.cells import MODES, TimeView, occurrence_cells, short_path, task_cells
 from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
 from tickui.ui.dashboard import Dashboard
+from tickui.ui.detail import DetailScreen
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.host import Host
 from tickui.ui.keys import (
@@ -523,7 +524,15 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
     # ---- help, palette, quitting --------------------------------------------------------
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(help_groups()))
+        screen = self.screen
+        kind = (
+            "run"
+            if isinstance(screen, RunScreen)
+            else "detail"
+            if isinstance(screen, DetailScreen)
+            else "dashboard"
+        )
+        self.push_screen(HelpScreen(help_groups(kind)))
 
     async def action_quit(self) -> None:
         if self._waiting:

@@ -81,10 +81,35 @@ MOVING = [
     ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
     ("ctrl+p", "Command palette (all of the above, and themes)"),
 ]
+APP_KEYS = [("?", "This help"), ("q", "Quit (asks about active runs)")]
+
+# The other screens' keys, for their help and README (tests check them against each
+# screen's bindings, so neither can drift).
+DETAIL_KEYS = [
+    ("↑ ↓ k j", "Pick an older or newer run"),
+    ("enter", "Open the picked run's output view"),
+    ("r", "Run the task now"),
+    ("c", "Cancel the picked run (asks first)"),
+    ("esc", "Back to the dashboard"),
+]
+RUN_VIEW_KEYS = [
+    ("g home / G end", "First / last line"),
+    ("↑ ↓ k j pgup pgdn b space", "Scroll"),
+    ("f", "Follow new lines (on while the run runs)"),
+    ("/", "Search the whole log (enter searches, esc closes the box)"),
+    ("n / N", "Next / previous match"),
+    ("o", "Open the log in $PAGER (default less -R); the engine keeps running"),
+    ("esc", "Back"),
+]
+SCREENS = {"dashboard": "Dashboard", "detail": "Task detail", "run": "Run output view"}
 
 
-def help_groups() -> list[tuple[str, list[tuple[str, str]]]]:
-    """The help screen's sections: each group's keys as shown, then how to move."""
+def help_groups(screen: str = "dashboard") -> list[tuple[str, list[tuple[str, str]]]]:
+    """The help screen's sections for one screen: its keys grouped by purpose."""
+    if screen == "detail":
+        return [("Task detail", DETAIL_KEYS), ("App", APP_KEYS)]
+    if screen == "run":
+        return [("Run output view", RUN_VIEW_KEYS), ("App", APP_KEYS)]
     groups = [
         (title, [(SHOWN_KEY.get(k.key, k.key), k.text) for k in keys]) for title, keys in KEY_GROUPS
     ]
@@ -92,11 +117,15 @@ def help_groups() -> list[tuple[str, list[tuple[str, str]]]]:
 
 
 def keys_markdown() -> str:
-    """README's keys table, made from the same source as the help screen."""
+    """README's keys table, made from the same source as the help screens."""
     lines = ["| Key | What it does |", "| --- | --- |"]
-    for title, keys in help_groups():
-        lines.append(f"| **{title}** | |")
-        for key, text in keys:
-            shown = key.replace("|", "\\|")
-            lines.append(f"| `{shown}` | {text} |")
+    for screen, name in SCREENS.items():
+        for title, keys in help_groups(screen):
+            if screen != "dashboard" and title == "App":
+                continue
+            heading = title if screen == "dashboard" else name
+            lines.append(f"| **{heading}** | |")
+            for key, text in keys:
+                shown = key.replace("|", "\\|")
+                lines.append(f"| `{shown}` | {text} |")
     return "\n".join(lines) + "\n"
