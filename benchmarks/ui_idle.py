@@ -5,7 +5,8 @@ database holding 3 idle tasks (every 1h, and a cron far away), with the ticker a
 Beside it, in the same run and on the same tmux server, a bare Textual app whose only
 work is a clock updated every second (a tiny script this benchmark writes). After a
 settle period, for each: CPU as utime+stime from /proc/PID/stat over `--seconds`, and
-the bytes the app wrote to its pane (tmux `pipe-pane` into a file) per second.
+the bytes the app wrote to its pane (tmux `pipe-pane` into a file) per second, and the
+wakeups per second (voluntary context switches of all its threads).
 
 Targets (issue 11): cpu_pct <= 1.5 (% of one core), ratio to the bare app <= 3,
 bytes_per_s <= 5,000.
@@ -59,6 +60,20 @@ Clock().run()
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def wakeups(pid: int) -> int:
+    """Voluntary context switches of all the process's threads: each is a sleep that
+    ended, so a count of wakeups (timers, thread hops) whatever woke them."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return total
 
 
 class Tmux:
@@ -149,10 +164,12 @@ def one_round(scratch: Path, seconds: float, settle: float, n: int) -> dict:
         time.sleep(settle)
         start = time.monotonic()
         cpu0 = {p: cpu_seconds(p) for p in pids}
+        woke0 = {p: wakeups(p) for p in pids}
         bytes0 = {p: path.stat().st_size for p, path in ((ui_pid, out_ui), (bare_pid, out_bare))}
         time.sleep(seconds)
         elapsed = time.monotonic() - start
         cpu1 = {p: cpu_seconds(p) for p in pids}
+        woke1 = {p: wakeups(p) for p in pids}
         bytes1 = {p: path.stat().st_size for p, path in ((ui_pid, out_ui), (bare_pid, out_bare))}
         shown = tmux.screen("ui")
     finally:
@@ -173,6 +190,8 @@ def one_round(scratch: Path, seconds: float, settle: float, n: int) -> dict:
         "bare_cpu_pct": pct(bare_pid),
         "bytes_per_s": rate(ui_pid),
         "bare_bytes_per_s": rate(bare_pid),
+        "wakeups_per_s": (woke1[ui_pid] - woke0[ui_pid]) / elapsed,
+        "bare_wakeups_per_s": (woke1[bare_pid] - woke0[bare_pid]) / elapsed,
     }
 
 
@@ -194,7 +213,8 @@ def main() -> dict:
             print(
                 f"round {n + 1}: tickui {r['cpu_pct']:.2f}% CPU, {r['bytes_per_s']:.0f} B/s;"
                 f" bare Textual clock {r['bare_cpu_pct']:.2f}% CPU,"
-                f" {r['bare_bytes_per_s']:.0f} B/s; ratio {r['ratio'] or 0:.2f}",
+                f" {r['bare_bytes_per_s']:.0f} B/s; ratio {r['ratio'] or 0:.2f};"
+                f" wakeups/s {r['wakeups_per_s']:.0f} vs {r['bare_wakeups_per_s']:.0f}",
                 flush=True,
             )
     finally:
@@ -209,6 +229,8 @@ def main() -> dict:
         "ratio": round(med("ratio"), 2),
         "bytes_per_s": round(med("bytes_per_s")),
         "bare_bytes_per_s": round(med("bare_bytes_per_s")),
+        "wakeups_per_s": round(med("wakeups_per_s")),
+        "bare_wakeups_per_s": round(med("bare_wakeups_per_s")),
         "seconds": args.seconds,
         "rounds": args.rounds,
     }
