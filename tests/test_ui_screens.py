@@ -333,6 +333,12 @@ async def test_edit_prefills_from_the_task_and_round_trips_to_an_equal_spec(
         await pilot.press("ctrl+s")
         await until(pilot, lambda: app.answer is not _UNSET)
         assert app.answer == task.spec
+    app = form_host(task)
+    async with app.run_test(size=(80, 24)) as pilot:  # valid from the start: it opens at
+        await pilot.pause(0.1)  # the top, on the name, and does not jump to the buttons
+        form = app.screen
+        assert form.query_one("#add-box").scroll_y == 0
+        assert "Edit task backup" in screen_text(app)
 
 
 async def test_at_80x24_the_form_scrolls_to_its_verdict_and_buttons() -> None:

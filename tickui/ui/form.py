@@ -201,7 +201,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         self.spec: TaskSpec | None = None
         self.bad_field: str | None = None  # the input the current error is about
         self.bad_text = Text()
-        self.said = ""  # the verdict's kind last shown: hint, error or ok
+        self.said = ""  # the verdict's kind last shown: hint, error or ok ("" before any)
 
     def compose(self) -> ComposeResult:
         task = self.task_row
@@ -290,7 +290,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             line.update(self.bad_text if shown else "")
             line.display = shown
         self.query_one("#add", Button).disabled = spec is None
-        if said == "ok" and self.said != "ok":
+        if said == "ok" and self.said not in ("ok", ""):  # not on opening: edit starts at the top
             # Whole and valid: on a short terminal bring the verdict and the buttons into
             # view. Errors show under their own field instead, so a half-typed value
             # ("5" on the way to "5m") never scrolls the field being typed in away.

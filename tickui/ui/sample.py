@@ -125,6 +125,34 @@ async def help_scene(pilot) -> None:
     await pilot.pause()
 
 
+async def light_scene(pilot) -> None:
+    """The main screen in a light theme: the tables' cells take the theme's colours."""
+    await with_runs(pilot)
+    pilot.app.theme = "textual-light"
+    await pilot.pause()
+
+
+async def edit_scene(pilot) -> None:
+    """E on backup-db: the form filled in, its cron read in words, dated fire times."""
+    await with_runs(pilot)
+    app: TickuiApp = pilot.app
+    app.tasks_table.select_key(next(t.id for t in app.task_rows.by_id.values()
+                                    if t.name == "backup-db"))  # fmt: skip
+    await pilot.press("E")
+    await pilot.pause(0.2)
+
+
+async def cancel_scene(pilot) -> None:
+    """c on the run in flight: the question names it; No has the focus."""
+    await with_runs(pilot)
+    app: TickuiApp = pilot.app
+    running = next(o for o in app.occ_rows.by_id.values() if o.state == "running")
+    app.occ_table.focus()
+    app.occ_table.select_key(running.id)
+    await pilot.press("c")
+    await pilot.pause(0.2)
+
+
 async def standby_scene(pilot) -> None:
     await pilot.app.ready.wait()
     await pilot.pause()
@@ -135,7 +163,7 @@ async def breaker_open_scene(pilot) -> None:
     await with_runs(pilot)
     app: TickuiApp = pilot.app
     ticker = app.host.ticker
-    await pilot.press("f")
+    await pilot.press("f", "y")  # not the demo's database: f asks first
     breaker = ticker.breaker
     for _ in range(breaker.threshold):
         breaker.failure(0.0, T0, "simulated publish failure")
