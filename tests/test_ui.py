@@ -397,18 +397,18 @@ def _count_polls(monkeypatch) -> list[tuple[float, float, int]]:
     return polls
 
 
-async def test_outside_changes_are_looked_for_every_half_second(tmp_db: Path, monkeypatch) -> None:
-    """README: another process's changes are found within half a second. The timer is
+async def test_outside_changes_are_looked_for_every_second(tmp_db: Path, monkeypatch) -> None:
+    """README: another process's changes are found within a second. The timer is
     absolute (start + k * interval), so the typical gap between looks is the interval
     itself even on a busy machine; a late look only shortens the next gap."""
     polls = _count_polls(monkeypatch)
     app = make_app(tmp_db, ManualClock(T0))
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
-        await until(pilot, lambda: len(polls) >= 7, timeout=15)
+        await until(pilot, lambda: len(polls) >= 5, timeout=15)
     starts = [p[0] for p in polls]
     gaps = sorted(b - a for a, b in itertools.pairwise(starts))
-    assert statistics.median(gaps) <= 0.5 + 0.05, f"looks every {gaps} s"
+    assert statistics.median(gaps) <= 1.0 + 0.05, f"looks every {gaps} s"
 
 
 async def test_changes_by_another_process_show_at_the_first_look_after_them(

@@ -50,7 +50,6 @@ from tickui.ui.viewing import ViewChoices
 
 DRAIN_EVERY = 0.05  # drains (repaints of what changed): on average at most this often
 DRAIN_DELAY = 0.01  # a drain waits this long after the first mark, to gather a burst
-EXTERNAL_EVERY = 0.5  # another process's commits are looked for this often
 WAIT_FOREVER = 24 * 3600.0
 FAILURE_QUIET = 60.0  # s: a task that keeps failing raises one toast in this long
 
@@ -159,8 +158,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         await self.load_all()
         self._titles()
         await host.start()
-        self.set_interval(EXTERNAL_EVERY, self.look_outside)
-        self.set_interval(1.0, self.second)
+        self.set_interval(1.0, self.second)  # one wakeup a second: the screen's own pace
         await self.drain()
         self.ready.set()
         self.refresh_bindings()
@@ -354,12 +352,14 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         except Exception as exc:
             self.notify(redact(f"could not read the database: {exc}"), severity="error")
 
-    def second(self) -> None:
-        """Countdowns, durations and the clock move every second. While ticks come at
-        least once a second, the drain after a tick does this (one frame a second for both);
-        this timer does it when they do not, or stall."""
+    async def second(self) -> None:
+        """Once a second: look for other processes' commits, then move countdowns,
+        durations and the clock. While ticks come at least once a second, the drain after
+        a tick does the repaint (one frame a second for both); this timer does it when they
+        do not, or stall. Nothing polls faster than the screen changes."""
         if self.host is None:
             return
+        await self.look_outside()
         since = self._since_second()
         if since >= 1.5 or (since >= 0.9 and not self._ticks_drive_seconds()):
             self._each_second()

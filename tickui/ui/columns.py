@@ -13,15 +13,15 @@ from tickui.ui.table import Column, RowSource
 TASK_COLUMNS = [
     Column("NAME", 8, 16, flex=True),
     Column("SCHEDULE", 8, 14, priority=3, flex=True),
-    Column("NEXT", 8, 9, flex=True),
+    Column("NEXT", 8, 16, flex=True),  # "2027-01-15 09:00" whole: a date beats OK% and MED
     Column("LEFT", 6, right=True),
-    Column("LAST", 8, 9, priority=7, flex=True),
+    Column("LAST", 8, 16, priority=7, flex=True),
     Column("PASSED", 6, priority=8, right=True),
     Column("RESULT", 9),
     Column("OK%", 4, priority=5, right=True),
     Column("MED", 5, priority=6, right=True),
-    # a note ("off CRM migration") takes spare width only: it never pushes a column out
-    Column("ENABLED", 7, 8, priority=2, flex=True),
+    # why a task is off ("off CRM migration") is worth more than PASSED or POLICY
+    Column("ENABLED", 7, 16, priority=2, flex=True),
     Column("POLICY", 6, 11, priority=9, flex=True),
     Column("MISS/SKIP", 9, priority=4, right=True),
 ]
