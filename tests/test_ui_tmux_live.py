@@ -1,0 +1,125 @@
+"""The dashboard kept open in a real terminal: tmux runs `tickui --db X`, real runs arrive,
+keys go in and the screen comes out. Selection by identity, the run output view, resizes."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import cli, cli_json
+from ui_support import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _start(tmux, tmp_path: Path, db: Path, width: int = 120, height: int = 40):
+    command = f"TERM=xterm-256color {sys.executable} -m tickui --db {db}; sleep 30"
+    tmux("new-session", "-d", "-s", "ui", "-x", str(width), "-y", str(height), command)
+    tmux("set-option", "-t", "ui", "window-size", "manual")
+
+    def screen() -> str:
+        return tmux("capture-pane", "-p", "-t", "ui")
+
+    wait_for(screen, "engine running")
+    return screen
+
+
+def _keys(tmux, *keys: str) -> None:
+    for key in keys:
+        tmux("send-keys", "-t", "ui", key)
+        time.sleep(0.15)  # a person's pace: each key lands on the screen the last one left
+
+
+def _add(db: Path, name: str, *args: str) -> None:
+    added = cli("task", "add", name, *args, db=db)
+    assert added.returncode == 0, added.stderr
+
+
+def _wait_until(check, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not true after {timeout}s")
+
+
+def test_cancel_acts_on_the_run_picked_while_new_runs_arrive(tmux, tmp_path: Path) -> None:
+    """The cursor stays on the long run while a task every second adds rows on top; `c`
+    names that run and `y` cancels exactly it."""
+    db = tmp_path / "live.db"
+    _add(db, "long", "--cron", "0 0 1 1 *", "--", "sleep", "300")
+    _add(db, "often", "--every", "1s", "--", "true")
+    screen = _start(tmux, tmp_path, db)
+    _keys(tmux, "/", *"long", "Enter", "r")
+    wait_for(screen, "running")
+    [long_run] = [o for o in cli_json("history", "long", db=db) if o["state"] == "running"]
+    # Occurrences pane: filtered to long's run the cursor is on it; clearing the filter
+    # brings every row back and the cursor stays on that run, wherever it now is
+    _keys(tmux, "Tab", "/", *"long", "Enter")
+    wait_for(screen, "task ~ 'long'")
+    _keys(tmux, "/", "Escape")
+    _wait_until(lambda: "task ~" not in screen())
+    before = len(cli_json("history", "often", db=db))
+    _wait_until(lambda: len(cli_json("history", "often", db=db)) >= before + 4)
+    _keys(tmux, "c")
+    shown = wait_for(screen, f"run {long_run['id']} (long")
+    assert "started" in shown
+    _keys(tmux, "y")
+    _wait_until(lambda: cli_json("history", "long", db=db)[0]["state"] == "cancelled")
+    often = cli_json("history", "often", db=db)
+    assert not [o for o in often if o["state"] == "cancelled"]
+    _keys(tmux, "q")
+
+
+def test_enter_on_a_run_opens_its_whole_output(tmux, tmp_path: Path) -> None:
+    db = tmp_path / "out.db"
+    _add(db, "chatty", "--cron", "0 0 1 1 *", "--", "sh", "-c", "seq -f 'line %g' 1 2000")
+    screen = _start(tmux, tmp_path, db)
+    _keys(tmux, "r")
+    wait_for(screen, "succeeded")
+    _keys(tmux, "Tab", "Enter")
+    shown = wait_for(screen, "Run 1 of chatty")  # a finished run opens at its first line
+    assert re.search(r"line 1(?!\d)", shown) and "line 2000" not in shown
+    assert "scheduled" in shown and "started" in shown  # labels are never cut
+    _keys(tmux, "G")
+    wait_for(screen, "line 2000")
+    _keys(tmux, "g")
+    _wait_until(lambda: re.search(r"line 1(?!\d)", screen()))
+    _keys(tmux, "/", *"line 1234", "Enter")
+    wait_for(screen, "line 1234")
+    _keys(tmux, "Escape")
+    _keys(tmux, "q")
+
+
+def _side_by_side(shown: str) -> bool:
+    return any("Tasks" in line and "Ticks" in line for line in shown.splitlines())
+
+
+def test_each_size_gets_its_own_layout(tmux, tmp_path: Path) -> None:
+    db = tmp_path / "size.db"
+    _add(db, "greet", "--cron", "0 0 1 1 *", "--", "true")
+    screen = _start(tmux, tmp_path, db, 200, 60)
+    _wait_until(lambda: _side_by_side(screen()))
+    for width, height, wide in ((80, 24, False), (200, 60, True), (80, 24, False)):
+        tmux("resize-window", "-t", "ui", "-x", str(width), "-y", str(height))
+
+        def laid_out(wide=wide) -> bool:
+            shown = screen()
+            last = shown.rstrip("\n").splitlines()[-1]
+            # the side panes where this size puts them, and help and quit still in the footer
+            return (
+                _side_by_side(shown) == wide
+                and "greet" in shown
+                and "? Help" in last
+                and "q Quit" in last
+            )
+
+        _wait_until(laid_out)
+        assert max(len(line) for line in screen().splitlines()) <= width
+    _keys(tmux, "q")
