@@ -71,3 +71,19 @@ async def test_help_lists_the_keys_of_the_screen_it_is_opened_on(tmp_db: Path) -
         shown = screen_text(app)
         assert "Run output view" in shown and "Open the log in $PAGER" in shown
         assert "Engine" not in shown
+
+
+async def test_the_detail_footer_shows_its_own_keys_and_keeps_help_and_quit(
+    tmp_db: Path,
+) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ready.is_set())
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen))
+        await pilot.pause(0.1)
+        footer = screen_text(app).rstrip("\n").splitlines()[-1]
+        for key in ("Back", "Run now", "Cancel run", "Help", "Quit"):
+            assert key in footer, footer
+        for other in ("Add", "Delete", "Filter", "Start/stop engine"):  # the dashboard's
+            assert other not in footer, footer

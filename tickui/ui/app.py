@@ -54,6 +54,7 @@ WAIT_FOREVER = 24 * 3600.0
 FAILURE_QUIET = 60.0  # s: a task that keeps failing raises one toast in this long
 
 HostFactory = Callable[[], Awaitable[Host]]
+DETAIL_APP_ACTIONS = frozenset({"help", "quit", "detail", "run_now", "pop_screen"})
 
 
 class TickuiApp(TaskActions, ViewChoices, App[int]):
@@ -448,6 +449,8 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, RunScreen) and action not in ("help", "quit"):
             return False  # the run view shows its own keys
+        if isinstance(self.screen, DetailScreen) and action not in DETAIL_APP_ACTIONS:
+            return False  # the detail shows its own keys (and help, quit, enter opens a run)
         if self._waiting and action in QUITTING_OFF:  # quitting: c cancels what it waits for
             return False
         if action in TASK_ACTIONS and isinstance(self.screen, ModalScreen):

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tickui.dispatch import read_tail
 from tickui.models import Occurrence, Task
@@ -32,6 +32,8 @@ from tickui.ui.cells import (
     stamp_in,
     when_text,
 )
+from tickui.ui.keys import rank
+from tickui.ui.panes import KeyFooter
 
 BARS = "▁▂▃▄▅▆▇█"
 SPARK_RUNS = 40  # runs read for the sparkline; the table shows the newest RUNS_SHOWN
@@ -82,7 +84,7 @@ class DetailScreen(Screen[None]):
             yield Static(id="detail-next")
         yield Static(id="detail-runs")
         yield Static(id="detail-output")
-        yield Footer()
+        yield KeyFooter(rank)  # its own keys, dropping the least used first; ? and q stay
 
     async def on_mount(self) -> None:
         self.query_one("#detail-output").border_title = "Output"

@@ -100,7 +100,9 @@ async def main_scene(pilot) -> None:
 
 async def detail_scene(pilot) -> None:
     await with_runs(pilot)
-    pilot.app.tasks_table.move_to(1)  # export-orders: its failure and output
+    app: TickuiApp = pilot.app
+    failing = next(t.id for t in app.task_rows.by_id.values() if t.name == "export-orders")
+    app.tasks_table.select_key(failing)  # its failure and output
     await pilot.press("enter")
     await pilot.pause(0.4)
 
