@@ -83,7 +83,7 @@ async def test_the_detail_footer_shows_its_own_keys_and_keeps_help_and_quit(
         await until(pilot, lambda: isinstance(app.screen, DetailScreen))
         await pilot.pause(0.1)
         footer = screen_text(app).rstrip("\n").splitlines()[-1]
-        for key in ("Back", "Run now", "Cancel run", "Help", "Quit"):
+        for key in ("Back", "Run now", "Cancel run", "Enable/disable", "Edit", "Help", "Quit"):
             assert key in footer, footer
         for other in ("Add", "Delete", "Filter", "Start/stop engine"):  # the dashboard's
             assert other not in footer, footer

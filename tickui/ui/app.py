@@ -54,7 +54,9 @@ WAIT_FOREVER = 24 * 3600.0
 FAILURE_QUIET = 60.0  # s: a task that keeps failing raises one toast in this long
 
 HostFactory = Callable[[], Awaitable[Host]]
-DETAIL_APP_ACTIONS = frozenset({"help", "quit", "detail", "run_now", "pop_screen"})
+DETAIL_APP_ACTIONS = frozenset(
+    {"help", "quit", "detail", "run_now", "pop_screen", "toggle_enabled", "edit_task"}
+)  # the app keys that mean something on a task's detail (its own r, c, esc too)
 
 
 class TickuiApp(TaskActions, ViewChoices, App[int]):

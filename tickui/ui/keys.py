@@ -90,6 +90,8 @@ DETAIL_KEYS = [
     ("enter", "Open the picked run's output view"),
     ("r", "Run the task now"),
     ("c", "Cancel the picked run (asks first)"),
+    ("e", "Enable or disable the task"),
+    ("E", "Edit the task (the add form, filled in)"),
     ("esc", "Back to the dashboard"),
 ]
 RUN_VIEW_KEYS = [
