@@ -280,17 +280,23 @@ async def test_o_opens_the_log_in_the_pager_and_comes_back(
 ) -> None:
     marker = tmp_path / "pager-ran"
     pager = tmp_path / "pager.sh"
-    pager.write_text(f'#!/bin/sh\necho "$@" > {marker}\n')
+    pager.write_text(f"#!/bin/sh\ncat > {marker}.part && mv {marker}.part {marker}\n")
     pager.chmod(0o755)
     monkeypatch.setenv("PAGER", str(pager))
     app = make_app(tmp_db, ManualClock(T0))
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         occ = await run_once(pilot)
+        secret = "postgres://app:s3cret-pw@db.internal/x"
+        Path(occ.log_path).write_text(f"connect {secret}\n\x1b[2J\x1b]0;pwned\x07 out\nlast")
         screen = await open_from_occurrences(pilot, occ)
         await pilot.press("o")
-        await until(pilot, lambda: marker.exists() and marker.read_text().strip())
-        assert marker.read_text().strip() == occ.log_path
+        await until(pilot, lambda: marker.exists())
+        paged = marker.read_text()
+        # the pager gets what the view shows: redacted, escapes as text, every line
+        assert "s3cret-pw" not in paged and "connect postgres://app:***@db.internal/x" in paged
+        assert "\x1b" not in paged and "\\x1b[2J" in paged and "pwned" in paged
+        assert paged.endswith("last\n")
         assert app.screen is screen  # back in the view
 
 

@@ -13,6 +13,7 @@ thread. Every line shown goes through `safe_text`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import stat
@@ -665,19 +666,22 @@ class RunScreen(Screen[None]):
         self._title()
 
     async def action_pager(self) -> None:
+        """The log in `$PAGER` (default `less -R`), fed on its stdin as this view shows it:
+        redacted and with control characters escaped, so neither a secret nor a job's
+        escape sequences reach the terminal through the pager."""
         path = self.occ.log_path
         if not path or not os.path.isfile(path):
             self.notify("no log file to open", severity="warning")
             return
-        argv = [*shlex.split(os.environ.get("PAGER") or "less -R"), path]
+        argv = shlex.split(os.environ.get("PAGER") or "less -R")
         try:
             with self.app.suspend():
-                await _run(argv)
+                await _page(argv, path)
         except SuspendNotSupported:
             if not self.app.is_headless:  # a browser, say: there is no terminal to lend
                 self.notify(safe_text(f"cannot open a pager here; the log is {path}"))
                 return
-            await _run(argv)  # tests: nothing to hand the terminal to
+            await _page(argv, path)  # tests: nothing to hand the terminal to
         except OSError as exc:
             self.notify(safe_text(f"pager {argv[0]} failed: {exc}"), severity="error")
 
@@ -689,7 +693,38 @@ def exit_text(code: str, reason: str) -> str:
     return reason if reason.startswith(f"exit {code}") else f"{code}: {reason}"
 
 
-async def _run(argv: list[str]) -> None:
-    """The pager runs while the loop goes on (the engine keeps its lease and runs)."""
-    process = await asyncio.create_subprocess_exec(*argv)
-    await process.wait()
+PAGE_CHUNK = 256 * 1024  # bytes of log made safe at a time, off the loop, for the pager
+
+
+def _safe_chunk(log, rest: bytes) -> tuple[bytes, bytes, bool]:
+    """The next whole lines of `log` made safe (as the view shows them), what is left of
+    a line cut by the chunk, and whether the file ended."""
+    data = log.read(PAGE_CHUNK)
+    if not data:
+        tail = safe_text(rest.decode("utf-8", "replace")) + "\n" if rest else ""
+        return tail.encode(), b"", True
+    lines = (rest + data).split(b"\n")
+    rest = lines.pop()
+    shown = "".join(safe_text(line.decode("utf-8", "replace")) + "\n" for line in lines)
+    return shown.encode(), rest, False
+
+
+async def _page(argv: list[str], path: str) -> None:
+    """The pager runs while the loop goes on (the engine keeps its lease and runs); the
+    log reaches it chunk by chunk as it reads (a 200 MB log is never held at once)."""
+    process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE)
+    stdin = process.stdin
+    assert stdin is not None
+    try:
+        with open(path, "rb") as log:
+            rest, done = b"", False
+            while not done:
+                shown, rest, done = await asyncio.to_thread(_safe_chunk, log, rest)
+                stdin.write(shown)
+                await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the pager was closed before the end of the log
+    finally:
+        with contextlib.suppress(OSError):
+            stdin.close()
+        await process.wait()
