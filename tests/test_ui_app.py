@@ -236,10 +236,18 @@ async def test_E_edits_the_selected_task_and_a_taken_name_changes_nothing(tmp_db
         pick(app, "alpha")
         await pilot.press("E")
         await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
-        app.screen.query_one("#name").value = "beta"
-        await until(pilot, lambda: app.screen.spec is not None)
+        form = app.screen
+        form.query_one("#name").value = "beta"
+        form.query_one("#expr").value = "2h"
+        # said under Name while typing; the form stays open with what was typed
+        await until(pilot, lambda: "'beta' exists already" in screen_text(app))
+        assert form.spec is None and form.query_one("#add").disabled
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: any("'beta' exists already" in n for n in notes(app)))
+        await pilot.pause(0.1)
+        assert app.screen is form and form.query_one("#expr").value == "2h"
+        form.query_one("#name").value = "alpha"  # its own name is not a clash
+        await until(pilot, lambda: form.spec is not None)
+        await pilot.press("escape")
         assert not any(n.startswith("saved beta") for n in notes(app))
         assert (await app.host.store.get_task("alpha")).spec == after.spec
         assert (await app.host.store.get_task("beta")).spec.command[-1].endswith("exit 3")

@@ -191,10 +191,14 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         now: Callable[[], int],
         task: Task | None = None,
         zone_for_preview: tzinfo | None = None,
+        taken: Callable[[str], bool] | None = None,
     ) -> None:
         """`zone_for_preview`: the dashboard's zone; fire times show in the task's own zone
-        and, when this one differs, in this one too."""
+        and, when this one differs, in this one too. `taken`: whether another task has a
+        name, so a clash is said under Name while typing instead of after saving (the store
+        still refuses one that appears meanwhile)."""
         super().__init__()
+        self.taken = taken
         self.now = now
         self.task_row = task
         self.zone_for_preview = zone_for_preview
@@ -319,6 +323,12 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             self.bad_field = input_of(exc.field)
             self.bad_text = Text(f"✗ {safe_text(exc.message)}", "bold red")  # under the field
             return None, Text(f"✗ {safe_text(exc)}", "bold red")
+        own = self.task_row.name if self.task_row is not None else None
+        if values["name"].strip() and spec.name != own and self.taken and self.taken(spec.name):
+            self.bad_field = "name"
+            message = f"a task named {spec.name!r} exists already"
+            self.bad_text = Text(f"✗ {safe_text(message)}", "bold red")
+            return None, Text(f"✗ name: {safe_text(message)}", "bold red")
         self.bad_field = None
         if missing:
             hint = Text(f"To fill in: {', '.join(missing)}.", "italic")

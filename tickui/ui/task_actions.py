@@ -135,8 +135,16 @@ class TaskActions:
 
     def action_add_task(self) -> None:
         self.push_screen(
-            AddTaskScreen(self._now, zone_for_preview=self._preview_zone()), self._added
+            AddTaskScreen(
+                self._now,
+                zone_for_preview=self._preview_zone(),
+                taken=self._name_taken,
+            ),
+            self._added,
         )
+
+    def _name_taken(self, name: str) -> bool:
+        return any(task.name == name for task in self.task_rows.by_id.values())
 
     def _preview_zone(self):
         """The form previews fire times in the zone the dashboard shows (task mode: the
@@ -176,7 +184,13 @@ class TaskActions:
             await self.drain()
 
         self.push_screen(
-            AddTaskScreen(self._now, task=task, zone_for_preview=self._preview_zone()), edited
+            AddTaskScreen(
+                self._now,
+                task=task,
+                zone_for_preview=self._preview_zone(),
+                taken=self._name_taken,
+            ),
+            edited,
         )
 
     def action_delete_task(self) -> None:
