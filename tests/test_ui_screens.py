@@ -3,6 +3,7 @@ store's edit_task they save through (real SQLite file, manual clock)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from datetime import UTC
 from pathlib import Path
@@ -64,6 +65,19 @@ async def test_confirm_enter_answers_no_and_focus_starts_on_no() -> None:
         await pilot.press("enter")
         await until(pilot, lambda: app.answer is not _UNSET)
         assert app.answer is False
+
+
+@pytest.mark.parametrize("size", [(40, 16), (120, 30)])
+async def test_a_long_question_wraps_whole_inside_the_dialog(size: tuple[int, int]) -> None:
+    question = (
+        "Fail every tick publish on purpose? This is not the demo's database: consumers"
+        " of these ticks miss them until you press f again."
+    )
+    app = Host(ConfirmScreen(question))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        shown = re.sub(r"[█│▊▎▌▐┃]", " ", screen_text(app))  # the dialog's borders out
+        assert " ".join(shown.split()).count("until you press f again.") == 1, shown
 
 
 async def test_confirm_y_answers_yes_and_the_footer_shows_the_dialog_keys() -> None:
