@@ -22,6 +22,8 @@ SHOWN = {
     "pageup": "pgup",
     "pagedown": "pgdn",
     "slash": "/",
+    "left": "←",
+    "right": "→",
 }
 
 

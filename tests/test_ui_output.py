@@ -318,3 +318,28 @@ async def test_the_footer_shows_the_views_own_keys(tmp_db: Path) -> None:
 def test_run_output_view_snapshot(snap_compare, tmp_path: Path) -> None:
     app = sample.sample_app(tmp_path / "t.db")
     assert snap_compare(app, run_before=sample.run_output_scene, terminal_size=(130, 36))
+
+
+async def test_a_long_line_is_marked_where_it_is_cut_and_scrolls_sideways(tmp_db: Path) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await started(pilot)
+        occ = await run_once(pilot)
+        Path(occ.log_path).write_text("A" * 50 + "B" * 100 + "C" * 150 + "END\nshort\n")
+        screen = await open_from_occurrences(pilot, occ)
+        view = screen.query_one("#run-log")
+
+        def first_line() -> str:
+            return next(line for line in screen_text(app).splitlines() if "AAA" in line
+                        or "BBB" in line or "CCC" in line)  # fmt: skip
+
+        await until(pilot, lambda: first_line().rstrip("│ ").endswith("B…"))  # marked where cut
+        assert "END" not in first_line()
+        await pilot.press(*["l"] * 10)  # 80 columns to the right
+        await until(pilot, lambda: view.scroll_offset.x == 80)
+        assert "1 …B" in first_line() and "A" not in first_line()  # cut at both edges
+        await pilot.press("right", *["l"] * 30)
+        await until(pilot, lambda: "END" in first_line())
+        await pilot.press(*["h"] * 40)
+        await until(pilot, lambda: view.scroll_offset.x == 0)
+        assert "…" not in first_line().split("A", 1)[0]

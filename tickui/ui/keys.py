@@ -97,6 +97,7 @@ DETAIL_KEYS = [
 RUN_VIEW_KEYS = [
     ("g home / G end", "First / last line"),
     ("↑ ↓ k j pgup pgdn b space", "Scroll"),
+    ("← → h l", "Scroll sideways: a line cut at an edge of the view ends there in …"),
     ("f", "Follow new lines (on while the run runs)"),
     ("/", "Search the whole log (enter searches, esc closes the box)"),
     ("n / N", "Next / previous match"),

@@ -250,7 +250,10 @@ class LogView(ScrollView, can_focus=True):
         Binding("end,G", "bottom", "Bottom", key_display="G"),
         Binding("pageup,b", "page_up", "Page up", show=False),
         Binding("pagedown,space", "page_down", "Page down", show=False),
+        Binding("right,l", "sideways(8)", "Right", show=False),
+        Binding("left,h", "sideways(-8)", "Left", show=False),
     ]
+    SIDEWAYS_MARK = "…"  # a line that goes on past an edge of the view ends (or starts) in it
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -317,8 +320,18 @@ class LogView(ScrollView, can_focus=True):
                 case_sensitive=self.query_text != self.query_text.lower(),
             )
         segments = list(body.render(self.app.console))
-        strip = Strip(segments).crop(self.scroll_offset.x, self.scroll_offset.x + width - numbers)
+        left, room = self.scroll_offset.x, width - numbers
+        strip = Strip(segments).crop(left, left + room)
+        mark = Style(dim=True, bold=True)
+        if left + room < length and room > 1:  # more of this line to the right
+            strip = Strip([*strip.crop(0, room - 1), Segment(self.SIDEWAYS_MARK, mark)])
+        if left > 0 and length > left and room > 1:  # and to the left
+            strip = Strip([Segment(self.SIDEWAYS_MARK, mark), *strip.crop(1, room)])
         return Strip([number, *strip]).adjust_cell_length(width)
+
+    def action_sideways(self, step: int) -> None:
+        """Long lines: scroll a few columns at a time (the ends show "…" while cut)."""
+        self.scroll_to(x=max(0, self.scroll_offset.x + step), animate=False, immediate=True)
 
     def visible_range(self) -> tuple[int, int]:
         top = self.scroll_offset.y
