@@ -233,6 +233,34 @@ def test_an_update_moves_one_row_and_says_so_and_index_of_follows() -> None:
     assert rows.index_of(11) == 0 and rows.total == 19
 
 
+def test_schedule_sorts_by_how_often_a_task_runs() -> None:
+    """Not by the text ("every 15s" before "every 1s"): intervals and crons by their
+    period, a one-off after every repeating task, ties by name."""
+
+    def scheduled(task_id: int, name: str, **schedule: str) -> Task:
+        spec = build_spec({"name": name, "command": ["true"], **schedule}, T0)
+        return Task(task_id, name, spec, "cli", True, None, 1, T0, T0, T0, T0, T0)
+
+    rows = TaskRows()
+    rows.load([
+        scheduled(1, "daily-cron", cron="0 3 * * *"),
+        scheduled(2, "fifteen", every="15s"),
+        scheduled(3, "one", every="1s"),
+        scheduled(4, "minutely-cron", cron="*/1 * * * *"),
+        scheduled(5, "daily", every="1d"),
+        scheduled(6, "once", at="2027-06-01T00:00:00Z"),
+        scheduled(7, "seven", every="7s"),
+    ])  # fmt: skip
+    rows.set_sort("SCHEDULE", False)
+    assert _names(rows) == [
+        "one", "seven", "fifteen", "minutely-cron", "daily", "daily-cron", "once"
+    ]  # fmt: skip
+    rows.set_sort("SCHEDULE", True)
+    assert _names(rows) == [
+        "daily", "daily-cron", "minutely-cron", "fifteen", "seven", "one", "once"
+    ]  # fmt: skip
+
+
 def test_sort_by_stats_columns_uses_the_numbers() -> None:
     rows = TaskRows()
     a, b, c = task(1, "a"), task(2, "b"), task(3, "c")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from typing import Any
 
 from tickui.models import Occurrence, Task
 from tickui.occurrence import ACTIVE
+from tickui.schedules import CronSchedule, preview
 from tickui.store.claims import ascii_lower
 
 OCCURRENCE_WINDOW = 500
@@ -39,6 +41,31 @@ def _next_value(task: Task) -> int | None:
     return task.due_at if task.enabled else None
 
 
+PERIOD_FROM = 1_830_297_600 * 1_000_000  # 2028-01-01 UTC: a fixed reference
+
+
+@lru_cache(maxsize=4096)
+def _cron_period(expr: str, tz: str) -> int | None:
+    """The gap between a cron's first two fire times after a fixed instant: how often it
+    runs, for sorting (`0 3 * * *` a day, `*/1 * * * *` a minute)."""
+    try:
+        times = preview(CronSchedule(expr, tz), PERIOD_FROM, 2)
+    except Exception:  # a definition this version cannot read: sorted last
+        return None
+    return times[1] - times[0] if len(times) == 2 else None
+
+
+def _period_value(task: Task) -> int | None:
+    """SCHEDULE sorts by how often a task runs (every 1s before every 1d, crons among
+    them by their gap); a one-off comes after every repeating task."""
+    spec = task.spec
+    if spec.kind == "interval":
+        return int(spec.expr)
+    if spec.kind == "cron":
+        return _cron_period(spec.expr, spec.tz)
+    return None
+
+
 def _last_value(task: Task) -> int | None:
     return task.stats.last_started_at or task.stats.last_scheduled_for
 
@@ -46,7 +73,7 @@ def _last_value(task: Task) -> int | None:
 # What each sortable column sorts by: (kind, value of a task).
 _SORTS: dict[str, tuple[str, Callable[[Task], Any]]] = {
     "NAME": ("text", lambda t: t.name),
-    "SCHEDULE": ("text", lambda t: t.spec.schedule_text()),
+    "SCHEDULE": ("num", _period_value),
     "NEXT": ("num", _next_value),
     "LEFT": ("num", _next_value),
     "LAST": ("num", _last_value),
