@@ -599,6 +599,9 @@ async def test_quit_wait_counts_down_in_the_header_and_c_cancels_them(tmp_db: Pa
         assert app.is_running
         await until(pilot, lambda: "Run now" not in footer(app))  # only what still means something
         assert "c Cancel run" in footer(app) and "q Quit" in footer(app)
+        await pilot.press("q")  # q again says how it stands rather than nothing
+        await until(pilot, lambda: any("already quitting" in n for n in notes(app)))
+        assert app.is_running
         await pilot.press("c")
         await until(pilot, lambda: not app.is_running)
     assert app.return_code == 0

@@ -540,8 +540,10 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         self.push_screen(HelpScreen(help_groups(kind)))
 
     async def action_quit(self) -> None:
-        if self._waiting:
-            return  # already on the way out; c cancels the runs
+        if self._waiting:  # already on the way out: say so, and how to hurry it
+            active = self.host.engine.dispatcher.active() if self.host else 0
+            self.notify(f"already quitting: waiting for {active} run(s); c cancels them")
+            return
         active = self.host.engine.dispatcher.active() if self.host else 0
         if not active:
             await self._leave(None)
