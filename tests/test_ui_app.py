@@ -643,3 +643,19 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+async def test_the_header_cuts_the_database_path_not_a_separator(tmp_db: Path, width) -> None:
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=(width, 30)) as pilot:
+        await started(pilot)
+        app.host.clock.advance(1)
+        app.show_status()
+        await pilot.pause()
+        line = screen_text(app).splitlines()[0].rstrip()  # as drawn, cut to the width
+        assert not line.endswith("│"), line
+        if width >= 200:
+            assert line.endswith(str(tmp_db)), line
+        elif "│ …" in line:
+            assert line.endswith(tmp_db.name[-4:]), line  # cut at its start, its end kept

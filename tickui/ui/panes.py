@@ -36,6 +36,21 @@ class StatusLine(Static):
 
     _shown: Text | None = None
 
+    def _fit(self, head: Text, parts: list[tuple[int, Text]], db: str) -> Text:
+        """The line at this width: parts dropped, least needed first, rather than cut
+        (a cut left a stray separator); the database last, its start cut ("…/x.db")."""
+        width = self.size.width or 10_000
+        kept = list(parts)
+        while kept and _joined(head, [t for _, t in kept]).cell_len > width:
+            kept.remove(max(kept, key=lambda part: part[0]))
+        text = _joined(head, [t for _, t in kept])
+        room = width - text.cell_len - 4  # " │ " and a cell to spare
+        if room >= 8:
+            shown = db if len(db) <= room else "…" + db[len(db) - room + 1 :]
+            text.append(f" │ {shown}", "bright_black")
+        text.no_wrap, text.overflow = True, "ellipsis"  # one line even when the head is long
+        return text
+
     def show(
         self,
         db: str,
@@ -48,25 +63,40 @@ class StatusLine(Static):
         zone_label: str = "UTC",
         waiting: int | None = None,
     ) -> None:
-        text = Text.assemble((" tickui ", "bold reverse"), " ")
+        head = Text.assemble((" tickui ", "bold reverse"), " ")
         if demo:
-            text.append("DEMO ", "bold magenta")
+            head.append("DEMO ", "bold magenta")
         if waiting is not None:
             runs = "1 run" if waiting == 1 else f"{waiting} runs"
-            text.append(f"quitting: waiting for {runs} (c cancels them)", "bold black on yellow")
+            head.append(f"quitting: waiting for {runs} (c cancels them)", "bold black on yellow")
         else:
-            text.append("engine ")
-            text.append(*engine_state(engine, ticker_status))
-        text.append(" │ ticker ", "")
-        text.append(ticker_status, "green" if ticker_status == "running" else "yellow")
+            head.append("engine ")
+            head.append(*engine_state(engine, ticker_status))
         clock = datetime.fromtimestamp(now / MICROS, zone).strftime("%H:%M:%S")
-        text.append(f" │ {clock} {zone_label}", "bold")
+        # (what is dropped first when the line is short: a higher number), then the text
+        parts = [
+            (
+                2,
+                Text.assemble(
+                    "ticker ", (ticker_status, "green" if ticker_status == "running" else "yellow")
+                ),
+            ),
+            (1, Text(f"{clock} {zone_label}", "bold")),
+        ]
         if scale != 1:
-            text.append(f" │ time ×{scale:g}", "bold magenta")
-        text.append(f" │ {db}", "bright_black")
+            parts.append((0, Text(f"time ×{scale:g}", "bold magenta")))
+        text = self._fit(head, parts, db)
         if text != self._shown:  # the clock moves once a second; nothing else repaints it
             self._shown = text
             self.update(text, layout=False)  # one line, always: no layout pass
+
+
+def _joined(head: Text, parts: list[Text]) -> Text:
+    text = head.copy()
+    for part in parts:
+        text.append(" │ ")
+        text.append_text(part)
+    return text
 
 
 def engine_state(status: EngineStatus | None, ticker_status: str) -> tuple[str, str]:
