@@ -547,3 +547,19 @@ async def test_dialogs_over_the_dashboard_show_their_own_keys(tmp_db: Path) -> N
             assert "Quit" not in footer and "Run now" not in footer, footer
             await pilot.press("escape")
             await until(pilot, lambda screen=screen: not isinstance(app.screen, screen))
+
+
+async def test_a_bad_name_is_said_under_it_while_another_field_is_bad_too() -> None:
+    app = form_host()
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.pause()
+        form = app.screen
+        await fill(pilot, form, name="Bad Näme", expr="30s", command="sh -c 'unclosed")
+        name_error = str(form.query_one("#name-error").render())
+        command_error = str(form.query_one("#command-error").render())
+        assert "not a valid task name" in name_error
+        assert "No closing quotation" in command_error
+        assert form.spec is None and form.query_one("#add").disabled
+        await fill(pilot, form, name="good-name")
+        assert not form.query_one("#name-error").display
+        assert "No closing quotation" in str(form.query_one("#command-error").render())

@@ -23,7 +23,7 @@ from tickui.errors import BadInput
 from tickui.models import Task
 from tickui.redact import safe_text
 from tickui.schedules import preview
-from tickui.spec import TaskSpec, build_spec
+from tickui.spec import TaskSpec, build_spec, check_name
 from tickui.store import default_anchor
 from tickui.timeutil import MICROS, format_duration, iso, parse_duration
 
@@ -203,8 +203,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         self.task_row = task
         self.zone_for_preview = zone_for_preview
         self.spec: TaskSpec | None = None
-        self.bad_field: str | None = None  # the input the current error is about
-        self.bad_text = Text()
+        self.field_errors: dict[str, Text] = {}  # input id: what is wrong with it
         self.said = ""  # the verdict's kind last shown: hint, error or ok ("" before any)
 
     def compose(self) -> ComposeResult:
@@ -290,8 +289,9 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         said = "ok" if spec else "error" if verdict.plain.startswith("✗") else "hint"
         widget.set_class(said == "error", "-error")
         for line in self.query(".field-error").results(Static):
-            shown = said == "error" and line.id == f"{self.bad_field}-error"
-            line.update(self.bad_text if shown else "")
+            error = self.field_errors.get((line.id or "").removesuffix("-error"))
+            shown = said == "error" and error is not None
+            line.update(error if shown and error is not None else "")
             line.display = shown
         self.query_one("#add", Button).disabled = spec is None
         if said == "ok" and self.said not in ("ok", ""):  # not on opening: edit starts at the top
@@ -317,19 +317,36 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             filled["kind"], filled["expr"] = "every", "1h"
         if not values["command"].strip():
             filled["command"] = "true"
+        errors: dict[str, tuple[str, str]] = {}  # input id: (under the field, in the verdict)
+        if values["name"].strip():  # a bad name is said even while another field is bad
+            try:
+                check_name(values["name"].strip())
+            except BadInput as exc:
+                errors["name"] = (exc.message, str(exc))
+                filled["name"] = "x"
+        spec = None
         try:
             spec = form_spec(filled, now)
         except BadInput as exc:
-            self.bad_field = input_of(exc.field)
-            self.bad_text = Text(f"✗ {safe_text(exc.message)}", "bold red")  # under the field
-            return None, Text(f"✗ {safe_text(exc)}", "bold red")
+            errors.setdefault(input_of(exc.field), (exc.message, str(exc)))
         own = self.task_row.name if self.task_row is not None else None
-        if values["name"].strip() and spec.name != own and self.taken and self.taken(spec.name):
-            self.bad_field = "name"
+        clash = (
+            spec is not None
+            and "name" not in errors
+            and bool(values["name"].strip())
+            and spec.name != own
+            and self.taken is not None
+            and self.taken(spec.name)
+        )
+        if clash:
             message = f"a task named {spec.name!r} exists already"
-            self.bad_text = Text(f"✗ {safe_text(message)}", "bold red")
-            return None, Text(f"✗ name: {safe_text(message)}", "bold red")
-        self.bad_field = None
+            errors["name"] = (message, f"name: {message}")
+        self.field_errors = {
+            field: Text(f"✗ {safe_text(under)}", "bold red") for field, (under, _) in errors.items()
+        }
+        if errors or spec is None:
+            first = next(iter(errors.values()))[1] if errors else "not valid"
+            return None, Text(f"✗ {safe_text(first)}", "bold red")
         if missing:
             hint = Text(f"To fill in: {', '.join(missing)}.", "italic")
             if "schedule" not in missing:
