@@ -659,3 +659,28 @@ async def test_the_header_cuts_the_database_path_not_a_separator(tmp_db: Path, w
             assert line.endswith(str(tmp_db)), line
         elif "│ …" in line:
             assert line.endswith(tmp_db.name[-4:]), line  # cut at its start, its end kept
+
+
+async def test_the_occurrences_title_counts_newer_runs_scrolled_out_of_sight(
+    tmp_db: Path,
+) -> None:
+    """The cursor keeps its run while newer ones arrive above; once they push the view
+    down, the title says how many are above rather than leaving them unseen."""
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=(100, 24)) as pilot:
+        await started(pilot)
+        first = await app.host.engine.run_now("alpha")
+        await until(pilot, lambda: first.id in app.occ_rows.by_id)
+        app.occ_table.focus()
+        app.occ_table.select_key(first.id)
+        pane = app.dashboard.query_one("#occ-pane")
+        for _ in range(15):
+            await until(pilot, lambda: not app.host.engine.dispatcher.active())
+            occ = await app.host.engine.run_now("alpha")
+            await until(pilot, lambda occ=occ: occ.id in app.occ_rows.by_id)
+        assert app.occ_table.selected_key == first.id
+        above = app.occ_table.scroll_offset.y
+        assert above > 0
+        await until(pilot, lambda: f"↑ {above} newer above" in pane.border_title)
+        app.occ_table.move_to(0)  # back to the newest: nothing above any more
+        await until(pilot, lambda: "newer above" not in pane.border_title)

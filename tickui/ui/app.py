@@ -289,6 +289,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
             await self._refresh_tasks(task_ids)
         if rows_moved:
             self.occ_table.sync_size()
+            self._titles()
         elif occ_ids:
             for occ_id in occ_ids:
                 index = self.occ_rows.index_of(occ_id)
@@ -385,6 +386,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         self.tasks_table.refresh_changed()
         self.occ_table.refresh_changed()
         self.show_status()
+        self._titles()  # "↑ N newer above" follows the Occurrences pane's scroll
 
     def show_status(self) -> None:
         """The header, on the dashboard even while a dialog is over it. Tells the user when

@@ -144,4 +144,9 @@ class ViewChoices:
             text += f" · {shown} match {self.task_rows.filter!r}"
         tasks.border_title = text
         label = self.occ_rows.filter_label()
-        occ.border_title = "Occurrences" + (f" · {label}" if label else " (newest first)")
+        text = "Occurrences" + (f" · {label}" if label else " (newest first)")
+        above = self.occ_table.scroll_offset.y
+        if above:  # kept on the picked run, newer ones went out of sight: say how many
+            text += f" · ↑ {above} newer above"
+        if occ.border_title != text:
+            occ.border_title = text
