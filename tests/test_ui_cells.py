@@ -11,7 +11,7 @@ from tickui.engine import EngineStatus
 from tickui.models import Occurrence, Task
 from tickui.spec import build_spec
 from tickui.timeutil import MICROS
-from tickui.ui.cells import code_text, countdown, detail_text, lateness, span
+from tickui.ui.cells import countdown, detail_text, lateness, outcome_code, span
 from tickui.ui.panes import engine_state
 from tickui.ui.rows import OccurrenceRows, TaskRows
 
@@ -59,10 +59,10 @@ def test_lateness_has_a_sign_and_needs_a_start() -> None:
 
 
 def test_code_prefers_the_exit_code_and_detail_is_one_line_with_covers() -> None:
-    assert code_text(occ(1, exit_code=3, error_code="EXIT_NONZERO")) == "3"
-    assert code_text(occ(1, error_code="TIMEOUT")) == "TIMEOUT"
-    assert code_text(occ(1)) == ""
-    assert code_text(occ(1, exit_code=-15, error_code="TIMEOUT")) == "TIMEOUT"  # not -15
+    assert outcome_code(occ(1, exit_code=3, error_code="EXIT_NONZERO")) == "3"
+    assert outcome_code(occ(1, error_code="TIMEOUT")) == "TIMEOUT"
+    assert outcome_code(occ(1)) == ""
+    assert outcome_code(occ(1, exit_code=-15, error_code="TIMEOUT")) == "TIMEOUT"  # not -15
     assert detail_text(occ(1, detail="line one\nline two")) == "line one line two"
     assert detail_text(occ(1, covers=4)) == "covers 4 slots"
     assert detail_text(occ(1, detail="late", covers=2)) == "late · covers 2 slots"

@@ -20,7 +20,6 @@ from tickui.store import Store
 from tickui.timeutil import MICROS, to_micros
 from tickui.ui.cells import (
     TimeView,
-    code_text,
     occurrence_cells,
     outcome_code,
     stamp_in,
@@ -170,7 +169,6 @@ def test_task_cells_show_times_in_the_view_and_in_task_mode_the_task_zone() -> N
 )
 def test_outcome_code_says_what_happened(fields: dict, code: str) -> None:
     assert outcome_code(occ(1, **fields)) == code
-    assert code_text(occ(1, **fields)) == code  # the old name, for other callers
 
 
 def test_every_error_code_the_engine_records_has_a_word() -> None:

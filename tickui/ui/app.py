@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime
 from pathlib import Path
 
 from textual import work
@@ -25,7 +24,7 @@ from tickui.errors import TickuiError
 from tickui.models import Occurrence
 from tickui.redact import redact
 from tickui.ui import settings as saved
-from tickui.ui.cells import MODES, TimeView, occurrence_cells, short_path, task_cells
+from tickui.ui.cells import MODES, TimeView, clock_in, occurrence_cells, short_path, task_cells
 from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
 from tickui.ui.dashboard import Dashboard
 from tickui.ui.detail import DetailScreen
@@ -445,7 +444,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         if retry is None:
             return "f is off: closes on its next probe"
         at = self._now() + round(retry * 1_000_000)
-        clock = datetime.fromtimestamp(at / 1_000_000, self.view.zone()).strftime("%H:%M:%S")
+        clock = clock_in(at, self.view.zone())
         return f"f is off: closes on its next probe at {clock} (in {retry:.0f}s)"
 
     # ---- actions ----------------------------------------------------------------------

@@ -106,11 +106,11 @@ POLICY_SHORT = {"run_once": "once", "run_all": "all", "skip": "skip"}
 Cell = tuple[str, str]  # text, rich style
 
 
-def clock_text(moment: int | None) -> str:
-    """HH:MM:SS in UTC, the zone every time in the dashboard is shown in."""
+def clock_in(moment: int | None, zone: tzinfo = UTC) -> str:
+    """HH:MM:SS in `zone` (the header's clock, a run's start in a question); "-" for none."""
     if moment is None:
         return "-"
-    return datetime.fromtimestamp(moment / MICROS, UTC).strftime("%H:%M:%S")
+    return datetime.fromtimestamp(moment / MICROS, zone).strftime("%H:%M:%S")
 
 
 def stamp_text(moment: int | None) -> str:
@@ -224,11 +224,6 @@ def outcome_code(occ: Occurrence) -> str:
     return code
 
 
-def code_text(occ: Occurrence) -> str:
-    """Kept for callers of the old name: the same as `outcome_code`."""
-    return outcome_code(occ)
-
-
 def detail_text(occ: Occurrence) -> str:
     detail = safe_text((occ.detail or "").replace("\n", " "))
     if occ.covers > 1:
@@ -265,7 +260,3 @@ def short_path(path) -> str:
     home = str(Path.home())
     text = str(path)
     return "~" + text[len(home) :] if text.startswith(home + "/") else text
-
-
-def short_path_text(path: str) -> str:
-    return short_path(path)

@@ -44,7 +44,7 @@ from textual.widgets import Footer, Input, Static
 from tickui.dispatch.output import human_bytes
 from tickui.models import Occurrence
 from tickui.redact import safe_text
-from tickui.ui.cells import STATE_STYLE, code_text, detail_text, duration, lateness, stamp_in
+from tickui.ui.cells import STATE_STYLE, detail_text, duration, lateness, outcome_code, stamp_in
 
 BLOCK = 1 << 16  # the index keeps one count per block
 SCAN_SLICE = 16 << 20  # bytes indexed per step of the worker (then the view updates)
@@ -493,7 +493,7 @@ class RunScreen(Screen[None]):
                 min_width=least,
                 ratio=None if least else 1,  # labels keep their width, values share the rest
             )
-        code = code_text(occ) or "-"
+        code = outcome_code(occ) or "-"
         reason = detail_text(occ)
         slots = f"covers {occ.covers} slot{'s' if occ.covers != 1 else ''}"
         if occ.missed:

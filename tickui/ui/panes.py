@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, tzinfo
 
 from rich.console import Group
 from rich.segment import Segment
@@ -23,8 +23,7 @@ from tickui.breaker import CLOSED, HALF_OPEN, OPEN
 from tickui.engine import EngineStatus
 from tickui.redact import safe_text
 from tickui.ticker import TickerMetrics
-from tickui.timeutil import MICROS
-from tickui.ui.cells import span
+from tickui.ui.cells import clock_in, span
 from tickui.ui.table import RowTable
 
 BREAKER_STYLE = {CLOSED: "bold green", OPEN: "bold white on red", HALF_OPEN: "bold black on yellow"}
@@ -72,7 +71,7 @@ class StatusLine(Static):
         else:
             head.append("engine ")
             head.append(*engine_state(engine, ticker_status))
-        clock = datetime.fromtimestamp(now / MICROS, zone).strftime("%H:%M:%S")
+        clock = clock_in(now, zone)
         # (what is dropped first when the line is short: a higher number), then the text
         parts = [
             (
@@ -238,21 +237,6 @@ def tick_rows(m: TickerMetrics) -> list[tuple[str, Text]]:
     if m.sequence_error:
         rows.append(("seq error", Text(safe_text(m.sequence_error), "red")))
     return rows
-
-
-def facts_grid(rows: list[tuple[str, Text]]) -> Table:
-    table = Table.grid(padding=(0, 1))
-    table.add_column(
-        style="bright_black", no_wrap=True, min_width=9
-    )  # a long error cannot squeeze it
-    table.add_column(no_wrap=True, overflow="ellipsis")
-    for label, value in rows:
-        table.add_row(label, value)
-    return table
-
-
-def tick_facts(m: TickerMetrics) -> Table:
-    return facts_grid(tick_rows(m))
 
 
 class BreakerPane(Static):

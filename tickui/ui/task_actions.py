@@ -4,14 +4,12 @@ destructive one asks first. Mixed into `TickuiApp`, whose host, rows and tables 
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from tickui.engine import RunNowRefused, queue_run_now
 from tickui.errors import TickuiError
 from tickui.models import Occurrence, Task
 from tickui.redact import redact
 from tickui.spec import TaskSpec
-from tickui.ui.cells import short_path_text
+from tickui.ui.cells import clock_in, short_path
 from tickui.ui.detail import DetailScreen, DetailSource
 from tickui.ui.dialogs import ConfirmScreen
 from tickui.ui.form import AddTaskScreen
@@ -131,7 +129,7 @@ class TaskActions:
             task = self.task_rows.by_id.get(run.task_id)
             return self.view.zone(task.spec.tz if task is not None else None)
 
-        self.push_screen(RunScreen(occ, RunSource(occurrence, self._now, short_path_text, zone)))
+        self.push_screen(RunScreen(occ, RunSource(occurrence, self._now, short_path, zone)))
 
     def action_add_task(self) -> None:
         self.push_screen(
@@ -235,7 +233,7 @@ class TaskActions:
         started = occ.started_at or occ.scheduled_for
         task = self.task_rows.by_id.get(occ.task_id)
         zone = self.view.zone(task.spec.tz if task is not None else None)
-        clock = datetime.fromtimestamp(started / 1_000_000, zone).strftime("%H:%M:%S")
+        clock = clock_in(started, zone)
         word = "started" if occ.started_at is not None else "scheduled"
 
         async def answered(yes: bool | None) -> None:
