@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -113,3 +114,15 @@ async def wait_for(predicate, timeout: float = 10.0, what: str = "the condition"
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+def poll(predicate, timeout: float = 10.0, what: str = "the condition"):
+    """Outside an event loop (real processes, tmux): check `predicate` every 0.1 s until it
+    returns something true, and return that; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from helpers import cli, cli_json
+from helpers import cli, cli_json, poll
 
 
 def _spawn(db, *args) -> subprocess.Popen[str]:
@@ -30,16 +30,6 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_two_engines_run_every_slot_exactly_once(tmp_path):
@@ -111,8 +101,8 @@ def test_kill_9_then_restart_interrupts_and_carries_on(tmp_path):
     )
     assert added.returncode == 0, added.stderr
     engine = _spawn(db, "--for", "60")
-    occ_id, child, _ = _wait_for(lambda: _running(db), 15, "a running occurrence")
-    setsid_child = int(_wait_for(lambda: escaped.exists() and escaped.read_text(), 15, "pid"))
+    occ_id, child, _ = poll(lambda: _running(db), 15, "a running occurrence")
+    setsid_child = int(poll(lambda: escaped.exists() and escaped.read_text(), 15, "pid"))
     assert _alive(child) and _alive(setsid_child)
     assert os.getsid(setsid_child) != os.getsid(child)
     engine.send_signal(signal.SIGKILL)

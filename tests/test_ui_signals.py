@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import cli
+from helpers import cli, poll
 from tickui.dbfile import connect_ro
 from ui_support import wait_for
 
@@ -24,16 +23,6 @@ pytestmark = pytest.mark.slow
 # "cancel them" does, not waited for (the engine's stop grace is 10 s).
 EXIT_WITHIN = 8.0
 TREE = "sleep 300 & sleep 300; wait"  # a run with a child: the whole tree must go
-
-
-def _until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _alive(pid: int) -> bool:
@@ -84,7 +73,7 @@ def _tickui_pid(tmux, session: str) -> int:
                 return child
         return None
 
-    return _until(find, 10, "the tickui process")
+    return poll(find, 10, "the tickui process")
 
 
 def _running(db: Path, task: str | None = None) -> list[tuple[int, int]]:
@@ -126,7 +115,7 @@ def _hang_up(tmux, pid: int, how: str) -> None:
 def _exited_and_restored(tmux, exit_file: Path, how: str) -> None:
     """Exit code 128 + the signal (launch.py's convention for an exit on a signal), and
     the terminal given back: main screen, no mouse reporting, cursor shown."""
-    code = _until(lambda: exit_file.exists() and exit_file.read_text().strip(), 5, "exit")
+    code = poll(lambda: exit_file.exists() and exit_file.read_text().strip(), 5, "exit")
     assert code == str(128 + getattr(signal, how)), f"exit code {code} after {how}"
     modes = tmux(
         "display-message", "-p", "-t", "ui", "#{alternate_on} #{mouse_any_flag} #{cursor_flag}"
@@ -161,14 +150,14 @@ def test_a_hang_up_cancels_and_records_the_runs_and_ends_their_processes(
     wait_for(_screen(tmux), "engine running")
     asked = cli("task", "run-now", "sleeper", db=db)
     assert asked.returncode == 0, asked.stderr
-    [(occ_id, run_pid)] = _until(lambda: _running(db, "sleeper"), 15, "the run's process")
-    tree = _until(lambda: _whole(run_pid), 10, "the run's tree (sh and two sleeps)")
+    [(occ_id, run_pid)] = poll(lambda: _running(db, "sleeper"), 15, "the run's process")
+    tree = poll(lambda: _whole(run_pid), 10, "the run's tree (sh and two sleeps)")
     tickui = _tickui_pid(tmux, "ui")
 
     _hang_up(tmux, tickui, how)
 
-    _until(lambda: not _alive(tickui), EXIT_WITHIN, "tickui to exit")
-    _until(lambda: not any(_alive(p) for p in tree), 5, f"the run's processes {tree} to end")
+    poll(lambda: not _alive(tickui), EXIT_WITHIN, "tickui to exit")
+    poll(lambda: not any(_alive(p) for p in tree), 5, f"the run's processes {tree} to end")
     state = _states(db, [occ_id])[occ_id]
     assert state[0] == "cancelled", f"run {occ_id} recorded {state} after {how}"
     if how != "kill-session":  # the terminal lives on: exit code and its state
@@ -180,17 +169,17 @@ def test_a_hang_up_of_the_demo_removes_its_folder_and_ends_its_runs(
     tmux, tmp_path: Path, how: str
 ) -> None:
     exit_file, scratch = _start(tmux, tmp_path, "demo")
-    folder = _until(lambda: next(scratch.glob("tickui-demo-*"), None), 15, "the demo's folder")
+    folder = poll(lambda: next(scratch.glob("tickui-demo-*"), None), 15, "the demo's folder")
     db = folder / "demo.db"
     wait_for(_screen(tmux), "engine running")
-    runs = _until(lambda: _running(db), 15, "a demo run with a process")
+    runs = poll(lambda: _running(db), 15, "a demo run with a process")
     trees = set().union(*(_tree(pid) for _, pid in runs))
     tickui = _tickui_pid(tmux, "ui")
 
     _hang_up(tmux, tickui, how)
 
-    _until(lambda: not _alive(tickui), EXIT_WITHIN, "tickui to exit")
-    _until(lambda: not any(_alive(p) for p in trees), 5, f"the demo's runs {trees} to end")
+    poll(lambda: not _alive(tickui), EXIT_WITHIN, "tickui to exit")
+    poll(lambda: not any(_alive(p) for p in trees), 5, f"the demo's runs {trees} to end")
     assert not folder.exists(), f"the demo's folder {folder} was left behind"
     if how != "kill-session":  # the terminal lives on: exit code and its state
         _exited_and_restored(tmux, exit_file, how)

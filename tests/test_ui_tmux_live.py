@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli, cli_json
+from helpers import cli, cli_json, poll
 from ui_support import wait_for
 
 pytestmark = pytest.mark.slow
@@ -39,16 +39,6 @@ def _add(db: Path, name: str, *args: str) -> None:
     assert added.returncode == 0, added.stderr
 
 
-def _wait_until(check, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not true after {timeout}s")
-
-
 def test_cancel_acts_on_the_run_picked_while_new_runs_arrive(tmux, tmp_path: Path) -> None:
     """The cursor stays on the long run while a task every second adds rows on top; `c`
     names that run and `y` cancels exactly it."""
@@ -64,14 +54,14 @@ def test_cancel_acts_on_the_run_picked_while_new_runs_arrive(tmux, tmp_path: Pat
     _keys(tmux, "Tab", "/", *"long", "Enter")
     wait_for(screen, "task ~ 'long'")
     _keys(tmux, "/", "Escape")
-    _wait_until(lambda: "task ~" not in screen())
+    poll(lambda: "task ~" not in screen(), 20)
     before = len(cli_json("history", "often", db=db))
-    _wait_until(lambda: len(cli_json("history", "often", db=db)) >= before + 4)
+    poll(lambda: len(cli_json("history", "often", db=db)) >= before + 4, 20)
     _keys(tmux, "c")
     shown = wait_for(screen, f"run {long_run['id']} (long")
     assert "started" in shown
     _keys(tmux, "y")
-    _wait_until(lambda: cli_json("history", "long", db=db)[0]["state"] == "cancelled")
+    poll(lambda: cli_json("history", "long", db=db)[0]["state"] == "cancelled", 20)
     often = cli_json("history", "often", db=db)
     assert not [o for o in often if o["state"] == "cancelled"]
     _keys(tmux, "q")
@@ -90,7 +80,7 @@ def test_enter_on_a_run_opens_its_whole_output(tmux, tmp_path: Path) -> None:
     _keys(tmux, "G")
     wait_for(screen, "line 2000")
     _keys(tmux, "g")
-    _wait_until(lambda: re.search(r"line 1(?!\d)", screen()))
+    poll(lambda: re.search(r"line 1(?!\d)", screen()), 20)
     _keys(tmux, "/", *"line 1234", "Enter")
     wait_for(screen, "line 1234")
     _keys(tmux, "Escape")
@@ -105,7 +95,7 @@ def test_each_size_gets_its_own_layout(tmux, tmp_path: Path) -> None:
     db = tmp_path / "size.db"
     _add(db, "greet", "--cron", "0 0 1 1 *", "--", "true")
     screen = _start(tmux, tmp_path, db, 200, 60)
-    _wait_until(lambda: _side_by_side(screen()))
+    poll(lambda: _side_by_side(screen()), 20)
     for width, height, wide in ((80, 24, False), (200, 60, True), (80, 24, False)):
         tmux("resize-window", "-t", "ui", "-x", str(width), "-y", str(height))
 
@@ -120,6 +110,6 @@ def test_each_size_gets_its_own_layout(tmux, tmp_path: Path) -> None:
                 and "q Quit" in last
             )
 
-        _wait_until(laid_out)
+        poll(laid_out, 20)
         assert max(len(line) for line in screen().splitlines()) <= width
     _keys(tmux, "q")
