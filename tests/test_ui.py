@@ -20,7 +20,7 @@ from tickui.ui.detail import DetailScreen
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import AddTaskScreen
 from tickui.ui.keys import KEYS
-from ui_support import make_app, notes, screen_text, until
+from ui_support import make_app, notes, screen_text, stored_state, until
 
 SIZE = (140, 40)
 
@@ -296,13 +296,8 @@ async def test_q_with_an_active_run_asks_and_cancel_cancels_it(tmp_db: Path) -> 
         await pilot.press("c")
         await until(pilot, lambda: app.host.closed)
     assert app.return_code == 0
-    from tickui.store import Store
 
-    store = await Store.open(tmp_db)
-    try:
-        assert (await store.get_occurrence(occ.id)).state == "cancelled"
-    finally:
-        await store.close()
+    assert await stored_state(tmp_db, occ.id) == "cancelled"
 
 
 async def test_q_wait_lets_the_active_run_finish(tmp_db: Path) -> None:

@@ -23,7 +23,7 @@ from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.form import AddTaskScreen
 from tickui.ui.keys import KEY_GROUPS
 from tickui.ui.panes import BreakerPane, KeyFooter, StatusLine
-from ui_support import make_app, notes, screen_text, seed_basic, until
+from ui_support import make_app, notes, screen_text, seed_basic, stored_state, until
 
 SIZE = (140, 40)
 
@@ -605,11 +605,7 @@ async def test_quit_wait_counts_down_in_the_header_and_c_cancels_them(tmp_db: Pa
         await pilot.press("c")
         await until(pilot, lambda: not app.is_running)
     assert app.return_code == 0
-    store = await Store.open(tmp_db)
-    try:
-        assert (await store.get_occurrence(occ.id)).state == "cancelled"
-    finally:
-        await store.close()
+    assert await stored_state(tmp_db, occ.id) == "cancelled"
 
 
 async def test_hang_up_cancels_runs_records_them_and_exits_0(tmp_db: Path) -> None:
@@ -625,11 +621,7 @@ async def test_hang_up_cancels_runs_records_them_and_exits_0(tmp_db: Path) -> No
         await until(pilot, lambda: not app.is_running)
     assert app.return_code == 0 and app.host.closed
     assert not any(_alive(pid) for pid in pid_alive)
-    store = await Store.open(tmp_db)
-    try:
-        assert (await store.get_occurrence(occ.id)).state == "cancelled"
-    finally:
-        await store.close()
+    assert await stored_state(tmp_db, occ.id) == "cancelled"
 
 
 def _pids(app) -> list[int]:

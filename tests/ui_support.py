@@ -95,3 +95,12 @@ def wait_for(screen, text: str, timeout: float = 15.0) -> str:
             return shown
         time.sleep(0.1)
     raise AssertionError(f"{text!r} never showed; the screen was:\n{shown}")
+
+
+async def stored_state(db: Path, occ_id: int) -> str:
+    """An occurrence's state as the database has it, read after the app has closed."""
+    store = await Store.open(db)
+    try:
+        return (await store.get_occurrence(occ_id)).state
+    finally:
+        await store.close()
