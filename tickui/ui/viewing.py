@@ -142,7 +142,8 @@ class ViewChoices:
         if self.task_rows.filter:
             shown = f"{len(self.task_rows)} of {self.task_rows.total}"
             text += f" · {shown} match {self.task_rows.filter!r}"
-        tasks.border_title = text
+        if tasks.border_title != text:  # called each second: repaint on a change only
+            tasks.border_title = text
         label = self.occ_rows.filter_label()
         text = "Occurrences" + (f" · {label}" if label else " (newest first)")
         above = self.occ_table.scroll_offset.y
