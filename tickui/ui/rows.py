@@ -92,6 +92,9 @@ class TaskRows:
     name then id), and the filtered view the table shows."""
 
     SORTABLE = tuple(_SORTS)
+    # `S` steps through these: LEFT orders as NEXT does and PASSED as LAST reversed, so
+    # stepping onto them would change nothing on screen (a header click still sorts by them)
+    CYCLE = tuple(title for title in _SORTS if title not in ("LEFT", "PASSED"))
     DEFAULT_SORT = ("NEXT", False)
 
     def __init__(self) -> None:

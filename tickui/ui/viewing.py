@@ -92,7 +92,7 @@ class ViewChoices:
 
     def action_cycle_sort(self) -> None:
         """The next sortable column, ascending (a header click picks one, or reverses)."""
-        columns = TaskRows.SORTABLE
+        columns = TaskRows.CYCLE
         title, _ = self.task_rows.sort
         nxt = columns[(columns.index(title) + 1) % len(columns)] if title in columns else "NEXT"
         self._sort(nxt, False)
