@@ -179,3 +179,13 @@ def test_task_show_hides_a_secret_argument_and_keeps_the_arguments_after_it(tmp_
     line = next(line for line in shown.splitlines() if "command:" in line)
     assert "abcdefghijkl" not in line and "hunter2" not in line
     assert line.split("command: ", 1)[1] == ("curl, -H, Authorization: ***, --password=***, -u, x")
+
+
+def test_a_long_word_is_redacted_whole_and_its_secret_still_found() -> None:
+    """One word of a megabyte (base64, minified output, timestamps run together): searched
+    once, not from each of its colons (that took hours), and a URL password at its end is
+    still hidden."""
+    word = "a:" * 500_000 + "x redis://user:hunter2@cache:6379"
+    shown = redact(word)
+    assert "hunter2" not in shown and shown.endswith("redis://user:***@cache:6379")
+    assert redact("a" * 1_000_000) == "a" * 1_000_000

@@ -15,6 +15,7 @@ from typing import Any
 # `@` of the word, so one holding `@` or `/` (`redis://u:ab@pw@h`, `redis://:p/w@h`) is
 # hidden whole; when in doubt more is hidden, never less.
 _USERINFO = re.compile(
+    r"(?<![^\s:/@'\"<>()\[\]{},;=])"  # from the start of a word only: linear on a long one
     r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?P<user>[^\s:/@'\"<>()\[\]{},;=]*):(?P<pw>[^\s'\"<>]*)@"
 )
 _SECRET_WORD = (
@@ -33,11 +34,11 @@ _SHORT_WORD = r"(?<![A-Za-z])(?:pass|pw|key|auth|cookie|session|creds?)(?![A-Za-
 # the quote is never closed); bare, to the next space or separator (`\ ` escapes kept).
 _VALUE = r"""(?P<value>(?<=')[^']*|(?<=")[^"]*|(?:\\.|[^\s&;,'"\\])+)"""
 _KEY_VALUE = re.compile(
-    rf"(?i)(?P<key>\b[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*['\"]?)(?P<sep>\s*[=:]\s*)"
+    rf"(?i)(?P<key>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*['\"]?)(?P<sep>\s*[=:]\s*)"
     rf"(?P<quote>['\"]?){_VALUE}"
 )
 _SHORT_KEY_VALUE = re.compile(
-    rf"(?i)(?P<key>\b[A-Za-z0-9_.-]*{_SHORT_WORD}[A-Za-z0-9_.-]*['\"]?)(?P<sep>\s*=\s*)"
+    rf"(?i)(?P<key>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*{_SHORT_WORD}[A-Za-z0-9_.-]*['\"]?)(?P<sep>\s*=\s*)"
     rf"(?P<quote>['\"]?){_VALUE}"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
@@ -46,7 +47,7 @@ SECRET_NAME = re.compile(
     r"(?i)-{0,2}[A-Za-z0-9_.-]*(?:pass|pw|secret|token|key|auth|cred|cookie|session)[A-Za-z0-9_.-]*"
 )
 _SECRET_FLAG = re.compile(
-    r"(?i)(?P<key>--?[A-Za-z0-9_-]*(?:pass|secret|token|key|auth|cred)[A-Za-z0-9_-]*)"
+    r"(?i)(?P<key>(?<![A-Za-z0-9_-])--?[A-Za-z0-9_-]*(?:pass|secret|token|key|auth|cred)[A-Za-z0-9_-]*)"
     r"""(?P<sep>\s+|=)(?P<quote>['"]?)(?P<value>(?<=')[^']*|(?<=")[^"]*|[^\s'"-][^\s'"]*)"""
 )
 # curl's and wget's `-u user:password` / `--user=user:password`: the part after the colon.
@@ -69,10 +70,22 @@ def _hide_userinfo(match: re.Match[str]) -> str:
     return f"{match['scheme'] or ''}{match['user']}:{MASK}@"
 
 
+_WORD = re.compile(r"[^\s'\"<>]+")  # what a password in a URL can span
+
+
+def _userinfo_in_word(match: re.Match[str]) -> str:
+    """Only a word holding both `:` and `@` can hold `user:pw@`: the others (a long line of
+    base64, timestamps) are passed over at once rather than searched from each colon."""
+    word = match.group()
+    if "@" not in word or ":" not in word:
+        return word
+    return _USERINFO.sub(_hide_userinfo, word)
+
+
 def redact(text: Any) -> str:
     """Hide passwords in URLs (`redis://u:pw@h`, also with `@` or `/` in the password),
     `user:pw@host:port`, `password=...` / `TOKEN=...` pairs and bearer tokens."""
-    text = _USERINFO.sub(_hide_userinfo, str(text))
+    text = _WORD.sub(_userinfo_in_word, str(text))
     text = _AUTHORIZATION.sub(_hide_value, text)
     text = _KEY_VALUE.sub(_hide_value, text)
     text = _SHORT_KEY_VALUE.sub(_hide_value, text)
