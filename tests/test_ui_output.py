@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from helpers import T0
 from tickui.clock import ManualClock
@@ -15,7 +16,7 @@ from tickui.spec import build_spec
 from tickui.ui import sample
 from tickui.ui.detail import DetailScreen
 from tickui.ui.output import LineIndex, RunScreen
-from ui_support import make_app, screen_text, until
+from ui_support import make_app, notes, screen_text, until
 
 SIZE = (140, 40)
 ANCHOR = "2027-01-15T08:00:30Z"  # nothing is due until a test says so
@@ -343,3 +344,18 @@ async def test_a_long_line_is_marked_where_it_is_cut_and_scrolls_sideways(tmp_db
         await pilot.press(*["h"] * 40)
         await until(pilot, lambda: view.scroll_offset.x == 0)
         assert "…" not in first_line().split("A", 1)[0]
+
+
+@pytest.mark.parametrize("pager", ["no-such-pager-here", 'less "unclosed'])
+async def test_a_pager_that_cannot_run_is_said_and_the_view_stays(
+    tmp_db: Path, monkeypatch, pager: str
+) -> None:
+    monkeypatch.setenv("PAGER", pager)
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot)
+        occ = await run_once(pilot)
+        screen = await open_from_occurrences(pilot, occ)
+        await pilot.press("o")
+        await until(pilot, lambda: any("pager" in n.lower() for n in notes(app)))
+        assert app.screen is screen and app.is_running

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import shlex
+import shutil
 import stat
 from array import array
 from bisect import bisect_left, bisect_right
@@ -686,7 +687,17 @@ class RunScreen(Screen[None]):
         if not path or not os.path.isfile(path):
             self.notify("no log file to open", severity="warning")
             return
-        argv = shlex.split(os.environ.get("PAGER") or "less -R")
+        pager = os.environ.get("PAGER") or "less -R"
+        try:
+            argv = shlex.split(pager)
+        except ValueError as exc:  # an unmatched quote: say so, keep the screen
+            self.notify(safe_text(f"$PAGER cannot be read ({exc}): {pager}"), severity="error")
+            return
+        # Found before the terminal is handed over: a failure inside suspend() would leave
+        # the screen suspended with nothing running.
+        if not argv or shutil.which(argv[0]) is None:
+            self.notify(safe_text(f"pager not found: {pager}"), severity="error")
+            return
         try:
             with self.app.suspend():
                 await _page(argv, path)
