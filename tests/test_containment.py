@@ -285,16 +285,46 @@ async def test_an_orphaned_run_is_found_by_its_environment_after_a_crash(tmp_pat
     assert main is not None
     occ.pid = occ.pgid = found["main"]
     occ.pid_start = main.start
-    # the same occurrence id from another database (another slot): not this run's
-    other = {**env, "TICKUI_SCHEDULED_FOR": "2027-01-15T08:01:00+00:00"}
-    decoy = subprocess.Popen(["sleep", "300"], env=other, start_new_session=True)
+    # the same occurrence id from another database: another slot, or the same slot claimed
+    # by another engine; neither is this run's
+    others = [
+        {**env, "TICKUI_SCHEDULED_FOR": "2027-01-15T08:01:00+00:00"},
+        {**env, "TICKUI_ENGINE": "other-box:77:0badf00d"},
+    ]
+    decoys = [subprocess.Popen(["sleep", "300"], env=e, start_new_session=True) for e in others]
     try:
         assert await containment.end_orphaned_run(occ, grace=1.0) >= 2
         await wait_for(lambda: not survivors(found), 10, "the orphaned tree to end")
-        assert decoy.poll() is None, "a process of another run was killed"
+        for decoy in decoys:
+            assert decoy.poll() is None, "a process of another run was killed"
     finally:
-        decoy.kill()
-        decoy.wait()
+        for decoy in decoys:
+            decoy.kill()
+            decoy.wait()
+
+
+async def test_two_engines_in_one_process_never_end_each_others_runs(tmp_path):
+    """Two databases, each with occurrence 1 of the same slot, run by two engines in one
+    process (whose children both are): stopping one engine ends its run only."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    first, first_pids = script(tmp_path / "a", "note main\nexec sleep 300")
+    second, second_pids = script(tmp_path / "b", "note main\nexec sleep 300")
+    async with contextlib.AsyncExitStack() as stack:
+        a = await stack.enter_async_context(rig(tmp_path / "a" / "t.db"))
+        await a.add("same", every="1h", command=first)
+        await a.engine.start()
+        ended = await wait_pids(first_pids, {"main"})
+        async with rig(tmp_path / "b" / "t.db") as b:  # started after a's run
+            await b.add("same", every="1h", command=second)
+            await b.engine.start()
+            kept = await wait_pids(second_pids, {"main"})
+            runs = [(await r.history())[0] for r in (a, b)]
+            assert {(o.id, o.scheduled_for) for o in runs} == {(1, runs[0].scheduled_for)}
+            await stack.aclose()  # a stops while b runs
+            await wait_for(lambda: not survivors(ended), 10, "the stopped engine's run to end")
+            await asyncio.sleep(0.6)  # two containment scans (0.25 s apart) after the stop
+            assert survivors(kept), "stopping one engine ended the other engine's run"
 
 
 async def test_scans_are_cheap_and_off_the_loop(tmp_path):

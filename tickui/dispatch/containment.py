@@ -75,10 +75,14 @@ def enable_subreaper() -> bool:
 
 
 def marker_for(occurrence: Occurrence) -> dict[str, str]:
-    """The environment entries that identify a run's processes (the dispatcher sets them)."""
+    """The environment entries that identify a run's processes (the dispatcher sets them).
+    The claiming engine's id is part of it: occurrence ids and slots repeat across
+    databases (and across engines in one process), and a run of another database with the
+    same id and slot must never be taken for this one's."""
     return {
         "TICKUI_OCCURRENCE_ID": str(occurrence.id),
         "TICKUI_SCHEDULED_FOR": iso(occurrence.scheduled_for) or "",
+        "TICKUI_ENGINE": occurrence.owner or "",
     }
 
 

@@ -25,7 +25,7 @@ from tickui.dispatch.base import (
     Receipt,
     wait_until_done,
 )
-from tickui.dispatch.containment import Containment, end_group
+from tickui.dispatch.containment import Containment, end_group, marker_for
 from tickui.dispatch.output import (
     HEAD_BYTES_DEFAULT,
     TAIL_BYTES_DEFAULT,
@@ -44,7 +44,7 @@ from tickui.occurrence import (
 )
 from tickui.redact import redact
 from tickui.store import NewEvent, Store
-from tickui.timeutil import MICROS, format_duration, iso
+from tickui.timeutil import MICROS, format_duration
 
 log = logging.getLogger("tickui.dispatch")
 
@@ -153,14 +153,7 @@ class SubprocessDispatcher:
         occ = job.occurrence
         env = dict(os.environ)
         env.update(job.task.spec.env)
-        env.update(
-            {
-                "TICKUI_TASK": occ.task,
-                "TICKUI_OCCURRENCE_ID": str(occ.id),
-                "TICKUI_KIND": occ.kind,
-                "TICKUI_SCHEDULED_FOR": iso(occ.scheduled_for) or "",
-            }
-        )
+        env.update({"TICKUI_TASK": occ.task, "TICKUI_KIND": occ.kind, **marker_for(occ)})
         return env
 
     # ---- starting ----------------------------------------------------------------------
