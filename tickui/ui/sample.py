@@ -66,15 +66,29 @@ def _alive(host: str | None, pid: int | None, start: int | None) -> bool:
     return False
 
 
-async def _settled(app: TickuiApp, names: list[str]) -> None:
+async def _settled(app: TickuiApp, wanted: dict[str, str]) -> None:
+    """Until each named task's newest run is in the state wanted and nothing else is in
+    flight: a scene taken while a run is still ending would flicker (its toast, its row)."""
+    states: dict[str, str] = {}
     for _ in range(500):
         await app.drain()
-        states = {o.task: o.state for o in app.occ_rows.by_id.values()}
-        done = all(states.get(n) in ("succeeded", "failed", "running") for n in names)
-        if done and all(o.state == "running" or not o.active for o in app.occ_rows.by_id.values()):
+        states = {}
+        for occ in sorted(app.occ_rows.by_id.values(), key=lambda o: o.id):
+            states[occ.task] = occ.state
+        others = all(o.state == "running" or not o.active for o in app.occ_rows.by_id.values())
+        if others and all(states.get(n) == s for n, s in wanted.items()):
             return
         await asyncio.sleep(0.02)
-    raise RuntimeError(f"sample runs did not settle: {states}")
+    raise RuntimeError(f"sample runs did not settle: {states}, wanted {wanted}")
+
+
+# what each sample run ends in (reindex sleeps 30 s: it stays running in every scene)
+WITH_RUNS = {
+    "heartbeat": "succeeded",
+    "export-orders": "failed",
+    "reindex": "running",
+    "backup-db": "succeeded",
+}
 
 
 async def with_runs(pilot) -> None:
@@ -83,9 +97,9 @@ async def with_runs(pilot) -> None:
     await app.ready.wait()
     engine = app.host.engine
     if engine.holds_lease:
-        for name in ("heartbeat", "export-orders", "reindex", "backup-db"):
+        for name in WITH_RUNS:
             await engine.run_now(name)
-        await _settled(app, ["heartbeat", "export-orders", "reindex", "backup-db"])
+        await _settled(app, WITH_RUNS)
     app.clear_notifications()  # a toast's life is timed: in a fixed scene it would flicker
     # The cursors follow rows by id: which run the Occurrences cursor ended on depends on
     # how the runs' changes were batched; a fixed scene puts both on their first row.
