@@ -15,6 +15,7 @@ from pathlib import Path
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
 
@@ -74,10 +75,11 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         header_clock: bool = True,
         bell: bool = False,
         settings_file: Path | None = None,
+        driver_class: type[Driver] | None = None,
     ) -> None:
         """`settings_file`: where view choices are kept (default: the user's config folder;
         fixed scenes such as screenshots give their own)."""
-        super().__init__()
+        super().__init__(driver_class=driver_class)
         self.settings_file = settings_file
         self.factory = factory
         self.header_clock = header_clock

@@ -6,8 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
-import select
 import shutil
 import signal
 import sys
@@ -25,6 +23,7 @@ from tickui.simulate import SimulatedDispatcher, TimeLapse
 from tickui.spec import build_spec
 from tickui.store import Store, inspect_file
 from tickui.ui.host import Host, build_host
+from tickui.ui.terminal import surviving_driver, terminal_gone, writes_to_null
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -134,7 +133,7 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: 
         path = session.path.expanduser()
         inspect_file(path)  # a foreign or broken file: one line, before the UI
         _log_to_file(path)  # under time-lapse, beside the copy (and removed with it)
-        app = TickuiApp(session.factory)
+        app = TickuiApp(session.factory, driver_class=surviving_driver())
         hang_up.app = app
         code = asyncio.run(hang_up.run(app))
         if app.failure:
@@ -171,8 +170,8 @@ class HangUp:
         # Textual's SIGCONT handler restarts its application mode: on a dead terminal a
         # second writer thread that dies on EIO while shutting down waits for it forever.
         signal.signal(signal.SIGCONT, _ignore)
-        if _terminal_gone():
-            _writes_to_null()  # Textual's output (and its restore codes) goes nowhere
+        if terminal_gone():
+            writes_to_null()  # Textual's output (and its restore codes) goes nowhere
         loop = self.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._start)
@@ -214,29 +213,6 @@ class HangUp:
 
 def _ignore(_signum: int, _frame: object) -> None:
     return None
-
-
-def _terminal_gone(fd: int = 1) -> bool:
-    """Whether `fd` is a terminal that hung up (a closed window, a killed tmux session):
-    the kernel then reports POLLHUP/POLLERR on it and every write fails with EIO."""
-    try:
-        if not os.isatty(fd):
-            return False
-        poller = select.poll()
-        poller.register(fd, select.POLLOUT)
-        return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
-    except OSError:
-        return True
-
-
-def _writes_to_null() -> None:
-    """Point stdout and stderr at /dev/null, so writes after a hang-up neither fail (a
-    dead writer thread would make Textual wait forever) nor print a traceback nowhere."""
-    with contextlib.suppress(OSError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        for fd in (1, 2):
-            os.dup2(null, fd)
-        os.close(null)
 
 
 @contextlib.contextmanager

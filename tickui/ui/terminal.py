@@ -1,0 +1,105 @@
+"""The dashboard's output survives its terminal going away.
+
+When the window is closed or the tmux session killed, every write to the terminal fails
+with EIO. Textual writes from one thread through a bounded queue; if that thread dies on
+the error, the 31st frame queued after it blocks the event loop for good, and the hang-up
+(cancel the runs, close the store, remove the demo folder) never happens. Whether the
+signal or the first failed write comes first is a race, so the output itself must
+survive: the first write that fails points the terminal's descriptors at /dev/null and
+every later write goes there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import sys
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from textual.driver import Driver
+
+log = logging.getLogger("tickui.ui")
+
+
+class SurvivingOutput:
+    """A text stream whose writes and flushes never raise OSError: after the first one
+    that fails, its descriptor (and stdout's and stderr's) lead to /dev/null."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                self._stream.write(text)
+            except OSError as exc:
+                self._lose(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._lose(exc)
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return not self.gone and self._stream.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def _lose(self, exc: OSError) -> None:
+        self.gone = True
+        log.info("the terminal went away (%s): its output is dropped from now on", exc)
+        fds = {1, 2}
+        with contextlib.suppress(OSError, ValueError):
+            fds.add(self._stream.fileno())
+        writes_to_null(fds)
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()  # what the stream still buffered goes to /dev/null now
+
+
+def writes_to_null(fds: set[int] | None = None) -> None:
+    """Point `fds` (stdout and stderr by default) at /dev/null, so later writes neither
+    fail nor print a traceback nowhere."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in sorted(fds or {1, 2}):
+            with contextlib.suppress(OSError):
+                os.dup2(null, fd)
+        os.close(null)
+
+
+def terminal_gone(fd: int = 1) -> bool:
+    """Whether `fd` leads to a terminal that hung up (a closed window, a killed tmux
+    session): the kernel then reports POLLHUP/POLLERR on it and every write fails with
+    EIO. (Not `isatty` first: a hung-up terminal is no longer a tty to it.)"""
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+    except OSError:
+        return True
+
+
+def surviving_driver() -> type[Driver] | None:
+    """Textual's terminal driver for this platform with its output made a SurvivingOutput
+    (None where Textual picks another driver: Windows)."""
+    if sys.platform == "win32":
+        return None
+    from textual.drivers.linux_driver import LinuxDriver
+
+    class SurvivingLinuxDriver(LinuxDriver):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._file = SurvivingOutput(self._file)
+
+    return SurvivingLinuxDriver
