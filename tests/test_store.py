@@ -91,6 +91,9 @@ async def test_an_older_file_is_migrated_and_keeps_its_data(tmp_path):
         assert len(history) == 1 and history[0].state == "succeeded"
         assert history[0].log_path is None
         assert await store.pending_requests() == []
+        # schema 7 rebuilt occurrences: the old row is attempt 1 of its slot
+        row = await store._one("SELECT id, kind, attempt, retry_of, retry_at FROM occurrences")
+        assert row == (history[0].id, "scheduled", 1, None, None)
     finally:
         await store.close()
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 APPLICATION_ID = 0x7469636B  # "tick": marks a file as tickui's
 
+# The occurrences table's columns up to schema 6, in order (schema 7 copies them over).
+OCCURRENCE_COLUMNS_6 = """id, task_id, task, kind, scheduled_for, state, claimed_at, covers,
+    missed, accepted_at, started_at, finished_at, exit_code, error_code, detail, command_id,
+    run_id, owner, lease_token, pid, pgid, pid_start, event_cursor, generation, log_path"""
+
 MIGRATIONS: list[tuple[str, ...]] = [
     (  # 1: tasks, occurrences, the runtime event log and the lease
         """CREATE TABLE tasks (
@@ -106,6 +111,70 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE events ADD COLUMN causation_id TEXT",
         """CREATE INDEX events_causation ON events(causation_id, seq)
             WHERE command_id IS NULL AND causation_id IS NOT NULL""",
+    ),
+    (  # 7: failure handling. Retries are new occurrences of a slot (attempt 2, 3, ...,
+        # retry_of the first attempt's id) that wait in state `queued` until retry_at;
+        # buffer_one's waiting slot and a backfill's slots wait there too. `backfill` is a
+        # kind (the CHECK on kind is why the table is rebuilt; its columns keep their
+        # order, the new ones come last). A slot is unique per attempt. Tasks count their
+        # consecutive failed slots (pause_after) and say whether a config task was edited
+        # by hand (overridden). Hook deliveries are recorded.
+        """CREATE TABLE occurrences_new (
+            id INTEGER PRIMARY KEY,
+            task_id INTEGER NOT NULL,
+            task TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('scheduled', 'manual', 'backfill')),
+            scheduled_for INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            claimed_at INTEGER NOT NULL,
+            covers INTEGER NOT NULL DEFAULT 1,
+            missed INTEGER NOT NULL DEFAULT 0,
+            accepted_at INTEGER,
+            started_at INTEGER,
+            finished_at INTEGER,
+            exit_code INTEGER,
+            error_code TEXT,
+            detail TEXT,
+            command_id TEXT,
+            run_id TEXT,
+            owner TEXT,
+            lease_token INTEGER,
+            pid INTEGER,
+            pgid INTEGER,
+            pid_start INTEGER,
+            event_cursor INTEGER NOT NULL DEFAULT 0,
+            generation INTEGER NOT NULL DEFAULT 0,
+            log_path TEXT,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            retry_of INTEGER,
+            retry_at INTEGER
+        )""",
+        """INSERT INTO occurrences_new (COLS)
+            SELECT COLS FROM occurrences""".replace("COLS", OCCURRENCE_COLUMNS_6),
+        "DROP TABLE occurrences",
+        "ALTER TABLE occurrences_new RENAME TO occurrences",
+        """CREATE UNIQUE INDEX occurrences_slot ON occurrences(task_id, scheduled_for, attempt)
+            WHERE kind IN ('scheduled', 'backfill') AND state <> 'skipped'""",
+        """CREATE INDEX occurrences_active ON occurrences(id)
+            WHERE state IN ('claimed', 'accepted', 'running')""",
+        "CREATE INDEX occurrences_queued ON occurrences(task_id, id) WHERE state = 'queued'",
+        "CREATE INDEX occurrences_task ON occurrences(task, id)",
+        "CREATE INDEX occurrences_task_id ON occurrences(task_id, id)",
+        "ALTER TABLE tasks ADD COLUMN failures INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE tasks ADD COLUMN overridden INTEGER NOT NULL DEFAULT 0",
+        """CREATE TABLE hook_deliveries (
+            id INTEGER PRIMARY KEY,
+            hook TEXT NOT NULL,
+            event TEXT NOT NULL,
+            task TEXT,
+            occurrence_id INTEGER,
+            created_at INTEGER NOT NULL,
+            finished_at INTEGER,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            outcome TEXT NOT NULL DEFAULT 'pending',
+            detail TEXT
+        )""",
+        "CREATE INDEX hook_deliveries_recent ON hook_deliveries(id)",
     ),
 ]
 
