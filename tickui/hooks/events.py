@@ -1,0 +1,165 @@
+"""Which hook events a change means, and what they say. Pure functions over plain rows.
+
+An occurrence row (dict) has: id, task_id, task, kind, state, error_code, detail, attempt,
+scheduled_for, finished_at, covers, missed. A task row: id, name, enabled, note,
+updated_at.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tickui.hooks.config import TASK_EVENTS, HookConfig
+from tickui.redact import redact
+from tickui.timeutil import iso
+
+PAUSE_NOTE = "paused after"
+MAX_DETAIL = 1024
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    """One thing to tell: the JSON object a hook receives."""
+
+    event: str
+    task: str | None
+    occurrence_id: int | None
+    state: str | None
+    error_code: str | None
+    detail: str | None
+    attempt: int | None
+    scheduled_for: str | None
+    finished_at: str | None
+    host: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def body(self, fmt: str) -> bytes:
+        value = {"text": slack_text(self)} if fmt == "slack" else self.to_json()
+        return json.dumps(value).encode()
+
+
+def occurrence_events(row: dict[str, Any], previous: str | None) -> list[str]:
+    """The events an occurrence in its current state means. `previous` is the state of
+    the task's finished run before it (succeeded or failed; None when there is none)."""
+    state = row["state"]
+    events = []
+    if state == "failed":
+        events.append("failed")
+    elif state == "succeeded" and previous == "failed":
+        events.append("recovered")
+    if _missed(row):
+        events.append("missed")
+    return events
+
+
+def _missed(row: dict[str, Any]) -> bool:
+    """Slots a misfire skipped (a skipped row that stands for missed slots) or folded into
+    one run (run_once covering several)."""
+    if row["state"] == "skipped":
+        return bool(row.get("missed"))
+    return (row.get("covers") or 1) > 1
+
+
+def is_paused(task: dict[str, Any], since: int) -> bool:
+    """Disabled by pause-after (its note says so) at or after `since`."""
+    note = task.get("note") or ""
+    return not task["enabled"] and note.startswith(PAUSE_NOTE) and task["updated_at"] >= since
+
+
+def from_occurrence(event: str, row: dict[str, Any], host: str) -> HookEvent:
+    return HookEvent(
+        event=event,
+        task=row["task"],
+        occurrence_id=row["id"],
+        state=row["state"],
+        error_code=row.get("error_code"),
+        detail=_detail(row.get("detail")),
+        attempt=row.get("attempt") or 1,
+        scheduled_for=iso(row.get("scheduled_for")),
+        finished_at=iso(row.get("finished_at")),
+        host=host,
+    )
+
+
+def paused_event(task: dict[str, Any], last: dict[str, Any] | None, host: str) -> HookEvent:
+    """A task paused by pause-after; the occurrence fields are its last failed run's."""
+    last = last or {}
+    return HookEvent(
+        event="paused",
+        task=task["name"],
+        occurrence_id=last.get("id"),
+        state=last.get("state"),
+        error_code=last.get("error_code"),
+        detail=_detail(task.get("note")),
+        attempt=(last.get("attempt") or 1) if last else None,
+        scheduled_for=iso(last.get("scheduled_for")),
+        finished_at=iso(last.get("finished_at")),
+        host=host,
+    )
+
+
+def breaker_event(opened: bool, state: str, reason: str | None, at: int, host: str) -> HookEvent:
+    return HookEvent(
+        event="breaker_open" if opened else "breaker_closed",
+        task=None,
+        occurrence_id=None,
+        state=state,
+        error_code=None,
+        detail=_detail(reason),
+        attempt=None,
+        scheduled_for=None,
+        finished_at=iso(at),
+        host=host,
+    )
+
+
+def matches(hook: HookConfig, event: HookEvent) -> bool:
+    """Does `hook` want `event`? `tasks` narrows task events only (the breaker has no task)."""
+    if event.event not in hook.on:
+        return False
+    if not hook.tasks or event.event not in TASK_EVENTS or event.task is None:
+        return True
+    return any(fnmatch.fnmatchcase(event.task, pattern) for pattern in hook.tasks)
+
+
+_SAID = {
+    "failed": "failed",
+    "recovered": "recovered",
+    "paused": "was paused",
+    "missed": "missed runs",
+    "breaker_open": "tick publishing: circuit breaker opened",
+    "breaker_closed": "tick publishing: circuit breaker closed",
+}
+
+
+def slack_text(event: HookEvent) -> str:
+    """One line for a chat channel."""
+    what = _SAID[event.event]
+    head = f"tickui on {event.host}: "
+    if event.task is not None:
+        head += f"task {event.task} {what}"
+    else:
+        head += what
+    parts = [head]
+    if event.error_code:
+        parts.append(f"({event.error_code})")
+    if event.occurrence_id is not None:
+        parts.append(f"run {event.occurrence_id}")
+        if event.attempt and event.attempt > 1:
+            parts.append(f"attempt {event.attempt}")
+    text = " ".join(parts)
+    if event.detail:
+        text += f": {event.detail}"
+    return text
+
+
+def _detail(text: str | None) -> str | None:
+    if text is None:
+        return None
+    out = redact(text)
+    return out if len(out) <= MAX_DETAIL else out[: MAX_DETAIL - 1] + "…"

@@ -1,0 +1,333 @@
+"""Hooks beside a running engine: engine changes and breaker moves become events, events go
+to the hooks that want them, each delivery recorded. Nothing here can block the engine or
+the UI: listeners only note ids and wake a background task; deliveries wait in a bounded
+queue (a full one drops and counts) for a few workers, each send bounded by its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from tickui import procs
+from tickui.breaker import CLOSED, OPEN
+from tickui.clock import Clock
+from tickui.hooks.config import HookConfig
+from tickui.hooks.delivery import send
+from tickui.hooks.events import (
+    HookEvent,
+    breaker_event,
+    from_occurrence,
+    is_paused,
+    matches,
+    occurrence_events,
+    paused_event,
+)
+from tickui.redact import safe_text
+
+if TYPE_CHECKING:
+    from tickui.engine import EngineChange, SchedulerEngine
+    from tickui.store import Store
+    from tickui.ticker import RuntimeScheduler
+
+log = logging.getLogger("tickui.hooks")
+
+ATTEMPTS = 3
+BACKOFF = (0.5, 1.0)  # seconds before the 2nd and the 3rd attempt
+QUEUE_MAX = 256
+WORKERS = 4
+SEEN_MAX = 10_000
+CLOSE_GRACE = 5.0  # seconds close() waits for queued deliveries
+STOPPED = "not delivered: tickui stopped first"
+OCCURRENCE_EVENTS = frozenset({"failed", "recovered", "missed", "paused"})
+
+
+class HookService:
+    def __init__(
+        self,
+        hooks: Sequence[HookConfig],
+        store: Store,
+        clock: Clock,
+        *,
+        attempts: int = ATTEMPTS,
+        backoff: Sequence[float] = BACKOFF,
+        queue_max: int = QUEUE_MAX,
+        workers: int = WORKERS,
+        host: str | None = None,
+    ) -> None:
+        self.hooks = tuple(hooks)
+        self.store = store
+        self.clock = clock
+        self.attempts = attempts
+        self.backoff = tuple(backoff) or (0.0,)
+        self.host = host or procs.host()
+        self.since = clock.now()  # a pause older than this was told before (or never)
+        self.counts: Counter[str] = Counter()  # delivered, failed, dropped, errors
+        self.wanted = frozenset().union(*(h.on for h in self.hooks))
+        self._queue_max = queue_max
+        self._workers_n = workers
+        self._changed_occ: set[int] = set()
+        self._changed_tasks: set[int] = set()
+        self._seen: OrderedDict[tuple[int, str], None] = OrderedDict()
+        self._paused: dict[int, int] = {}  # task id -> updated_at of the pause told
+        self._breaker_open = False
+        self._inflight: set[int] = set()
+        self._wake: asyncio.Event | None = None
+        self._queue: asyncio.Queue[tuple[HookConfig, HookEvent]] | None = None
+        self._processor: asyncio.Task[None] | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._session: aiohttp.ClientSession | None = None
+        self._closing = False
+        self._busy = False
+        self._fault: str | None = None
+        self._dropped_said = 0
+
+    # ---- wiring --------------------------------------------------------------------
+
+    def attach(self, engine: SchedulerEngine | None, ticker: RuntimeScheduler | None) -> None:
+        if engine is not None and self.wanted & OCCURRENCE_EVENTS:
+            engine.subscribe(self._on_change)
+        if ticker is not None and self.wanted & {"breaker_open", "breaker_closed"}:
+            ticker.on_change(lambda: self._on_breaker(ticker))
+
+    def _on_change(self, change: EngineChange) -> None:
+        """The engine's listener: notes ids and wakes the processor; no I/O here."""
+        if self._closing or not (change.occurrences or change.tasks):
+            return
+        self._changed_occ.update(change.occurrences)
+        if "paused" in self.wanted:
+            self._changed_tasks.update(change.tasks)
+        self._start()
+        assert self._wake is not None
+        self._wake.set()
+
+    def _on_breaker(self, ticker: RuntimeScheduler) -> None:
+        """The ticker's listener (after every tick and breaker move): tells the breaker
+        opening once per outage (a failed probe keeps it open, not a new outage) and its
+        closing."""
+        breaker = ticker.breaker
+        state = breaker.state
+        if state == OPEN and not self._breaker_open:
+            self._breaker_open = True
+        elif state == CLOSED and self._breaker_open:
+            self._breaker_open = False
+        else:
+            return
+        last = breaker.transitions[-1] if breaker.transitions else None
+        at = last.at if last else self.clock.now()
+        reason = last.reason if last else None
+        self.emit(breaker_event(self._breaker_open, state, reason, at, self.host))
+
+    def _start(self) -> None:
+        if self._wake is not None or self._closing:
+            return
+        self._wake = asyncio.Event()
+        self._queue = asyncio.Queue(self._queue_max)
+        self._processor = asyncio.create_task(self._process_loop(), name="tickui-hooks")
+        self._workers = [
+            asyncio.create_task(self._worker(), name=f"tickui-hook-{n}")
+            for n in range(self._workers_n)
+        ]
+
+    # ---- from changes to events ----------------------------------------------------
+
+    async def _process_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._busy = False
+            await self._wake.wait()
+            self._busy = True
+            self._wake.clear()
+            while self._changed_occ or self._changed_tasks:
+                occs, tasks = self._changed_occ, self._changed_tasks
+                self._changed_occ, self._changed_tasks = set(), set()
+                try:
+                    for event in await self.events_for(occs, tasks):
+                        self.emit(event)
+                    if self._fault is not None:
+                        log.warning("hook events work again after: %s", self._fault)
+                        self._fault = None
+                except Exception as exc:
+                    self.counts["errors"] += 1
+                    text = safe_text(f"{type(exc).__name__}: {exc}")
+                    if text != self._fault:
+                        self._fault = text
+                        log.warning("hook events not read: %s (logged once)", text)
+            if self._closing:
+                return
+
+    async def events_for(self, occurrence_ids: set[int], task_ids: set[int]) -> list[HookEvent]:
+        """The events the changed occurrences and tasks mean, each told once."""
+        events: list[HookEvent] = []
+        tasks = set(task_ids)
+        rows = await self.store.hook_occurrences(occurrence_ids) if occurrence_ids else []
+        for row in rows:
+            previous = None
+            if row["state"] == "succeeded" and "recovered" in self.wanted:
+                previous = await self.store.previous_result(row["task_id"], row["id"])
+            for name in occurrence_events(row, previous):
+                if name in self.wanted and self._first(row["id"], name):
+                    events.append(from_occurrence(name, row, self.host))
+            if row["state"] == "failed" and "paused" in self.wanted:
+                tasks.add(row["task_id"])
+        if tasks and "paused" in self.wanted:
+            for task in await self.store.hook_tasks(tasks):
+                if not is_paused(task, self.since):
+                    self._paused.pop(task["id"], None)
+                    continue
+                if self._paused.get(task["id"]) == task["updated_at"]:
+                    continue
+                self._paused[task["id"]] = task["updated_at"]
+                last = await self.store.last_failed(task["id"])
+                events.append(paused_event(task, last, self.host))
+        return events
+
+    def _first(self, occurrence_id: int, event: str) -> bool:
+        key = (occurrence_id, event)
+        if key in self._seen:
+            return False
+        self._seen[key] = None
+        if len(self._seen) > SEEN_MAX:
+            self._seen.popitem(last=False)
+        return True
+
+    def emit(self, event: HookEvent) -> None:
+        """Queue `event` for every hook that wants it; a full queue drops it (counted)."""
+        if self._closing:
+            return
+        self._start()
+        assert self._queue is not None
+        for hook in self.hooks:
+            if not matches(hook, event):
+                continue
+            try:
+                self._queue.put_nowait((hook, event))
+            except asyncio.QueueFull:
+                self.counts["dropped"] += 1
+                if self.counts["dropped"] - self._dropped_said >= 100 or not self._dropped_said:
+                    self._dropped_said = self.counts["dropped"]
+                    log.warning(
+                        "hook queue full (%d waiting): %d event(s) dropped so far",
+                        self._queue_max,
+                        self.counts["dropped"],
+                    )
+
+    # ---- delivery --------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        assert self._queue is not None
+        while True:
+            hook, event = await self._queue.get()
+            try:
+                await self.deliver(hook, event)
+            except Exception as exc:
+                self.counts["errors"] += 1
+                log.warning("hook %s: %s", hook.name, safe_text(f"{type(exc).__name__}: {exc}"))
+            finally:
+                self._queue.task_done()
+
+    async def deliver(self, hook: HookConfig, event: HookEvent) -> tuple[str, int, str]:
+        """Up to `attempts` sends, recorded; returns (outcome, attempts, detail)."""
+        delivery = None
+        try:
+            delivery = await self.store.start_delivery(
+                hook.name, event.event, event.task, event.occurrence_id, self.clock.now()
+            )
+            self._inflight.add(delivery)
+        except Exception as exc:  # the alert matters more than its record
+            log.warning("hook delivery not recorded: %s", safe_text(exc))
+        if hook.url is not None and self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        ok, detail, attempts = False, "", 0
+        while attempts < self.attempts and not ok:
+            if attempts:
+                await asyncio.sleep(self.backoff[min(attempts - 1, len(self.backoff) - 1)])
+            attempts += 1
+            ok, detail = await send(hook, event, self._session)
+        outcome = "delivered" if ok else "failed"
+        self.counts[outcome] += 1
+        if not ok:
+            log.warning(
+                "hook %s (%s): %s not delivered after %d attempt(s): %s",
+                hook.name,
+                safe_text(hook.target),
+                event.event,
+                attempts,
+                detail,
+            )
+        if delivery is not None:
+            await self.store.finish_delivery(delivery, self.clock.now(), attempts, outcome, detail)
+            self._inflight.discard(delivery)
+        return outcome, attempts, detail
+
+    # ---- stopping --------------------------------------------------------------------
+
+    async def close(self, grace: float = CLOSE_GRACE) -> None:
+        """Tell what the last changes mean, wait up to `grace` s for queued deliveries,
+        then end the rest (their records say they were not delivered)."""
+        if self._closing:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        if self._processor is not None and self._wake is not None:
+            self._wake.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._idle()), grace)
+        self._closing = True
+        if self._queue is not None:
+            left = max(0.0, deadline - loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), left)
+        for task in [self._processor, *self._workers]:
+            if task is not None:
+                task.cancel()
+        for task in [self._processor, *self._workers]:
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._inflight:
+            with contextlib.suppress(Exception):
+                await self.store.fail_deliveries(sorted(self._inflight), self.clock.now(), STOPPED)
+            self._inflight.clear()
+        if self._session is not None:
+            with contextlib.suppress(Exception):
+                await self._session.close()
+            self._session = None
+
+    async def _idle(self) -> None:
+        """Until the processor has read every change noted so far."""
+        while self._busy or self._changed_occ or self._changed_tasks or self._wake_set():
+            await asyncio.sleep(0.01)
+
+    def _wake_set(self) -> bool:
+        return self._wake is not None and self._wake.is_set()
+
+    def status(self) -> dict[str, Any]:
+        waiting = self._queue.qsize() if self._queue is not None else 0
+        return {"hooks": len(self.hooks), "waiting": waiting, **self.counts}
+
+
+def attach(
+    hooks: Sequence[HookConfig],
+    store: Store,
+    clock: Clock,
+    engine: SchedulerEngine | None,
+    ticker: RuntimeScheduler | None,
+    **options: Any,
+) -> HookService | None:
+    """Hooks beside `engine` and `ticker`; None when there are none, or under time-lapse
+    (a simulated day must not page anyone)."""
+    if not hooks:
+        return None
+    if clock.scale != 1:
+        log.info("time-lapse: hooks are not called")
+        return None
+    service = HookService(hooks, store, clock, **options)
+    service.attach(engine, ticker)
+    return service

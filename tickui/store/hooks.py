@@ -1,0 +1,159 @@
+"""Hook deliveries (`hook_deliveries`) and the reads that turn an engine change into hook
+events: changed occurrences and tasks as plain rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tickui.store.base import StoreBase
+from tickui.timeutil import iso
+
+DELIVERIES_KEPT = 1000  # the newest deliveries kept; older ones are pruned as new ones come
+_OCC_COLS = (
+    "id",
+    "task_id",
+    "task",
+    "kind",
+    "state",
+    "error_code",
+    "detail",
+    "attempt",
+    "scheduled_for",
+    "finished_at",
+    "covers",
+    "missed",
+)
+_TASK_COLS = ("id", "name", "enabled", "note", "updated_at")
+OUTCOMES = ("pending", "delivered", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    id: int
+    hook: str
+    event: str
+    task: str | None
+    occurrence_id: int | None
+    created_at: int
+    finished_at: int | None
+    attempts: int
+    outcome: str  # pending | delivered | failed
+    detail: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "hook": self.hook,
+            "event": self.event,
+            "task": self.task,
+            "occurrence_id": self.occurrence_id,
+            "created_at": iso(self.created_at),
+            "finished_at": iso(self.finished_at),
+            "attempts": self.attempts,
+            "outcome": self.outcome,
+            "detail": self.detail,
+        }
+
+
+class HookQueries(StoreBase):
+    """Reads for hook events and the record of each delivery."""
+
+    # ---- reads behind hook events --------------------------------------------------
+
+    async def hook_occurrences(self, ids: Iterable[int]) -> list[dict[str, Any]]:
+        """The changed occurrences, as plain rows (id order)."""
+        wanted = sorted(set(ids))
+        rows: list[dict[str, Any]] = []
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found = await self._all(
+                f"SELECT {', '.join(_OCC_COLS)} FROM occurrences WHERE id IN ({marks}) ORDER BY id",
+                chunk,
+            )
+            rows.extend(dict(zip(_OCC_COLS, row, strict=True)) for row in found)
+        return rows
+
+    async def previous_result(self, task_id: int, before_id: int) -> str | None:
+        """The state of the task's last run before `before_id` that succeeded or failed."""
+        row = await self._one(
+            "SELECT state FROM occurrences WHERE task_id = ? AND id < ?"
+            " AND state IN ('succeeded', 'failed') ORDER BY id DESC LIMIT 1",
+            (task_id, before_id),
+        )
+        return row[0] if row else None
+
+    async def last_failed(self, task_id: int) -> dict[str, Any] | None:
+        row = await self._one(
+            f"SELECT {', '.join(_OCC_COLS)} FROM occurrences WHERE task_id = ?"
+            " AND state = 'failed' ORDER BY id DESC LIMIT 1",
+            (task_id,),
+        )
+        return dict(zip(_OCC_COLS, row, strict=True)) if row else None
+
+    async def hook_tasks(self, ids: Iterable[int]) -> list[dict[str, Any]]:
+        wanted = sorted(set(ids))[:10_000]
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        found = await self._all(
+            f"SELECT {', '.join(_TASK_COLS)} FROM tasks WHERE id IN ({marks})", wanted
+        )
+        return [dict(zip(_TASK_COLS, row, strict=True)) for row in found]
+
+    # ---- deliveries ------------------------------------------------------------------
+
+    async def start_delivery(
+        self, hook: str, event: str, task: str | None, occurrence_id: int | None, now: int
+    ) -> int:
+        """Record a delivery as pending; the newest DELIVERIES_KEPT are kept."""
+        async with self._write():
+            cursor = await self._conn.execute(
+                "INSERT INTO hook_deliveries (hook, event, task, occurrence_id, created_at)"
+                " VALUES (?,?,?,?,?)",
+                (hook, event, task, occurrence_id, now),
+            )
+            new_id = cursor.lastrowid
+            await cursor.close()
+            await self._conn.execute(
+                "DELETE FROM hook_deliveries WHERE id <= ?", (new_id - DELIVERIES_KEPT,)
+            )
+        assert new_id is not None
+        return new_id
+
+    async def finish_delivery(
+        self, delivery_id: int, now: int, attempts: int, outcome: str, detail: str | None
+    ) -> None:
+        assert outcome in OUTCOMES
+        async with self._write():
+            await self._conn.execute(
+                "UPDATE hook_deliveries SET finished_at = ?, attempts = ?, outcome = ?,"
+                " detail = ? WHERE id = ?",
+                (now, attempts, outcome, detail, delivery_id),
+            )
+
+    async def fail_deliveries(self, ids: Sequence[int], now: int, detail: str) -> None:
+        """Deliveries that will never finish (tickui stopped meanwhile) end failed."""
+        if not ids:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "UPDATE hook_deliveries SET finished_at = ?, outcome = 'failed', detail = ?"
+                " WHERE id = ? AND outcome = 'pending'",
+                [(now, detail, i) for i in ids],
+            )
+
+    async def recent_deliveries(self, limit: int = 50) -> list[Delivery]:
+        """The newest deliveries first. A database from before schema 7 has none."""
+        if not await self._one(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hook_deliveries'"
+        ):
+            return []
+        rows = await self._all(
+            "SELECT id, hook, event, task, occurrence_id, created_at, finished_at, attempts,"
+            " outcome, detail FROM hook_deliveries ORDER BY id DESC LIMIT ?",
+            (limit,),
+        )
+        return [Delivery(*row) for row in rows]
