@@ -85,7 +85,10 @@ class TestMoves:
     def test_state_lists(self):
         assert set(ACTIVE) == {"claimed", "accepted", "running"}
         assert set(TERMINAL) == {"succeeded", "failed", "cancelled", "skipped"}
-        assert set(STATES) == set(ACTIVE) | set(TERMINAL)
+        assert set(STATES) == set(ACTIVE) | set(TERMINAL) | {"queued"}
+
+    def test_a_queued_occurrence_starts_or_ends_unrun(self):
+        assert {t for t in STATES if can_move("queued", t)} == {"claimed", "skipped", "cancelled"}
 
     @pytest.mark.parametrize(("source", "target"), ALLOWED)
     def test_allowed(self, source, target):

@@ -26,6 +26,7 @@ from tickui.lease import LeaseKeeper
 from tickui.models import Occurrence, Task
 from tickui.occurrence import Change, Progress, fold_events
 from tickui.planning import DueTask, Plan, plan_task, run_now_refusal
+from tickui.queueing import plan_queued
 from tickui.redact import redact
 from tickui.store import LeaseLost, Store
 from tickui.timeutil import MICROS
@@ -154,6 +155,7 @@ class SchedulerEngine:
             int, dict[str, object]
         ] = {}  # occurrence id -> receipt not yet written
         self._faults: dict[str, str] = {}  # what failed -> its error, logged once per outage
+        self._waited: set[int] = set()  # queued rows seen due and held back (not missed)
         store.on_events(self._wake.set)
 
     # ---- observing -----------------------------------------------------------------
@@ -254,6 +256,7 @@ class SchedulerEngine:
                 if await self._hold_lease(now):
                     if self._receipts or await self.store.scan_has_work(now):
                         await self._handle_requests(now)
+                        await self._scan_queued(now)
                         await self._scan_due(now)
                         await self.reconcile()
                     await self._maybe_prune(now)
@@ -325,6 +328,25 @@ class SchedulerEngine:
             await self._claim_and_dispatch({t.id: t for t in page}, plans, active, now)
             await asyncio.sleep(0)
 
+    async def _scan_queued(self, now: int) -> None:
+        """Start, skip or cancel the due queued occurrences (retries, buffer_one's waiting
+        slot, backfills): see tickui/queueing.py."""
+        rows = await self.store.due_queued(now, self.config.batch)
+        if not rows:
+            return
+        tasks = {t.id: t for t in await self.store.tasks_by_id(sorted({o.task_id for o in rows}))}
+        active = Counter(o.task_id for o in await self.store.active_occurrences())
+        plan = plan_queued(rows, tasks, active, now, self.grace, self._waited)
+        assert self._lease.token is not None
+        started = await self.store.take_queued(
+            plan.start, plan.skip, plan.cancel, self.owner, self._lease.token, now
+        )
+        self._waited = (self._waited | set(plan.waiting)) - set(plan.start)
+        if len(self._waited) > 100_000:
+            self._waited = set(plan.waiting)
+        await self._dispatch([Job(tasks[o.task_id], o) for o in started], queued=True)
+        self._notify(EngineChange(frozenset(tasks), frozenset(o.id for o in rows)))
+
     def _plan(self, task: Task, now: int, active: bool) -> Plan:
         spec = task.spec
         due = DueTask(
@@ -358,7 +380,7 @@ class SchedulerEngine:
             active.setdefault(occ.task_id, []).append(occ)
         self._notify(EngineChange(frozenset(by_id), frozenset(o.id for o in claimed)))
 
-    async def _dispatch(self, jobs: list[Job]) -> None:
+    async def _dispatch(self, jobs: list[Job], queued: bool = False) -> None:
         if not jobs:
             return
         try:
@@ -382,7 +404,10 @@ class SchedulerEngine:
                     receipt["log_path"] = result.log_path
                 self._receipts[job.occurrence.id] = receipt
         await self.store.fail_occurrences(failed, now, states=("claimed",))
-        if unstarted:
+        if unstarted and queued:  # taken from the queue: back to it, for the lease holder
+            await self.store.requeue(unstarted)
+            log.warning("lease lost: %d queued run(s) not started, queued again", len(unstarted))
+        elif unstarted:
             released = await self.store.release_unstarted(unstarted, now, NOT_STARTED)
             log.warning("lease lost: %d claimed run(s) not started, handed back", len(released))
             self._notify(EngineChange(occurrences=frozenset(unstarted)))

@@ -48,6 +48,7 @@ class Task:
     next_run_at: int | None
     due_at: int | None
     stats: TaskStats = field(default_factory=TaskStats)
+    overridden: bool = False  # a tickui.toml task edited by hand, until the file changes it
 
     @property
     def schedule(self) -> Schedule:
@@ -68,9 +69,15 @@ class Task:
             "concurrency": spec.concurrency,
             "timeout": format_duration(spec.timeout) if spec.timeout else None,
             "jitter": format_duration(spec.jitter) if spec.jitter else None,
+            "retries": spec.retries,
+            "retry_delay": format_duration(spec.retry_delay),
+            "retry_max_delay": format_duration(spec.retry_max_delay),
+            "retry_on": list(spec.retry_on),
+            "pause_after": spec.pause_after,
             "command": list(spec.command),
             "cwd": spec.cwd,
             "source": self.source,
+            "overridden": self.overridden,
             "generation": self.generation,
             "created_at": iso(self.created_at),
             "last_state": self.stats.last_state,
@@ -108,6 +115,9 @@ class Occurrence:
     event_cursor: int = 0
     generation: int = 0
     log_path: str | None = None
+    attempt: int = 1  # 2, 3, ... for retries of the slot
+    retry_of: int | None = None  # the first attempt's id, for a retry
+    retry_at: int | None = None  # when a queued retry may start
 
     @property
     def active(self) -> bool:
@@ -131,6 +141,9 @@ class Occurrence:
             "missed": self.missed,
             "run_id": self.run_id,
             "log_path": self.log_path,
+            "attempt": self.attempt,
+            "retry_of": self.retry_of,
+            "retry_at": iso(self.retry_at),
         }
 
 
@@ -160,6 +173,9 @@ OCCURRENCE_COLUMNS = (
     "event_cursor",
     "generation",
     "log_path",
+    "attempt",
+    "retry_of",
+    "retry_at",
 )
 
 

@@ -9,11 +9,14 @@ from tickui.redact import redact
 
 ACTIVE = ("claimed", "accepted", "running")
 TERMINAL = ("succeeded", "failed", "cancelled", "skipped")
-STATES = ACTIVE + TERMINAL
+# Waiting to start (a retry, buffer_one's slot, a backfill's): not active, not finished.
+QUEUED = "queued"
+STATES = (QUEUED, *ACTIVE, *TERMINAL)
 DETAIL_MAX = 1024
 CODE_MAX = 64
 
 _MOVES = {
+    QUEUED: {"claimed", "skipped", "cancelled"},
     "claimed": {"accepted", "running", "failed", "cancelled"},
     "accepted": {"running", "succeeded", "failed", "cancelled"},
     "running": {"succeeded", "failed", "cancelled"},

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tickui import checks, schedules
+from tickui import retries as rules
 from tickui.errors import BadInput
 from tickui.timeutil import format_duration, iso, parse_duration, parse_instant
 
@@ -40,6 +41,11 @@ class TaskSpec:
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     enabled: bool = True
+    retries: int = 0
+    retry_delay: int = rules.DEFAULT_DELAY
+    retry_max_delay: int = rules.DEFAULT_MAX_DELAY
+    retry_on: tuple[str, ...] = rules.DEFAULT_ON
+    pause_after: int | None = None
 
     def schedule(self, anchor: int) -> schedules.Schedule:
         if self.kind == "cron":
@@ -59,6 +65,9 @@ class TaskSpec:
         """Changes exactly when the definition does; the enabled flag is run-time state."""
         data = asdict(self)
         data.pop("enabled")
+        for key, default in _LATER_DEFAULTS.items():  # a definition from before them
+            if data[key] == default:  # hashes as it did then
+                data.pop(key)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_json(self) -> str:
@@ -66,7 +75,26 @@ class TaskSpec:
 
     @classmethod
     def from_json(cls, text: str) -> TaskSpec:
-        return cls(**json.loads(text))
+        data = json.loads(text)
+        if "retry_on" in data:
+            data["retry_on"] = tuple(data["retry_on"])
+        return cls(**data)
+
+    @property
+    def retry_policy(self) -> rules.Policy:
+        return rules.Policy(
+            self.retries, self.retry_delay, self.retry_max_delay, self.retry_on, self.pause_after
+        )
+
+
+# Fields added after definitions were first stored, with their defaults.
+_LATER_DEFAULTS: dict[str, Any] = {
+    "retries": 0,
+    "retry_delay": rules.DEFAULT_DELAY,
+    "retry_max_delay": rules.DEFAULT_MAX_DELAY,
+    "retry_on": rules.DEFAULT_ON,
+    "pause_after": None,
+}
 
 
 def check_name(name: str, field: str = "name") -> str:
@@ -127,6 +155,7 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
         "cwd",
         "env",
         "disabled",
+        *RETRY_KEYS,
     }
     for key in raw:
         if key not in known:
@@ -201,6 +230,7 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
     disabled = raw.get("disabled", False)
     if not isinstance(disabled, bool):
         raise BadInput("disabled", f"{disabled!r} is not true or false")
+    retry = retry_fields(raw)
     return TaskSpec(
         name=name,
         kind=kind,
@@ -215,4 +245,52 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
         cwd=cwd,
         env=dict(env),
         enabled=not disabled,
+        **retry,
     )
+
+
+RETRY_KEYS = ("retries", "retry_delay", "retry_max_delay", "retry_on", "pause_after")
+
+
+def retry_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """retries (0..100), retry_delay (100ms..7d, default 10s), retry_max_delay (100ms..7d,
+    default 1h or retry_delay when that is longer; never below retry_delay), retry_on (a
+    comma text or a list of exit, timeout, interrupted, dispatch) and pause_after
+    (1..1000), each checked with its bounds."""
+    out: dict[str, Any] = {}
+    if raw.get("retries") is not None:
+        out["retries"] = checks.number(raw["retries"], "retries", 0, rules.MAX_RETRIES, True)
+    low, high = rules.MIN_DELAY, rules.MAX_DELAY
+    first = rules.DEFAULT_DELAY
+    if raw.get("retry_delay") is not None:
+        first = out["retry_delay"] = checks.duration(raw["retry_delay"], "retry_delay", low, high)
+    if raw.get("retry_max_delay") is not None:
+        cap = checks.duration(raw["retry_max_delay"], "retry_max_delay", low, high)
+        if cap < first:
+            raise BadInput("retry_max_delay", "must not be shorter than retry_delay")
+        out["retry_max_delay"] = cap
+    elif first > rules.DEFAULT_MAX_DELAY:
+        out["retry_max_delay"] = first
+    if raw.get("retry_on") is not None:
+        out["retry_on"] = _retry_on(raw["retry_on"])
+    if raw.get("pause_after") is not None:
+        out["pause_after"] = checks.number(
+            raw["pause_after"], "pause_after", 1, rules.MAX_PAUSE_AFTER, True
+        )
+    return out
+
+
+def _retry_on(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise BadInput("retry_on", f"{checks.shown(value)} is not a list of failure kinds")
+    chosen = []
+    for item in items:
+        word = item.strip(" ") if isinstance(item, str) else item
+        if word not in rules.REASONS:
+            raise BadInput(
+                "retry_on", f"{checks.shown(item)} is not one of {', '.join(rules.REASONS)}"
+            )
+        if word not in chosen:
+            chosen.append(word)
+    return tuple(w for w in rules.REASONS if w in chosen)

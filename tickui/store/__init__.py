@@ -20,6 +20,8 @@ from tickui.store.base import (
 from tickui.store.claims import ClaimQueries
 from tickui.store.coordination import Coordination
 from tickui.store.events import EventLog
+from tickui.store.hooks import HookQueries
+from tickui.store.queue import QueueQueries
 from tickui.store.tasks import SyncReport, TaskQueries, default_anchor
 
 __all__ = [
@@ -35,5 +37,7 @@ __all__ = [
 ]
 
 
-class Store(TaskQueries, ClaimQueries, EventLog, Coordination, StoreBase):
+class Store(
+    TaskQueries, ClaimQueries, QueueQueries, EventLog, Coordination, HookQueries, StoreBase
+):
     """One connection to one tickui database file, with every query group."""

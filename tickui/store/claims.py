@@ -12,6 +12,7 @@ from tickui.models import Occurrence, Task, occurrence_from_row
 from tickui.occurrence import ACTIVE
 from tickui.planning import Plan, due_time
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, DEFAULT_KEEP, LeaseLost, StoreBase, _chunks
+from tickui.store.queue import after_settling, watch_settling
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -189,11 +190,13 @@ class ClaimQueries(StoreBase):
             return
         marks = "('" + "', '".join(states) + "')"
         async with self._write():
+            watched = await watch_settling(self._conn, [item[0] for item in items])
             await self._conn.executemany(
                 "UPDATE occurrences SET state = 'failed', finished_at = ?, error_code = ?,"
                 f" detail = ? WHERE id = ? AND state IN {marks}",
                 [(now, code, detail, occ_id) for occ_id, code, detail in items],
             )
+            await after_settling(self._conn, watched)  # retries, pause_after
 
     # ---- history -------------------------------------------------------------------------
 
@@ -220,7 +223,7 @@ class ClaimQueries(StoreBase):
                 "SELECT id FROM occurrences WHERE task_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
             )
             cutoff = (await self._one(newest, (task_id, keep - 1)))[0]
-            where = f"task_id = ? AND id < ? AND state NOT IN {_ACTIVE_SQL}"
+            where = f"task_id = ? AND id < ? AND state NOT IN {_ACTIVE_SQL} AND state <> 'queued'"
             async with self._write():
                 rows = await self._all(
                     f"SELECT command_id, log_path, run_id FROM occurrences WHERE {where}",

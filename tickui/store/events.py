@@ -8,8 +8,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tickui.occurrence import RUN_TRANSITION, Change, Progress, RuntimeEvent
+from tickui.occurrence import RUN_TRANSITION, TERMINAL, Change, Progress, RuntimeEvent
 from tickui.store.base import _ACTIVE_SQL, NewEvent, StoreBase
+from tickui.store.queue import after_settling, watch_settling
 
 
 class EventLog(StoreBase):
@@ -88,7 +89,9 @@ class EventLog(StoreBase):
             shapes.setdefault(keys, []).append((change.state, change.cursor, *values, change.id))
         if not shapes:
             return
+        ending = [change.id for change in changes if change.state in TERMINAL]
         async with self._write():
+            watched = await watch_settling(self._conn, ending) if ending else []
             for keys, rows in shapes.items():
                 sets = "".join(f", {key} = ?" for key in keys)
                 await self._conn.executemany(
@@ -96,6 +99,8 @@ class EventLog(StoreBase):
                     f" WHERE id = ? AND state IN {_ACTIVE_SQL}",
                     rows,
                 )
+            if watched:  # retries and pause_after, in the transaction that ends the runs
+                await after_settling(self._conn, watched)
 
     async def state_counts(self) -> dict[str, int]:
         rows = await self._all("SELECT state, count(*) FROM occurrences GROUP BY state")
