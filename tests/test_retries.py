@@ -4,9 +4,11 @@ steered by a manual clock."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from helpers import T0, rig
+from helpers import T0, cli, cli_json, rig
 from tickui import retries
 from tickui.errors import BadInput
 from tickui.queueing import plan_queued
@@ -249,3 +251,323 @@ def test_plan_queued_is_pure_overlap_logic():
     assert late.start == [] and late.skip[0][0] == 10
     waited = plan_queued(rows[:1], {1: task}, {}, T0 + 10 * S, 5 * S, {10})
     assert waited.start == [10]
+
+
+# ---- retries in the engine ----------------------------------------------------------------
+
+
+def _fails_twice(tmp_path) -> list[str]:
+    """A command that fails on its first two runs and succeeds on the third."""
+    count = tmp_path / "count"
+    script = f"n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; [ $n -ge 3 ]"
+    return ["sh", "-c", script]
+
+
+async def _step_to(r, moment: int) -> None:
+    r.clock.advance((moment - r.clock.now()) / S)
+    await r.tick()
+
+
+async def test_a_command_failing_twice_then_succeeding_runs_three_attempts(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        await r.add(
+            "flaky", every="1h", command=_fails_twice(tmp_path), retries="3", retry_delay="10s"
+        )
+        await r.engine.start()
+        await r.settle()
+        first, retry = await r.history("flaky")
+        assert (first.state, first.error_code, first.attempt) == ("failed", "EXIT_NONZERO", 1)
+        assert (retry.state, retry.attempt, retry.retry_of) == ("queued", 2, first.id)
+        assert retry.scheduled_for == first.scheduled_for and retry.kind == "scheduled"
+        delay1 = retry.retry_at - first.finished_at
+        assert 9 * S <= delay1 <= 10 * S
+        await _step_to(r, retry.retry_at - 1000)  # a millisecond early: it waits
+        assert (await r.store.get_occurrence(retry.id)).state == "queued"
+        await _step_to(r, retry.retry_at)
+        await r.settle()
+        second = await r.store.get_occurrence(retry.id)
+        assert second.state == "failed" and second.started_at >= retry.retry_at
+        third = (await r.history("flaky"))[-1]
+        assert (third.state, third.attempt, third.retry_of) == ("queued", 3, first.id)
+        delay2 = third.retry_at - second.finished_at
+        assert 18 * S <= delay2 <= 20 * S and 1.8 <= delay2 / delay1 <= 2.23
+        await _step_to(r, third.retry_at)
+        await r.settle()
+        runs = await r.history("flaky")
+        assert [(o.attempt, o.state) for o in runs] == [
+            (1, "failed"),
+            (2, "failed"),
+            (3, "succeeded"),
+        ]
+        data = runs[2].to_json()
+        assert data["attempt"] == 3 and data["retry_of"] == first.id and data["retry_at"]
+        await r.tick(3600)
+        await r.settle()
+        assert (await r.history("flaky"))[-1].attempt == 1  # the next slot starts again at 1
+
+
+async def test_retries_run_out_and_cancelled_runs_are_not_retried(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("bad", every="1h", command=["false"], retries="1", retry_delay="1s")
+        await r.add("slow", every="1h", command=["sleep", "30"], retries="2")
+        await r.engine.start()
+        slow = next(o for o in await r.history() if o.task == "slow")
+        await r.engine.cancel(slow.id)
+        await r.settle()
+        await r.tick(1)
+        await r.settle()
+        await r.tick(1)
+        await r.settle()
+        bad = await r.history("bad")
+        assert [(o.attempt, o.state) for o in bad] == [(1, "failed"), (2, "failed")]
+        assert [o.state for o in await r.history("slow")] == ["cancelled"]
+
+
+async def test_a_failure_not_named_in_retry_on_is_not_retried(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        missing = str(tmp_path / "no-such-program")
+        await r.add("nodispatch", every="1h", command=[missing], retries="2")
+        await r.add("dispatch", every="1h", command=[missing], retries="1", retry_on="dispatch")
+        await r.engine.start()
+        await r.settle()
+        assert [o.state for o in await r.history("nodispatch")] == ["failed"]
+        assert [o.state for o in await r.history("dispatch")] == ["failed", "queued"]
+
+
+async def test_a_retry_goes_first_and_the_slot_due_with_it_obeys_forbid(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        marker = tmp_path / "ran"
+        # The first run fails at once; later runs take a while.
+        script = f"if [ -e {marker} ]; then sleep 0.3; else touch {marker}; exit 1; fi"
+        await r.add("t", every="2s", command=["sh", "-c", script], retries="1", retry_delay="1s")
+        await r.engine.start()
+        await r.settle()
+        await r.tick(2)  # the retry (due at ~1 s) and the next slot are both due
+        rows = sorted(await r.history("t"), key=lambda o: (o.scheduled_for, o.attempt))
+        assert [(o.scheduled_for, o.attempt, o.state) for o in rows] == [
+            (T0, 1, "failed"),
+            (T0, 2, "running"),
+            (T0 + 2 * S, 1, "skipped"),
+        ]
+        assert rows[2].detail == "concurrency_forbid"
+        await r.settle()
+        assert (await r.store.get_occurrence(rows[1].id)).state == "succeeded"
+
+
+async def test_a_retry_due_while_a_run_is_active_waits_for_it_under_forbid(tmp_path):
+    async with rig(tmp_path / "t.db", misfire_grace=1 * S) as r:
+        marker = tmp_path / "ran"
+        script = f"if [ -e {marker} ]; then sleep 1.5; else touch {marker}; exit 1; fi"
+        await r.add("t", every="1h", command=["sh", "-c", script], retries="1", retry_delay="1s")
+        await r.engine.start()
+        await r.settle()
+        await r.engine.run_now("t")  # a manual run is active when the retry comes due
+        retry = next(o for o in await r.history("t") if o.state == "queued")
+        for _ in range(4):  # 4 s: past the grace, but it was held back, not missed
+            await r.tick(1)
+            assert len(await r.store.active_occurrences()) <= 1
+        assert (await r.store.get_occurrence(retry.id)).state == "queued"
+        await r.settle()
+        await r.tick(0.1)
+        await r.settle()
+        assert (await r.store.get_occurrence(retry.id)).state == "succeeded"
+
+
+# ---- the command line and tickui.toml ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--retries", "-1"], "retries"),
+        (["--retries", "101"], "retries"),
+        (["--retries", "２"], "retries"),  # a full-width digit
+        (["--retry-delay", "0s"], "retry_delay"),
+        (["--retry-delay", "8d"], "retry_delay"),
+        (["--retry-delay=-5s"], "retry_delay"),
+        (["--retry-max-delay", "99ms"], "retry_max_delay"),
+        (["--retry-delay", "1m", "--retry-max-delay", "30s"], "retry_max_delay"),
+        (["--retry-on", "exit,oops"], "retry_on"),
+        (["--retry-on", ""], "retry_on"),
+        (["--pause-after", "0"], "pause_after"),
+        (["--pause-after", "1001"], "pause_after"),
+        (["--pause-after", "nan"], "pause_after"),
+    ],
+)
+def test_bad_flags_exit_2_in_one_line_and_write_nothing(tmp_path, flags, field):
+    db = tmp_path / "t.db"
+    result = cli("task", "add", "x", "--every", "1m", *flags, "--", "true", db=db)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and field in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("retries = -1", "retries"),
+        ("retries = 1000", "retries"),
+        ("retries = 2.5", "retries"),
+        ("retries = '3'", None),  # a text of digits is read as the number
+        ("retry_delay = 10", "retry_delay"),
+        ("retry_delay = '0s'", "retry_delay"),
+        ("retry_max_delay = '30d'", "retry_max_delay"),
+        ("retry_on = ['exit', 'weather']", "retry_on"),
+        ("retry_on = []", "retry_on"),
+        ("retry_on = 7", "retry_on"),
+        ("pause_after = 0", "pause_after"),
+        ("pause_after = true", "pause_after"),
+    ],
+)
+def test_bad_toml_keys_exit_2_in_one_line_and_write_nothing(tmp_path, line, field):
+    config, db = tmp_path / "tickui.toml", tmp_path / "t.db"
+    config.write_text(f"[[task]]\nname = 'x'\nevery = '1m'\ncommand = ['true']\n{line}\n")
+    result = cli("--config", str(config), "task", "add", "y", "--every", "1m", "--", "true", db=db)
+    if field is None:
+        assert result.returncode == 0, result.stderr
+        return
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and field in result.stderr, result.stderr
+    assert "line 5" in result.stderr
+    assert not db.exists()
+
+
+def test_toml_keys_are_taken(tmp_path):
+    config, db = tmp_path / "tickui.toml", tmp_path / "t.db"
+    config.write_text(
+        "[[task]]\nname = 'x'\nevery = '1m'\ncommand = ['true']\nretries = 4\n"
+        "retry_delay = '2s'\nretry_max_delay = '1m'\nretry_on = ['timeout']\npause_after = 5\n"
+    )
+    result = cli("--config", str(config), "run", "--for", "0.5", db=db)
+    assert result.returncode == 0, result.stderr
+    (shown,) = cli_json("task", "show", "x", db=db)
+    assert (shown["retries"], shown["retry_delay"], shown["retry_max_delay"]) == (4, "2s", "1m")
+    assert (shown["retry_on"], shown["pause_after"]) == (["timeout"], 5)
+
+
+def test_history_and_show_say_the_attempt_and_the_pending_retry(tmp_path):
+    db = tmp_path / "t.db"
+    added = cli(
+        "task", "add", "flaky", "--at", iso((int(time.time()) + 2) * S),
+        "--retries", "3", "--retry-delay", "1m", "--", "false",
+        db=db,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert cli("run", "--for", "3.5", db=db).returncode == 0
+    first, pending = reversed(cli_json("history", "flaky", db=db))
+    assert (first["state"], first["attempt"], first["retry_of"]) == ("failed", 1, None)
+    assert (pending["state"], pending["attempt"], pending["retry_of"]) == ("queued", 2, first["id"])
+    assert pending["retry_at"] > first["finished_at"]
+    table = cli("history", "flaky", db=db).stdout.splitlines()
+    assert "ATTEMPT" in table[0]
+    assert "queued" in table[1] and "next in " in table[1] and table[1].endswith(" 2/4"), table
+    assert "failed" in table[2] and " 1/4 " in table[2], table
+    shown = cli("task", "show", "flaky", db=db).stdout
+    assert "attempt 2/4, next in " in shown, shown
+    (data,) = cli_json("task", "show", "flaky", db=db)
+    assert data["pending"]["attempt"] == 2 and data["pending"]["retry_at"] == pending["retry_at"]
+
+
+# ---- whole engines: kill -9, two engines ---------------------------------------------------
+
+
+def _add(db, *args: str) -> None:
+    added = cli("task", "add", *args, db=db)
+    assert added.returncode == 0, added.stderr
+
+
+def _retry_rows(db) -> list[dict]:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    conn.row_factory = sqlite3.Row
+    try:
+        rows = conn.execute(
+            "SELECT id, task, scheduled_for, state, attempt, retry_of, retry_at, owner,"
+            " started_at FROM occurrences ORDER BY id"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [dict(row) for row in rows]
+
+
+def _lines(path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+@pytest.mark.slow
+def test_a_retry_pending_across_kill_9_runs_once_after_the_restart(tmp_path):
+    from engine_procs import Engine
+    from engine_procs import wait_for as poll_for
+
+    db, out, marker = tmp_path / "t.db", tmp_path / "ran", tmp_path / "marker"
+    script = f"echo $TICKUI_OCCURRENCE_ID >> {out}; [ -e {marker} ] || {{ touch {marker}; false; }}"
+    at = iso((int(time.time()) + 2) * S)
+    _add(db, "once", "--at", at, "--retries", "2", "--retry-delay", "3s", "--", "sh", "-c", script)
+    first = Engine(db, tmp_path / "first.err")
+    try:
+        poll_for(lambda: any(r["state"] == "queued" for r in _retry_rows(db)), 20, "a queued retry")
+        first.proc.kill()  # kill -9, the retry pending
+        first.proc.wait(10)
+    finally:
+        first.kill()
+    (failed, queued) = _retry_rows(db)
+    assert (failed["state"], queued["state"], queued["attempt"]) == ("failed", "queued", 2)
+    # Come back after the retry's time (it fell due while no engine ran), within the grace.
+    time.sleep(max(0.0, queued["retry_at"] / S - time.time() + 1))
+    second = Engine(db, tmp_path / "second.err")
+    try:
+        poll_for(lambda: _retry_rows(db)[1]["state"] == "succeeded", 20, "the retry to succeed")
+        time.sleep(1.5)  # a few more scans: nothing runs it again
+    finally:
+        assert second.stop() == 0, second.stderr()
+    rows = _retry_rows(db)
+    assert [(r["attempt"], r["state"]) for r in rows] == [(1, "failed"), (2, "succeeded")]
+    assert _lines(out) == [str(rows[0]["id"]), str(rows[1]["id"])]
+    assert second.owns(rows[1]["owner"]) and rows[1]["started_at"] >= queued["retry_at"]
+
+
+@pytest.mark.slow
+def test_two_engines_never_run_one_retry_twice(tmp_path):
+    from engine_procs import Engine, lease_owner
+    from engine_procs import wait_for as poll_for
+
+    db, out = tmp_path / "t.db", tmp_path / "ran"
+    script = f"echo $TICKUI_OCCURRENCE_ID >> {out}; sleep 0.2; exit 1"
+    anchor = iso((int(time.time()) + 2) * S)
+    _add(
+        db, "flaky", "--every", "2s", "--anchor", anchor, "--concurrency", "allow",
+        "--retries", "3", "--retry-delay", "300ms", "--", "sh", "-c", script,
+    )  # fmt: skip
+    engines = [Engine(db, tmp_path / "a.err")]
+    try:
+        poll_for(lambda: engines[0].owns(lease_owner(db)), 15, "the first engine's lease")
+        engines.append(Engine(db, tmp_path / "b.err"))
+        poll_for(
+            lambda: sum(r["attempt"] > 1 for r in _retry_rows(db) if r["started_at"]) >= 4,
+            30,
+            "retries run by the first engine",
+        )
+        assert engines[0].stop() == 0, engines[0].stderr()
+        poll_for(lambda: engines[1].owns(lease_owner(db)), 15, "the standby to take over")
+        poll_for(
+            lambda: any(engines[1].owns(r["owner"]) and r["attempt"] > 1 for r in _retry_rows(db)),
+            30,
+            "a retry run by the second engine",
+        )
+        assert engines[1].stop() == 0, engines[1].stderr()
+    finally:
+        for engine in engines:
+            engine.kill()
+    rows = _retry_rows(db)
+    ran = _lines(out)
+    assert len(ran) == len(set(ran)), "an occurrence ran twice"
+    started = [r for r in rows if r["started_at"] is not None]
+    assert sorted(str(r["id"]) for r in started) == sorted(ran)
+    keys = [(r["scheduled_for"], r["attempt"]) for r in rows if r["state"] != "skipped"]
+    assert len(keys) == len(set(keys)), "an attempt of a slot exists twice"
+    for row in rows:
+        if row["attempt"] > 1:
+            first = next(r for r in rows if r["id"] == row["retry_of"])
+            assert first["scheduled_for"] == row["scheduled_for"] and first["attempt"] == 1

@@ -21,6 +21,7 @@ from tickui.checks import arg, arg_duration, arg_number
 from tickui.clock import SystemClock
 from tickui.errors import BadInput, NotFound, StoreError, TickuiError
 from tickui.redact import printable, redact_data, safe_text
+from tickui.retries import attempt_text, wait_text
 from tickui.schedules import preview
 from tickui.spec import build_spec, check_name
 from tickui.store import Store
@@ -125,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--cwd", metavar="DIR")
     add.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     add.add_argument("--disabled", action="store_true")
+    add.add_argument("--retries", metavar="N", help="retry a failed run N times (0-100)")
+    add.add_argument("--retry-delay", metavar="DURATION", help="first retry delay (10s)")
+    add.add_argument("--retry-max-delay", metavar="DURATION", help="longest delay (1h)")
+    add.add_argument("--retry-on", metavar="LIST", help="exit,timeout,interrupted,dispatch")
+    add.add_argument("--pause-after", metavar="N", help="disable after N failed slots")
     lst = tsub.add_parser("list", parents=[shared])
     lst.add_argument("--json", action="store_true")
     show = tsub.add_parser("show", parents=[shared])
@@ -227,8 +233,37 @@ def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[s
         "env": env,
         "disabled": args.disabled,
         "command": command,
+        "retries": args.retries,
+        "retry_delay": args.retry_delay,
+        "retry_max_delay": args.retry_max_delay,
+        "retry_on": args.retry_on,
+        "pause_after": args.pause_after,
     }
     return {key: value for key, value in raw.items() if value is not None}
+
+
+def started_text(occ: Any, now: int) -> str:
+    """When a run started; for a queued one, when it may ("next in 40s")."""
+    if occ.state == "queued":
+        return wait_text(occ.retry_at if occ.retry_at is not None else occ.scheduled_for, now)
+    return iso(occ.started_at) or "-"
+
+
+async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
+    """For `task show`: the count of consecutive failed slots and the pending retry."""
+    facts: dict[str, Any] = {"failures": await store.failures_of(task.id), "pending": None}
+    queued = await store.queued_of([task.id])
+    if queued:
+        occ = queued[0]
+        due = occ.retry_at if occ.retry_at is not None else occ.scheduled_for
+        text = attempt_text(occ.attempt, task.spec.retries)
+        facts["pending"] = {
+            "id": occ.id,
+            "attempt": occ.attempt,
+            "retry_at": iso(due),
+            "text": f"{text}, {wait_text(due, now)}" if text else wait_text(due, now),
+        }
+    return facts
 
 
 def _table(rows: list[list[Any]], headers: list[str]) -> str:
@@ -284,6 +319,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             task = await store.get_task(args.name)
             data = task.to_json()
             data["preview"] = [iso(t) for t in preview(task.schedule, clock.now(), 5)]
+            data.update(await retry_facts(store, task, clock.now()))
             if args.json:
                 _print_json([data])
             else:
@@ -291,6 +327,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                 # let one argument's secret swallow the arguments after it.
                 for key, value in redact_data(data).items():
                     shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+                    if key == "pending" and isinstance(value, dict):
+                        shown = value["text"]
                     say(f"{key:>18}: {'-' if shown is None else shown}", redacted=True)
             return 0
         return await commands.change_task(store, args, clock)
@@ -320,6 +358,8 @@ async def cmd_history(args: argparse.Namespace, path: Path) -> int:
         if args.json:
             _print_json([o.to_json() for o in occs])
             return 0
+        now = SystemClock().now()
+        tries = {t.name: t.spec.retries for t in await store.list_tasks(with_stats=False)}
         rows = [
             [
                 str(o.id),
@@ -327,13 +367,16 @@ async def cmd_history(args: argparse.Namespace, path: Path) -> int:
                 o.kind,
                 iso(o.scheduled_for),
                 o.state,
-                iso(o.started_at) or "-",
+                started_text(o, now),
+                attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
                 o.error_code or "",
                 safe_text(o.detail or "")[:60],
             ]
             for o in occs
         ]
-        headers = ["ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "CODE", "DETAIL"]
+        headers = [
+            "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
+        ]  # fmt: skip
         say(_table(rows, headers) if rows else "no occurrences")
         return 0
 

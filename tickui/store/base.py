@@ -30,7 +30,7 @@ _OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
 _ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
 
 
-OLDEST_READABLE = 2  # read-only commands read every column from this schema on
+OLDEST_READABLE = 7  # read-only commands read every column (attempt, retry_of, ...) from 7 on
 
 
 async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
