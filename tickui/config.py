@@ -15,13 +15,14 @@ from typing import Any
 from tickui import checks
 from tickui.checks import KIB, MIB
 from tickui.errors import BadInput
+from tickui.hooks.config import HookConfig, parse_hook
 from tickui.spec import TaskSpec, build_spec
 from tickui.ticker_config import TickerConfig
 from tickui.ticker_config import build as build_ticker
 from tickui.timeutil import MICROS
 
 DEFAULT_CONFIG = Path("tickui.toml")
-TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui")
+TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook")
 ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep", "log_head", "log_tail"}
 MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
 SECOND = MICROS
@@ -61,6 +62,7 @@ class Settings:
     ticker: TickerConfig = field(default_factory=TickerConfig)
     env: dict[str, str] = field(default_factory=dict)
     ui: UiSettings = field(default_factory=UiSettings)
+    hooks: tuple[HookConfig, ...] = ()  # [[hook]] entries
 
 
 def default_db() -> Path:
@@ -177,6 +179,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         raise _fail(path, text, "engine", 0, exc, "engine.") from None
     tasks = _tasks(path, text, data.get("task", []), now)
     ui = _ui(path, text, data.get("ui", {}))
+    hooks = _hooks(path, text, data.get("hook", []))
     try:
         ticker = build_ticker(data, env)
     except BadInput as exc:
@@ -196,6 +199,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         ticker=ticker,
         env=env,
         ui=ui,
+        hooks=hooks,
     )
 
 
@@ -225,3 +229,19 @@ def _tasks(path: Path, text: str, raw: Any, now: int) -> list[TaskSpec]:
         names.add(spec.name)
         specs.append(spec)
     return specs
+
+
+def _hooks(path: Path, text: str, raw: Any) -> tuple[HookConfig, ...]:
+    """[[hook]] entries, each checked whole (tickui.hooks.config); names are unique."""
+    if not isinstance(raw, list):
+        raise ConfigError(str(path), "hook entries must be [[hook]] tables")
+    hooks: list[HookConfig] = []
+    for index, entry in enumerate(raw):
+        try:
+            hook = parse_hook(entry, index)
+            if any(h.name == hook.name for h in hooks):
+                raise BadInput("name", f"hook {hook.name!r} is declared twice")
+        except BadInput as exc:
+            raise _fail(path, text, "hook", index, exc, f"hook[{index + 1}].") from None
+        hooks.append(hook)
+    return tuple(hooks)

@@ -18,6 +18,7 @@ from tickui.config import Settings
 from tickui.dispatch import Dispatcher, SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.errors import BadInput
+from tickui.hooks import attach as attach_hooks
 from tickui.redact import RedactingFilter
 from tickui.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
 from tickui.simulate import SimulatedDispatcher, TimeLapse
@@ -200,6 +201,8 @@ async def _run(
             await engine.tick(tick.now)
 
         ticker.subscribe(scan)
+        # H: alert hooks ([[hook]]), beside the engine and the ticker; None without any.
+        hooks = attach_hooks(getattr(settings, "hooks", ()), store, clock, engine, ticker)
         loop = asyncio.get_running_loop()
         if opts.duration:
             loop.call_later(opts.duration, stop.set)
@@ -217,6 +220,8 @@ async def _run(
         finally:
             await ticker.stop()
             await engine.stop(opts.stop_grace / MICROS)
+            if hooks is not None:  # H: the last changes' alerts, bounded
+                await hooks.close()
         final = {"engine": engine.status().to_json(), "ticker": ticker.metrics().to_json()}
     finally:
         await store.close()

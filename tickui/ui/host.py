@@ -11,6 +11,8 @@ from tickui.clock import Clock
 from tickui.config import Settings
 from tickui.dispatch import Dispatcher
 from tickui.engine import SchedulerEngine
+from tickui.hooks import HookService
+from tickui.hooks import attach as attach_hooks
 from tickui.runner import build_engine, build_ticker_for, real_ticker_config
 from tickui.store import Store
 from tickui.ticker import RuntimeScheduler, Tick
@@ -30,6 +32,7 @@ class Host:
     start_ticker: bool = True
     start_engine: bool = True
     closed: bool = field(default=False, init=False)
+    hooks: HookService | None = None  # alert hooks ([[hook]]), None when there are none
 
     async def start(self) -> None:
         if self.start_engine:
@@ -50,6 +53,9 @@ class Host:
         try:
             await self.stop(grace)
         finally:
+            if self.hooks is not None:
+                with contextlib.suppress(Exception):
+                    await self.hooks.close(grace=2.0)
             await self.store.close()
 
 
@@ -74,4 +80,6 @@ def build_host(
         await engine.tick(tick.now)
 
     ticker.subscribe(scan)
-    return Host(store.path, store, clock, engine, ticker, **flags)
+    host = Host(store.path, store, clock, engine, ticker, **flags)
+    host.hooks = attach_hooks(getattr(settings, "hooks", ()), store, clock, engine, ticker)
+    return host

@@ -1,0 +1,578 @@
+"""Alert hooks ([[hook]]): events from real runs on a real SQLite file, delivered to a real
+HTTP server on a loopback port and to real commands; bad config refused by the real CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from helpers import cli, cli_json, poll, rig, wait_for
+from tickui.breaker import CircuitBreaker
+from tickui.engine import EngineChange
+from tickui.errors import BadInput
+from tickui.hooks import HookConfig, HookService, attach, parse_hook
+from tickui.hooks.events import (
+    HookEvent,
+    is_paused,
+    matches,
+    occurrence_events,
+    slack_text,
+)
+from tickui.timeutil import MICROS
+
+FIELDS = {
+    "event",
+    "task",
+    "occurrence_id",
+    "state",
+    "error_code",
+    "detail",
+    "attempt",
+    "scheduled_for",
+    "finished_at",
+    "host",
+}
+# Fails (exit 3, a secret in its last line) on its first run, succeeds after.
+FLAKY = "if [ -e ran ]; then exit 0; fi; touch ran; echo 'boom password=hunter2' >&2; exit 3"
+
+
+class Receiver:
+    """A real HTTP server on 127.0.0.1 in a thread: records each POST's JSON body."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.bodies: list[dict] = []
+        self.headers: list[dict] = []
+        self.status = status
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                receiver.headers.append(dict(self.headers))
+                receiver.bodies.append(json.loads(body))
+                self.send_response(receiver.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook/secret-path"
+
+    def events(self, name: str | None = None) -> list[dict]:
+        return [b for b in self.bodies if name is None or b.get("event") == name]
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def hook(**raw) -> HookConfig:
+    raw.setdefault("on", ["failed", "recovered"])
+    return parse_hook(raw, 0)
+
+
+def service(rig_, hooks, **options) -> HookService:
+    options.setdefault("backoff", (0.01,))
+    svc = attach(hooks, rig_.store, rig_.clock, rig_.engine, None, **options)
+    assert svc is not None
+    return svc
+
+
+async def deliveries(store, count: int, timeout: float = 15.0):
+    async def done():
+        rows = await store.recent_deliveries(100)
+        finished = [d for d in rows if d.outcome != "pending"]
+        return rows if len(finished) >= count else None
+
+    return await wait_for(done, timeout, f"{count} finished hook deliveries")
+
+
+# ---- config ---------------------------------------------------------------------------
+
+
+def test_parse_hook_defaults_and_checks():
+    h = hook(url="https://example.test/x", tasks=["db-*"])
+    assert h.name == "hook-1" and h.timeout == 5 * MICROS and h.format == "json"
+    assert h.target == "https://example.test"  # never the path: a webhook's secret
+    c = parse_hook({"on": ["paused"], "command": ["notify", "-u"], "timeout": "2s"}, 3)
+    assert c.name == "hook-4" and c.command == ("notify", "-u") and c.timeout == 2 * MICROS
+    for raw, field in [
+        ({"on": ["exploded"], "url": "http://a"}, "on"),
+        ({"on": "failed", "url": "http://a"}, "on"),
+        ({"url": "http://a"}, "on"),
+        ({"on": ["failed"]}, "url"),
+        ({"on": ["failed"], "url": "http://a", "command": ["x"]}, "url"),
+        ({"on": ["failed"], "url": "ftp://a/b"}, "url"),
+        ({"on": ["failed"], "url": "http://"}, "url"),
+        ({"on": ["failed"], "url": "http://a:99999/"}, "url"),
+        ({"on": ["failed"], "command": []}, "command"),
+        ({"on": ["failed"], "command": "notify-send"}, "command"),
+        ({"on": ["failed"], "url": "http://a", "timeout": "0s"}, "timeout"),
+        ({"on": ["failed"], "url": "http://a", "timeout": "2h"}, "timeout"),
+        ({"on": ["failed"], "url": "http://a", "timeout": 5}, "timeout"),
+        ({"on": ["failed"], "url": "http://a", "format": "teams"}, "format"),
+        ({"on": ["failed"], "command": ["x"], "format": "slack"}, "format"),
+        ({"on": ["failed"], "url": "http://a", "retries": 9}, "retries"),
+        ({"on": ["failed"], "url": "http://a", "tasks": "db"}, "tasks"),
+    ]:
+        with pytest.raises(BadInput) as caught:
+            parse_hook(raw, 0)
+        assert caught.value.field == field, raw
+
+
+BAD_HOOKS = {
+    "unknown event": ('on = ["exploded"]\nurl = "http://127.0.0.1:9/"', "hook[1].on"),
+    "both": ('on = ["failed"]\nurl = "http://127.0.0.1:9/"\ncommand = ["true"]', "url"),
+    "neither": ('on = ["failed"]', "exactly one of url and command"),
+    "not http": ('on = ["failed"]\nurl = "file:///etc/passwd"', "http:// or https://"),
+    "bad timeout": ('on = ["failed"]\ncommand = ["true"]\ntimeout = "0s"', "hook[1].timeout"),
+    "timeout not text": ('on = ["failed"]\ncommand = ["true"]\ntimeout = 5', "hook[1].timeout"),
+    "unknown key": ('on = ["failed"]\ncommand = ["true"]\nheaders = {}', "hook[1].headers"),
+    "twice": (
+        'name = "a"\non = ["failed"]\ncommand = ["true"]\n[[hook]]\nname = "a"\n'
+        'on = ["failed"]\ncommand = ["true"]',
+        "declared twice",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_HOOKS))
+def test_bad_hook_config_is_one_line_exit_2_nothing_written(tmp_path, case):
+    body, said = BAD_HOOKS[case]
+    config = tmp_path / "tickui.toml"
+    config.write_text(
+        f'[[task]]\nname = "a"\nevery = "1h"\ncommand = ["true"]\n\n[[hook]]\n{body}\n'
+    )
+    db = tmp_path / "t.db"
+    for args in (["hooks"], ["run", "--for", "1"], ["task", "list"]):
+        result = cli("--config", str(config), *args, db=db)
+        assert result.returncode == 2, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0] and "Traceback" not in result.stderr
+        assert str(config) in lines[0]
+    assert list(tmp_path.iterdir()) == [config]  # no database, no log folder
+
+
+# ---- events as pure functions ------------------------------------------------------------
+
+
+def _row(**fields):
+    row = {
+        "id": 7,
+        "task_id": 1,
+        "task": "backup",
+        "kind": "scheduled",
+        "state": "failed",
+        "error_code": "EXIT_NONZERO",
+        "detail": "exit 3",
+        "attempt": 1,
+        "scheduled_for": 0,
+        "finished_at": 0,
+        "covers": 1,
+        "missed": 0,
+    }
+    return {**row, **fields}
+
+
+def test_which_events_a_row_means():
+    assert occurrence_events(_row(), None) == ["failed"]
+    assert occurrence_events(_row(state="succeeded"), "failed") == ["recovered"]
+    assert occurrence_events(_row(state="succeeded"), "succeeded") == []
+    assert occurrence_events(_row(state="succeeded"), None) == []
+    assert occurrence_events(_row(state="cancelled"), "failed") == []
+    skipped = _row(state="skipped", missed=4, covers=4, detail="misfire_skipped: 4 missed")
+    assert occurrence_events(skipped, None) == ["missed"]
+    forbid = _row(state="skipped", detail="concurrency_forbid")
+    assert occurrence_events(forbid, None) == []
+    assert occurrence_events(_row(state="claimed", covers=3, missed=2), None) == ["missed"]
+    assert occurrence_events(_row(state="running", missed=1), None) == []  # run_all: late, ran
+
+
+def test_paused_is_a_pause_note_on_a_disabled_task_since_start():
+    task = {"id": 1, "name": "a", "enabled": 0, "note": "paused after 3 consecutive failures"}
+    assert is_paused({**task, "updated_at": 10}, since=5)
+    assert not is_paused({**task, "updated_at": 4}, since=5)  # before this process: told
+    assert not is_paused({**task, "updated_at": 10, "enabled": 1}, since=5)
+    assert not is_paused({**task, "updated_at": 10, "note": "maintenance"}, since=5)
+
+
+def test_tasks_globs_narrow_task_events_only():
+    h = hook(url="http://a/", on=["failed", "breaker_open"], tasks=["db-*", "exact"])
+    base = dict.fromkeys(FIELDS - {"event", "task"}) | {"host": "h"}
+    assert matches(h, HookEvent(event="failed", task="db-backup", **base))
+    assert matches(h, HookEvent(event="failed", task="exact", **base))
+    assert not matches(h, HookEvent(event="failed", task="exact2", **base))
+    assert not matches(h, HookEvent(event="recovered", task="db-backup", **base))
+    assert matches(h, HookEvent(event="breaker_open", task=None, **base))
+
+
+def test_slack_text_is_one_line_naming_task_code_and_run():
+    base = dict.fromkeys(FIELDS - {"event", "task", "host"})
+    event = HookEvent(
+        event="failed",
+        task="backup",
+        host="box",
+        **{**base, "occurrence_id": 12, "error_code": "TIMEOUT", "attempt": 2, "detail": "x"},
+    )
+    assert slack_text(event) == "tickui on box: task backup failed (TIMEOUT) run 12 attempt 2: x"
+
+
+# ---- delivery from a real engine -------------------------------------------------------------
+
+
+async def test_failed_and_recovered_reach_a_real_http_server_with_every_field(tmp_path):
+    with Receiver() as receiver:
+        async with rig(tmp_path / "t.db") as r:
+            await r.add("flaky", every="10s", command=["sh", "-c", FLAKY], cwd=str(tmp_path))
+            svc = service(r, [hook(name="ops", url=receiver.url)])
+            await r.engine.start()
+            await r.settle()
+            await r.tick(10)
+            await r.settle()
+            rows = await deliveries(r.store, 2)
+            first, second = await r.history("flaky")
+            await svc.close()
+    assert [b["event"] for b in receiver.bodies] == ["failed", "recovered"]
+    failed, recovered = receiver.bodies
+    assert set(failed) == FIELDS and set(recovered) == FIELDS
+    assert failed["task"] == "flaky" and failed["occurrence_id"] == first.id
+    assert failed["state"] == "failed" and failed["error_code"] == "EXIT_NONZERO"
+    assert "boom" in failed["detail"] and "hunter2" not in failed["detail"]
+    assert failed["attempt"] == 1 and failed["host"] == socket.gethostname()
+    assert failed["scheduled_for"] == "2027-01-15T08:00:00+00:00"
+    assert failed["finished_at"].endswith("+00:00")
+    assert recovered["occurrence_id"] == second.id and recovered["state"] == "succeeded"
+    assert recovered["error_code"] is None and recovered["scheduled_for"].endswith("08:00:10+00:00")
+    assert receiver.headers[0]["Content-Type"] == "application/json"
+    assert [(d.hook, d.event, d.outcome, d.attempts) for d in reversed(rows)] == [
+        ("ops", "failed", "delivered", 1),
+        ("ops", "recovered", "delivered", 1),
+    ]
+    assert [d.occurrence_id for d in reversed(rows)] == [first.id, second.id]
+
+
+async def test_a_hook_to_a_closed_port_fails_after_3_attempts_and_changes_nothing_else(tmp_path):
+    async def run(with_hook: bool, db: Path):
+        async with rig(db) as r:
+            await r.add("flaky", every="10s", command=["sh", "-c", FLAKY], cwd=str(db.parent))
+            await r.add("fine", every="10s", command=["true"])
+            svc = None
+            if with_hook:
+                url = f"http://127.0.0.1:{closed_port()}/x"
+                svc = service(r, [hook(name="gone", url=url)])
+            await r.engine.start()
+            await r.settle()
+            for _ in range(2):
+                await r.tick(10)
+                await r.settle()
+            rows = await deliveries(r.store, 2) if with_hook else []
+            history = [(o.task, o.scheduled_for, o.state, o.error_code) for o in await r.history()]
+            if svc is not None:
+                assert svc.counts["failed"] == 2 and svc.counts["delivered"] == 0
+                await svc.close()
+            return history, rows
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain, _ = await run(False, tmp_path / "a" / "t.db")
+    hooked, rows = await run(True, tmp_path / "b" / "t.db")
+    assert hooked == plain and len(plain) == 6  # three slots of two tasks, the same states
+    assert {(d.event, d.outcome, d.attempts) for d in rows} == {
+        ("failed", "failed", 3),
+        ("recovered", "failed", 3),
+    }
+    assert all("Connect" in (d.detail or "") and "/x" not in d.detail for d in rows)
+
+
+async def test_a_command_hook_gets_the_event_on_stdin_and_in_tickui_event(tmp_path):
+    out = tmp_path / "got.json"
+    script = (
+        "import json, os, sys; data = sys.stdin.read();"
+        f"open({str(out)!r}, 'w').write(json.dumps([data, os.environ.get('TICKUI_EVENT'),"
+        " os.environ.get('TICKUI_OCCURRENCE_ID')]))"
+    )
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("broken", every="10s", command=["sh", "-c", "exit 4"])
+        svc = service(
+            r, [parse_hook({"on": ["failed"], "command": [sys.executable, "-c", script]}, 0)]
+        )
+        await r.engine.start()
+        await r.settle()
+        (row,) = await deliveries(r.store, 1)
+        (occ,) = await r.history()
+        await svc.close()
+    stdin, env, marker = json.loads(out.read_text())
+    assert stdin == env and marker is None  # never a run's marks
+    event = json.loads(stdin)
+    assert set(event) == FIELDS and event["event"] == "failed"
+    assert event["occurrence_id"] == occ.id and event["detail"] == occ.detail
+    assert (row.outcome, row.attempts, row.detail) == ("delivered", 1, "exit 0")
+
+
+async def test_a_failing_command_hook_is_recorded_failed_with_its_last_stderr_line(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("broken", every="10s", command=["sh", "-c", "exit 4"])
+        cmd = ["sh", "-c", "cat >/dev/null; echo first >&2; echo 'no token=abc123' >&2; exit 9"]
+        svc = service(r, [parse_hook({"on": ["failed"], "command": cmd}, 0)])
+        await r.engine.start()
+        await r.settle()
+        (row,) = await deliveries(r.store, 1)
+        await svc.close()
+    assert row.outcome == "failed" and row.attempts == 3
+    assert row.detail == "exit 9: no token=***"
+
+
+async def test_slack_format_posts_text_only(tmp_path):
+    with Receiver() as receiver:
+        async with rig(tmp_path / "t.db") as r:
+            await r.add("nightly", every="10s", command=["sh", "-c", "exit 5"])
+            svc = service(r, [hook(url=receiver.url, format="slack", on=["failed"])])
+            await r.engine.start()
+            await r.settle()
+            await deliveries(r.store, 1)
+            (occ,) = await r.history()
+            await svc.close()
+    (body,) = receiver.bodies
+    assert list(body) == ["text"]
+    assert body["text"].startswith(f"tickui on {socket.gethostname()}: task nightly failed")
+    assert "(EXIT_NONZERO)" in body["text"] and f"run {occ.id}" in body["text"]
+
+
+async def test_tasks_globs_choose_which_tasks_a_hook_hears_about(tmp_path):
+    with Receiver() as receiver:
+        async with rig(tmp_path / "t.db") as r:
+            for name in ("db-backup", "db-vacuum", "web-ping"):
+                await r.add(name, every="10s", command=["sh", "-c", "exit 1"])
+            svc = service(r, [hook(url=receiver.url, on=["failed"], tasks=["db-*"])])
+            await r.engine.start()
+            await r.settle()
+            await deliveries(r.store, 2)
+            await svc.close()
+            rows = await r.store.recent_deliveries()
+    assert sorted(b["task"] for b in receiver.bodies) == ["db-backup", "db-vacuum"]
+    assert len(rows) == 2
+
+
+async def test_paused_is_told_once_when_a_task_is_disabled_by_pause_after(tmp_path):
+    with Receiver() as receiver:
+        async with rig(tmp_path / "t.db") as r:
+            await r.add("flappy", every="10s", command=["sh", "-c", "exit 2"])
+            svc = service(r, [hook(url=receiver.url, on=["paused"])])
+            await r.engine.start()
+            await r.settle()
+            note = "paused after 1 consecutive failures (last: EXIT_NONZERO)"
+            task = await r.store.set_enabled("flappy", False, r.clock.now() + 1, note=note)
+            r.engine._notify(EngineChange(tasks=frozenset({task.id})))  # as pause-after does
+            await deliveries(r.store, 1)
+            r.engine._notify(EngineChange(tasks=frozenset({task.id})))  # told once
+            (occ,) = await r.history()
+            await svc.close()
+            rows = await r.store.recent_deliveries()
+    (body,) = receiver.bodies
+    assert body["event"] == "paused" and body["task"] == "flappy" and body["detail"] == note
+    assert body["occurrence_id"] == occ.id and body["error_code"] == "EXIT_NONZERO"
+    assert len(rows) == 1
+
+
+async def test_missed_is_told_for_a_misfire_skip(tmp_path):
+    with Receiver() as receiver:
+        async with rig(tmp_path / "t.db") as r:
+            await r.add("late", every="10s", misfire="skip", command=["true"])
+            svc = service(r, [hook(url=receiver.url, on=["missed"])])
+            await r.engine.start()
+            await r.settle()
+            await r.tick(60)  # five slots passed while nothing ticked
+            await r.settle()
+            await deliveries(r.store, 1)
+            await svc.close()
+    (body,) = receiver.bodies
+    assert body["event"] == "missed" and body["state"] == "skipped"
+    assert body["detail"].startswith("misfire_skipped")
+
+
+async def test_breaker_open_and_closed_are_told_once_per_outage(tmp_path):
+    class Ticker:  # the ticker's listener hook: called after every tick and breaker move
+        def __init__(self) -> None:
+            self.breaker = CircuitBreaker(2, 0.0)
+            self.listeners = []
+
+        def on_change(self, listener) -> None:
+            self.listeners.append(listener)
+
+        def changed(self) -> None:
+            for listener in self.listeners:
+                listener()
+
+    with Receiver() as receiver:
+        async with rig(tmp_path / "t.db") as r:
+            ticker = Ticker()
+            svc = attach(
+                [hook(url=receiver.url, on=["breaker_open", "breaker_closed"], tasks=["x"])],
+                r.store,
+                r.clock,
+                r.engine,
+                ticker,
+                backoff=(0.01,),
+            )
+            b = ticker.breaker
+            for _ in range(3):
+                b.failure(0.0, r.clock.now(), "broker down password=pw")
+                ticker.changed()
+            assert b.allow(1.0, r.clock.now())  # the probe: HALF_OPEN
+            b.failure(1.0, r.clock.now(), "still down")  # open again: the same outage
+            ticker.changed()
+            assert b.allow(2.0, r.clock.now())
+            b.success(2.0, r.clock.now())
+            ticker.changed()
+            ticker.changed()
+            await deliveries(r.store, 2)
+            await svc.close()
+    assert [(x["event"], x["state"]) for x in receiver.bodies] == [
+        ("breaker_open", "OPEN"),
+        ("breaker_closed", "CLOSED"),
+    ]
+    assert "pw" not in receiver.bodies[0]["detail"] and receiver.bodies[0]["task"] is None
+
+
+# ---- never in the engine's way -----------------------------------------------------------------
+
+
+async def test_a_hanging_hook_never_delays_the_engines_ticks(tmp_path):
+    listener = socket.socket()  # accepts connections (the kernel does) and never answers
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    try:
+        async with rig(tmp_path / "t.db") as r:
+            await r.add("broken", every="1s", command=["sh", "-c", "exit 1"])
+            hangs = [
+                hook(name="http", url=url, on=["failed"], timeout="1s"),
+                parse_hook(
+                    {"name": "cmd", "on": ["failed"], "command": ["sleep", "30"], "timeout": "1s"},
+                    0,
+                ),
+            ]
+            svc = service(r, hangs, workers=12)
+            await r.engine.start()
+            await r.settle()
+            loop = asyncio.get_running_loop()
+            slowest = 0.0
+            for _ in range(5):
+                started = loop.time()
+                await r.tick(1)
+                slowest = max(slowest, loop.time() - started)
+                await r.settle()
+            # Each delivery takes 3 attempts of 1 s: none has ended, yet 5 ticks ran at once.
+            assert svc.counts["delivered"] + svc.counts["failed"] == 0
+            assert slowest < 0.2
+            assert len(await r.history()) == 6
+            rows = await deliveries(r.store, 12, timeout=20)
+            await svc.close()
+    finally:
+        listener.close()
+    assert len(rows) == 12 and {d.outcome for d in rows} == {"failed"}
+    assert {d.detail for d in rows} == {"timed out after 1s"}
+    assert {d.attempts for d in rows} == {3}
+
+
+async def test_a_full_queue_drops_and_counts(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    try:
+        async with rig(tmp_path / "t.db") as r:
+            url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+            h = hook(url=url, on=["breaker_open"], timeout="100ms")
+            svc = HookService([h], r.store, r.clock, queue_max=2, workers=1, attempts=1)
+            base = dict.fromkeys(FIELDS - {"event", "host"})
+            for _ in range(6):
+                svc.emit(HookEvent(event="breaker_open", host="h", **base))
+            assert svc.counts["dropped"] == 4  # one taken by the worker later, two waiting
+            await svc.close(grace=5)
+            rows = await r.store.recent_deliveries()
+    finally:
+        listener.close()
+    assert len(rows) == 2 and {d.outcome for d in rows} == {"failed"}
+
+
+async def test_no_hooks_no_service_and_time_lapse_calls_none(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        assert attach((), r.store, r.clock, r.engine, None) is None
+        r.clock.scale = 60.0
+        assert attach([hook(url="http://a/")], r.store, r.clock, r.engine, None) is None
+
+
+# ---- through the real CLI -------------------------------------------------------------------
+
+
+def test_tickui_run_calls_hooks_and_tickui_hooks_lists_them(tmp_path):
+    db = tmp_path / "t.db"
+    assert cli_json("hooks", db=db) == []  # no database: nothing created
+    assert not db.exists()
+    with Receiver() as receiver:
+        config = tmp_path / "tickui.toml"
+        config.write_text(
+            "[[task]]\n"
+            'name = "flaky"\n'
+            'every = "1s"\n'
+            f"command = ['sh', '-c', {json.dumps(FLAKY)}]\n"
+            f"cwd = {json.dumps(str(tmp_path))}\n\n"
+            "[[hook]]\n"
+            'name = "ops"\n'
+            'on = ["failed", "recovered"]\n'
+            'tasks = ["fl*"]\n'
+            f'url = "{receiver.url}"\n'
+        )
+        result = cli("--config", str(config), "run", "--for", "3.5", db=db)
+        assert result.returncode == 0, result.stderr
+        assert "secret-path" not in result.stderr
+        poll(lambda: len(receiver.bodies) >= 2, 10, "two hook posts")
+    assert [b["event"] for b in receiver.bodies][:2] == ["failed", "recovered"]
+    before = db.stat().st_mtime_ns
+    rows = cli_json("hooks", db=db)
+    assert db.stat().st_mtime_ns == before  # read-only
+    assert [(d["hook"], d["event"], d["task"], d["outcome"]) for d in rows][-2:] == [
+        ("ops", "recovered", "flaky", "delivered"),
+        ("ops", "failed", "flaky", "delivered"),
+    ]
+    assert set(rows[0]) == {
+        "id",
+        "hook",
+        "event",
+        "task",
+        "occurrence_id",
+        "created_at",
+        "finished_at",
+        "attempts",
+        "outcome",
+        "detail",
+    }
+    text = cli("hooks", "--limit", "1", db=db)
+    assert text.returncode == 0 and len(text.stdout.strip().splitlines()) == 2
+    assert text.stdout.startswith("ID  HOOK  EVENT")
+    bad = cli("hooks", "--limit", "0", db=db)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
