@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=arg_number("--limit", 1, MAX_HISTORY, integer=True), default=50
     )
     hist.add_argument("--json", action="store_true")
+    hooks = sub.add_parser("hooks", parents=[shared], help="recent hook deliveries")
+    hooks.add_argument("--json", action="store_true")
+    hooks.add_argument("--limit", type=arg_number("--limit", 1, 1000, integer=True), default=50)
     return parser
 
 
@@ -422,6 +425,12 @@ def run(argv: Sequence[str]) -> int:
         return cmd_ticks(args, settings)
     if args.command == "task":
         return asyncio.run(cmd_task(args, command, path))
+    if args.command == "hooks":
+        from tickui.hooks.command import cmd_hooks
+
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        return asyncio.run(cmd_hooks(args, path))
     if command is not None:
         raise UsageError("", "'--' and a command only go with 'task add'")
     return asyncio.run(cmd_history(args, path))
