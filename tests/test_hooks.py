@@ -15,7 +15,6 @@ import pytest
 
 from helpers import cli, cli_json, poll, rig, wait_for
 from tickui.breaker import CircuitBreaker
-from tickui.engine import EngineChange
 from tickui.errors import BadInput
 from tickui.hooks import HookConfig, HookService, attach, parse_hook
 from tickui.hooks.events import (
@@ -200,6 +199,7 @@ def _row(**fields):
 
 def test_which_events_a_row_means():
     assert occurrence_events(_row(), None) == ["failed"]
+    assert occurrence_events(_row(retried=1), None) == []  # its retry's outcome is told
     assert occurrence_events(_row(state="succeeded"), "failed") == ["recovered"]
     assert occurrence_events(_row(state="succeeded"), "succeeded") == []
     assert occurrence_events(_row(state="succeeded"), None) == []
@@ -377,25 +377,60 @@ async def test_tasks_globs_choose_which_tasks_a_hook_hears_about(tmp_path):
     assert len(rows) == 2
 
 
-async def test_paused_is_told_once_when_a_task_is_disabled_by_pause_after(tmp_path):
+async def test_pause_after_tells_failed_per_slot_then_paused_once(tmp_path):
     with Receiver() as receiver:
         async with rig(tmp_path / "t.db") as r:
-            await r.add("flappy", every="10s", command=["sh", "-c", "exit 2"])
-            svc = service(r, [hook(url=receiver.url, on=["paused"])])
+            await r.add("flappy", every="10s", pause_after=2, command=["sh", "-c", "exit 2"])
+            svc = service(r, [hook(url=receiver.url, on=["failed", "paused"])])
             await r.engine.start()
             await r.settle()
-            note = "paused after 1 consecutive failures (last: EXIT_NONZERO)"
-            task = await r.store.set_enabled("flappy", False, r.clock.now() + 1, note=note)
-            r.engine._notify(EngineChange(tasks=frozenset({task.id})))  # as pause-after does
-            await deliveries(r.store, 1)
-            r.engine._notify(EngineChange(tasks=frozenset({task.id})))  # told once
-            (occ,) = await r.history()
+            await r.tick(10)
+            await r.settle()
+            await deliveries(r.store, 3)
+            await r.tick(10)  # disabled now: nothing runs, nothing more is told
+            await r.settle()
+            first, second = await r.history()
             await svc.close()
             rows = await r.store.recent_deliveries()
+    note = "paused after 2 consecutive failures (last: EXIT_NONZERO)"
+    assert [(b["event"], b["occurrence_id"]) for b in receiver.bodies] == [
+        ("failed", first.id),
+        ("failed", second.id),
+        ("paused", second.id),
+    ]
+    paused = receiver.bodies[2]
+    assert paused["task"] == "flappy" and paused["detail"] == note
+    assert paused["error_code"] == "EXIT_NONZERO" and set(paused) == FIELDS
+    assert len(rows) == 3
+
+
+async def test_a_retried_failure_is_not_told_and_the_last_attempt_is(tmp_path):
+    with Receiver() as receiver:
+        async with rig(tmp_path / "t.db") as r:
+            flaky = ["sh", "-c", FLAKY]
+            await r.add(
+                "flaky", every="1h", retries=2, retry_delay="1s", command=flaky, cwd=str(tmp_path)
+            )
+            await r.add("broken", every="1h", retries=1, retry_delay="1s", command=["false"])
+            svc = service(r, [hook(url=receiver.url, on=["failed", "recovered"])])
+            await r.engine.start()
+            await r.settle()
+            for _ in range(3):
+                await r.tick(2)  # the retries come due
+                await r.settle()
+            await deliveries(r.store, 1)
+            history = await r.history()
+            await svc.close()
+    assert sorted((o.task, o.attempt, o.state) for o in history) == [
+        ("broken", 1, "failed"),
+        ("broken", 2, "failed"),
+        ("flaky", 1, "failed"),
+        ("flaky", 2, "succeeded"),
+    ]
+    # flaky failed, was retried and succeeded: nothing to tell (no failure was told)
     (body,) = receiver.bodies
-    assert body["event"] == "paused" and body["task"] == "flappy" and body["detail"] == note
-    assert body["occurrence_id"] == occ.id and body["error_code"] == "EXIT_NONZERO"
-    assert len(rows) == 1
+    assert (body["event"], body["task"], body["attempt"]) == ("failed", "broken", 2)
+    assert body["occurrence_id"] == max(o.id for o in history if o.task == "broken")
 
 
 async def test_missed_is_told_for_a_misfire_skip(tmp_path):

@@ -45,10 +45,12 @@ class HookEvent:
 
 def occurrence_events(row: dict[str, Any], previous: str | None) -> list[str]:
     """The events an occurrence in its current state means. `previous` is the state of
-    the task's finished run before it (succeeded or failed; None when there is none)."""
+    the task's last slot before it (succeeded or failed, its final attempt; None when there
+    is none). `failed` is told for a slot's final attempt only: a failure followed by a
+    retry (`retried`) is not; the retry's outcome is."""
     state = row["state"]
     events = []
-    if state == "failed":
+    if state == "failed" and not row.get("retried"):  # a retried failure is not final
         events.append("failed")
     elif state == "succeeded" and previous == "failed":
         events.append("recovered")
@@ -61,7 +63,7 @@ def _missed(row: dict[str, Any]) -> bool:
     """Slots a misfire skipped (a skipped row that stands for missed slots) or folded into
     one run (run_once covering several)."""
     if row["state"] == "skipped":
-        return bool(row.get("missed"))
+        return bool(row.get("missed")) or (row.get("detail") or "").startswith("misfire_")
     return (row.get("covers") or 1) > 1
 
 

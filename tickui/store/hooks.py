@@ -25,6 +25,12 @@ _OCC_COLS = (
     "covers",
     "missed",
 )
+# A run that was followed by its slot's next attempt (a retry was queued): not the slot's
+# final outcome. The retry is queued in the transaction that records the run's end.
+_RETRIED = (
+    "EXISTS (SELECT 1 FROM occurrences r WHERE r.task_id = o.task_id AND r.id > o.id"
+    " AND r.retry_of = coalesce(o.retry_of, o.id) AND r.attempt = o.attempt + 1)"
+)
 _TASK_COLS = ("id", "name", "enabled", "note", "updated_at")
 OUTCOMES = ("pending", "delivered", "failed")
 
@@ -70,17 +76,20 @@ class HookQueries(StoreBase):
             chunk = wanted[start : start + 500]
             marks = ",".join("?" * len(chunk))
             found = await self._all(
-                f"SELECT {', '.join(_OCC_COLS)} FROM occurrences WHERE id IN ({marks}) ORDER BY id",
+                f"SELECT {', '.join('o.' + c for c in _OCC_COLS)}, {_RETRIED}"
+                f" FROM occurrences o WHERE o.id IN ({marks}) ORDER BY o.id",
                 chunk,
             )
-            rows.extend(dict(zip(_OCC_COLS, row, strict=True)) for row in found)
+            rows.extend(dict(zip((*_OCC_COLS, "retried"), row, strict=True)) for row in found)
         return rows
 
     async def previous_result(self, task_id: int, before_id: int) -> str | None:
-        """The state of the task's last run before `before_id` that succeeded or failed."""
+        """The final outcome (succeeded or failed, not a failure that was retried) of the
+        task's last slot before `before_id`."""
         row = await self._one(
-            "SELECT state FROM occurrences WHERE task_id = ? AND id < ?"
-            " AND state IN ('succeeded', 'failed') ORDER BY id DESC LIMIT 1",
+            "SELECT o.state FROM occurrences o WHERE o.task_id = ? AND o.id < ?"
+            f" AND o.state IN ('succeeded', 'failed') AND NOT {_RETRIED}"
+            " ORDER BY o.id DESC LIMIT 1",
             (task_id, before_id),
         )
         return row[0] if row else None
