@@ -218,13 +218,15 @@ async def after_settling(conn: aiosqlite.Connection, watched: Sequence[int]) -> 
                 chunk,
             )
         )
-    failures: dict[int, int] = {}
+    failures: dict[int, int] = {}  # task id -> its count as this batch goes
+    stored_counts: dict[int, int] = {}
     for row in sorted(rows):
         (occ_id, task_id, name, kind, slot, state, code, finished, attempt, retry_of) = row[:10]
         generation, covers, spec_text, enabled, task_generation, stored = row[10:]
         if state not in TERMINAL:
             continue
         policy = _policy(spec_text)
+        stored_counts.setdefault(task_id, stored)
         count = failures.get(task_id, stored)
         if policy.inert and not count:
             continue
@@ -254,8 +256,6 @@ async def after_settling(conn: aiosqlite.Connection, watched: Sequence[int]) -> 
                 (retries.pause_note(count, code), count, finished, task_id),
             )
             await cancel_task_queue(conn, task_id, finished, "task paused")
-    for task_id, count in failures.items():
-        await conn.execute(
-            "UPDATE tasks SET failures = ? WHERE id = ? AND failures <> ?",
-            (count, task_id, count),
-        )
+    changed = [(n, t) for t, n in failures.items() if n != stored_counts[t]]
+    if changed:
+        await conn.executemany("UPDATE tasks SET failures = ? WHERE id = ?", changed)
