@@ -611,3 +611,28 @@ def test_tickui_run_calls_hooks_and_tickui_hooks_lists_them(tmp_path):
     assert text.stdout.startswith("ID  HOOK  EVENT")
     bad = cli("hooks", "--limit", "0", db=db)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+async def test_the_dashboards_host_calls_hooks_and_the_demo_does_not(tmp_path):
+    from helpers import T0
+    from tickui.clock import ManualClock
+    from tickui.config import Settings
+    from tickui.spec import build_spec
+    from tickui.store import Store
+    from tickui.ui.host import build_host
+
+    with Receiver() as receiver:
+        settings = Settings(hooks=(hook(url=receiver.url, on=["failed"]),))
+        store = await Store.open(tmp_path / "t.db")
+        clock = ManualClock(T0)
+        spec = build_spec({"name": "broken", "every": "1h", "command": ["false"]}, T0)
+        await store.add_task(spec, T0)
+        demo = build_host(store, clock, settings, start_ticker=False, demo=True)
+        assert demo.hooks is None
+        host = build_host(store, clock, settings, start_ticker=False)
+        assert host.hooks is not None
+        await host.start()
+        rows = await deliveries(store, 1)
+        await host.close(grace=1)
+    assert [(d.event, d.task, d.outcome) for d in rows] == [("failed", "broken", "delivered")]
+    assert [b["event"] for b in receiver.bodies] == ["failed"]
