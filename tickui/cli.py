@@ -113,24 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = task.add_subparsers(dest="action", parser_class=_Parser, required=True)
     add = tsub.add_parser("add", parents=[shared], help="add a task: ... -- ARGV")
     add.add_argument("name")
-    when = add.add_mutually_exclusive_group(required=True)
-    when.add_argument("--cron", metavar="EXPR")
-    when.add_argument("--every", metavar="DURATION")
-    when.add_argument("--at", metavar="INSTANT")
-    add.add_argument("--tz", metavar="ZONE")
-    add.add_argument("--misfire", metavar="POLICY")
-    add.add_argument("--concurrency", metavar="POLICY")
-    add.add_argument("--timeout", metavar="DURATION")
-    add.add_argument("--jitter", metavar="DURATION")
-    add.add_argument("--anchor", metavar="INSTANT")
-    add.add_argument("--cwd", metavar="DIR")
-    add.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
-    add.add_argument("--disabled", action="store_true")
-    add.add_argument("--retries", metavar="N", help="retry a failed run N times (0-100)")
-    add.add_argument("--retry-delay", metavar="DURATION", help="first retry delay (10s)")
-    add.add_argument("--retry-max-delay", metavar="DURATION", help="longest delay (1h)")
-    add.add_argument("--retry-on", metavar="LIST", help="exit,timeout,interrupted,dispatch")
-    add.add_argument("--pause-after", metavar="N", help="disable after N failed slots")
+    task_options(add)
+    edit = tsub.add_parser("edit", parents=[shared], help="change a task: add's options")
+    edit.add_argument("name")
+    edit.add_argument("--rename", type=arg(check_name, "--rename"), metavar="NAME")
+    task_options(edit, edit=True)
+    export = tsub.add_parser("export", parents=[shared], help="every task as [[task]] entries")
+    export.set_defaults(name=None)
     lst = tsub.add_parser("list", parents=[shared])
     lst.add_argument("--json", action="store_true")
     show = tsub.add_parser("show", parents=[shared])
@@ -152,6 +141,44 @@ def build_parser() -> argparse.ArgumentParser:
     hooks.add_argument("--json", action="store_true")
     hooks.add_argument("--limit", type=arg_number("--limit", 1, 1000, integer=True), default=50)
     return parser
+
+
+def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
+    """`task add`'s options (the schedule, policies, retries, ...): `task edit` takes the
+    same ones, each optional; there only the options given are in the namespace (their
+    default is SUPPRESS) and only they change. Add an option of `task add` here."""
+    when = parser.add_mutually_exclusive_group(required=not edit)
+    when.add_argument("--cron", metavar="EXPR")
+    when.add_argument("--every", metavar="DURATION")
+    when.add_argument("--at", metavar="INSTANT")
+    parser.add_argument("--tz", metavar="ZONE")
+    parser.add_argument("--misfire", metavar="POLICY")
+    parser.add_argument("--concurrency", metavar="POLICY")
+    parser.add_argument("--timeout", metavar="DURATION")
+    parser.add_argument("--jitter", metavar="DURATION")
+    parser.add_argument("--anchor", metavar="INSTANT")
+    parser.add_argument("--cwd", metavar="DIR")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--disabled", action="store_true")
+    parser.add_argument("--retries", metavar="N", help="retry a failed run N times (0-100)")
+    parser.add_argument("--retry-delay", metavar="DURATION", help="first retry delay (10s)")
+    parser.add_argument("--retry-max-delay", metavar="DURATION", help="longest delay (1h)")
+    parser.add_argument("--retry-on", metavar="LIST", help="exit,timeout,interrupted,dispatch")
+    parser.add_argument("--pause-after", metavar="N", help="disable after N failed slots")
+    if edit:
+        _only_given(parser)
+
+
+def _only_given(parser: argparse.ArgumentParser) -> None:
+    """Make each of task_options' options absent from the namespace unless given, and
+    record their dests (`_task_options`) for edit_raw."""
+    skip = {"help", "db", "config", "rename"}
+    dests = []
+    for action in parser._actions:
+        if action.option_strings and action.dest not in skip:
+            action.default = argparse.SUPPRESS
+            dests.append(action.dest)
+    parser.set_defaults(_task_options=tuple(dests))
 
 
 def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -245,6 +272,23 @@ def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[s
     return {key: value for key, value in raw.items() if value is not None}
 
 
+def _task_edit_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
+    """What `task edit` changes, as build_spec fields: only the options given (see
+    _only_given), the command when one follows --, `name` for --rename."""
+    given = [dest for dest in args._task_options if hasattr(args, dest)]
+    full = argparse.Namespace(**vars(args))
+    for dest in args._task_options:
+        if not hasattr(full, dest):
+            setattr(full, dest, [] if dest == "env" else None)
+    made = _task_add_raw(full, command)
+    changes: dict[str, Any] = {key: made.get(key) for key in given}
+    if command is not None:
+        changes["command"] = command
+    if args.rename:
+        changes["name"] = args.rename
+    return changes
+
+
 def started_text(occ: Any, now: int) -> str:
     """When a run started; for a queued one, when it may ("next in 40s")."""
     if occ.state == "queued":
@@ -288,11 +332,33 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             raise BadInput("command", "give the command to run after --")
         spec = build_spec(_task_add_raw(args, command), clock.now())
     else:
-        if command is not None:
-            raise UsageError("", "'--' and a command only go with 'task add'")
+        if command is not None and args.action != "edit":
+            raise UsageError("", "'--' and a command only go with 'task add' and 'task edit'")
+        if args.action == "edit" and command is not None and not command:
+            raise BadInput("command", "give the command to run after --")
         check_name(args.name) if hasattr(args, "name") and args.name else None
 
+    if args.action == "edit":
+        # Read (read-only: a refused edit leaves the file's bytes as they were), check,
+        # then write in one transaction that refuses a task changed meanwhile.
+        changes = _task_edit_raw(args, command)
+        current = await _with_store(
+            path, functools.partial(Store.get_task, name=args.name), readonly=True, name=args.name
+        )
+        spec = commands.edited_spec(current, changes, clock.now())
+        return await _with_store(
+            path,
+            functools.partial(
+                commands.save_edit, task=current, spec=spec, changes=changes, clock=clock
+            ),
+        )
+
     async def action(store: Store) -> int:
+        if args.action == "export":
+            from tickui.export import export_text
+
+            sys.stdout.write(export_text(await store.list_tasks(with_stats=False)))
+            return 0
         if args.action == "add":
             task = await store.add_task(spec, clock.now())
             nxt = iso(task.next_run_at) or "none"
@@ -312,10 +378,12 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                         t.spec.misfire,
                         t.spec.concurrency,
                         t.stats.last_state or "-",
+                        f"{t.source} (overridden)" if t.overridden else t.source,
                     ]
                     for t in tasks
                 ]
                 headers = ["NAME", "SCHEDULE", "NEXT", "ENABLED", "MISFIRE", "OVERLAP", "LAST"]
+                headers.append("SOURCE")
                 say(_table(rows, headers) if rows else "no tasks")
             return 0
         if args.action == "show":
@@ -336,9 +404,11 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             return 0
         return await commands.change_task(store, args, clock)
 
-    readonly = args.action in ("list", "show")
-    named = None if args.action in ("add", "list") else args.name
+    readonly = args.action in ("list", "show", "export")
+    named = None if args.action in ("add", "list", "export") else args.name
     empty = None
+    if args.action == "export":
+        empty = functools.partial(sys.stdout.write, "")
     if args.action == "list":
         empty = (
             functools.partial(_print_json, []) if args.json else functools.partial(say, "no tasks")

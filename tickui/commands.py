@@ -1,4 +1,4 @@
-"""Task changes from the command line: enable, disable, remove and run-now requests."""
+"""Task changes from the command line: edit, enable, disable, remove and run-now requests."""
 
 from __future__ import annotations
 
@@ -8,12 +8,18 @@ import asyncio
 from tickui import procs
 from tickui.clock import Clock
 from tickui.engine import RunNowRefused, queue_run_now
-from tickui.errors import TickuiError
+from tickui.errors import BadInput, TickuiError
+from tickui.export import spec_fields
+from tickui.models import Task
 from tickui.redact import safe_text
+from tickui.spec import TaskSpec, build_spec
 from tickui.store import Store
 from tickui.timeutil import iso
 
 REQUEST_WAIT = 5.0
+SCHEDULE_KEYS = ("cron", "every", "at")
+# Fields `task edit` clears when given as '' (back to their default).
+CLEARABLE = ("tz", "timeout", "jitter", "anchor", "cwd")
 
 
 class Refused(TickuiError):
@@ -42,7 +48,7 @@ async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> i
         await store.set_enabled(name, False, clock.now(), note=args.note)
         say(f"disabled {name}" + (f" ({args.note})" if args.note else ""))
     elif args.action == "rm":
-        await store.remove_task(name)
+        await store.remove_task(name, clock.now())
         say(f"removed {name}; its history stays")
     else:
         return await request_run_now(store, name, clock)
@@ -74,4 +80,49 @@ async def request_run_now(store: Store, name: str, clock: Clock) -> int:
             raise Refused(f"run-now of {name} refused ({reason})")
         await asyncio.sleep(0.1)
     say(f"queued run-now of {name} (request {request}); the engine has not taken it yet")
+    return 0
+
+
+def edited_spec_fields(current: dict, changes: dict) -> dict:
+    """The build_spec fields of a task after `task edit`: `current` (spec_fields of the
+    task) with `changes` laid over it. A new schedule replaces the old one whatever its
+    kind; '' for one of CLEARABLE drops the field; `disabled` is handled by the caller."""
+    raw = dict(current)
+    if any(key in changes for key in SCHEDULE_KEYS):
+        for key in SCHEDULE_KEYS:
+            raw.pop(key, None)
+    for key, value in changes.items():
+        if key == "disabled":
+            continue
+        if key in CLEARABLE and value == "":
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    return raw
+
+
+def edited_spec(task: Task, changes: dict, now: int) -> TaskSpec:
+    """`task edit`: the task's definition with the options given laid over it, checked
+    as `task add` checks (BadInput, before anything is written)."""
+    if not changes:
+        raise BadInput("edit", "give an option to change (those of task add) or -- ARGV")
+    raw = edited_spec_fields(spec_fields(task.spec), changes)
+    # A one-time task whose instant passed keeps it; a new --at must be in the future.
+    return build_spec(raw, now, allow_past="at" not in changes)
+
+
+async def save_edit(store: Store, task: Task, spec: TaskSpec, changes: dict, clock: Clock) -> int:
+    """Write the edit in one transaction (Store.edit_task), refused when the task changed
+    since it was read."""
+    enabled = False if changes.get("disabled") else None
+    result = await store.edit_task(
+        task.name, spec, clock.now(), enabled=enabled, generation=task.generation
+    )
+    nxt = iso(result.next_run_at) or "none"
+    line = f"edited {result.name}: {result.spec.schedule_text()}, next run {nxt}"
+    if not result.enabled:
+        line += " (disabled)"
+    if result.overridden:
+        line += "; overrides tickui.toml until the file changes this task"
+    say(line)
     return 0

@@ -1,9 +1,15 @@
-"""Task rows: add, find, list with their stats, enable or disable, remove, and the
-sync of the tasks a config file declares."""
+"""Task rows: add, find, list with their stats, enable or disable, edit, remove, and the
+sync of the tasks a config file declares.
+
+A config task edited by hand (edit_task) is marked `overridden`: its row keeps the
+file's definition hash (not the hand-edited spec's), so a sync with an unchanged file
+leaves the hand edit in place, and the first sync whose file definition differs from the
+one last synced replaces it and clears the mark."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
@@ -33,6 +39,12 @@ def default_anchor(spec: TaskSpec, now: int) -> int:
     return -(-now // MICROS) * MICROS
 
 
+QUEUED_CANCEL = (
+    "UPDATE occurrences SET state = 'cancelled', finished_at = ?, detail = ?"
+    " WHERE task_id = ? AND state = 'queued'"
+)
+
+
 class TaskQueries(StoreBase):
     """Task rows and what the history says of each."""
 
@@ -40,7 +52,7 @@ class TaskQueries(StoreBase):
 
     _TASK_COLS = (
         "id, name, spec, source, enabled, note, generation, created_at, updated_at, anchor, "
-        "next_run_at, due_at"
+        "next_run_at, due_at, overridden"
     )
 
     def _task(self, row: Any, stats: TaskStats | None = None) -> Task:
@@ -63,6 +75,7 @@ class TaskQueries(StoreBase):
             next_run_at=row[10],
             due_at=row[11],
             stats=stats or NO_STATS,
+            overridden=bool(row[12]),
         )
 
     @staticmethod
@@ -147,8 +160,8 @@ class TaskQueries(StoreBase):
         if enabled:
             nxt, due = self._next(task.spec, name, task.anchor, now)
             sql = (
-                "UPDATE tasks SET enabled = 1, note = NULL, next_run_at = ?, due_at = ?,"
-                " updated_at = ? WHERE id = ?"
+                "UPDATE tasks SET enabled = 1, note = NULL, failures = 0, next_run_at = ?,"
+                " due_at = ?, updated_at = ? WHERE id = ?"
             )
             params: tuple[Any, ...] = (nxt, due, now, task.id)
         else:
@@ -156,13 +169,18 @@ class TaskQueries(StoreBase):
             params = (note, now, task.id)
         async with self._write():
             await self._conn.execute(sql, params)
+            if not enabled:
+                await self._conn.execute(QUEUED_CANCEL, (now, "task disabled", task.id))
         return await self.get_task(name)
 
-    async def remove_task(self, name: str) -> None:
-        """Remove the task; its history stays (occurrences keep the task's name)."""
+    async def remove_task(self, name: str, now: int | None = None) -> None:
+        """Remove the task; its history stays (occurrences keep the task's name); its
+        queued occurrences (retries, a buffered slot, backfill) are cancelled."""
         task = await self.get_task(name)
         async with self._write():
             await self._conn.execute("DELETE FROM tasks WHERE id = ?", (task.id,))
+            at = time.time_ns() // 1000 if now is None else now
+            await self._conn.execute(QUEUED_CANCEL, (at, "task removed", task.id))
 
     async def sync_tasks(self, specs: Sequence[TaskSpec], now: int) -> SyncReport:
         """Make the config-declared tasks match `specs` (DESIGN 6); CLI-made tasks are kept."""
@@ -182,7 +200,7 @@ class TaskQueries(StoreBase):
                     await self._conn.execute(
                         "UPDATE tasks SET spec = ?, definition_hash = ?, source = 'config',"
                         " enabled = ?, note = NULL, generation = generation + 1, updated_at = ?,"
-                        " anchor = ?, next_run_at = ?, due_at = ? WHERE id = ?",
+                        " anchor = ?, next_run_at = ?, due_at = ?, overridden = 0 WHERE id = ?",
                         (
                             spec.to_json(),
                             spec.definition_hash(),
@@ -194,21 +212,35 @@ class TaskQueries(StoreBase):
                             row[0],
                         ),
                     )
+                    await self._conn.execute(QUEUED_CANCEL, (now, "task changed", row[0]))
                     report.updated.append(spec.name)
             for name, row in existing.items():
                 if row[3] == "config" and name not in wanted:
                     await self._conn.execute("DELETE FROM tasks WHERE id = ?", (row[0],))
+                    await self._conn.execute(QUEUED_CANCEL, (now, "task removed", row[0]))
                     report.removed.append(name)
         return report
 
-    async def edit_task(self, name: str, spec: TaskSpec, now: int) -> Task:
+    async def edit_task(
+        self,
+        name: str,
+        spec: TaskSpec,
+        now: int,
+        enabled: bool | None = None,
+        generation: int | None = None,
+    ) -> Task:
         """Replace task `name`'s definition with `spec` (which may rename it), in one write:
-        the generation is bumped and the next slot computed from `now`; runs in flight go
-        on. The spec is checked again as build_spec would; a bad value or a name that is
-        taken raises BadInput and nothing changes. Run-time state stays (enabled, note,
-        source: a config task edited here keeps source 'config', so the next sync of the
-        config file puts the file's definition back). An interval keeps its grid (the
-        row's anchor) unless the spec gives one, as sync_tasks does."""
+        the generation is bumped, the next slot computed from `now`, the task's queued
+        occurrences cancelled; runs in flight go on. The spec is checked again as
+        build_spec would; a bad value or a name that is taken raises BadInput and nothing
+        changes. Run-time state stays (the note; enabled unless `enabled` is given;
+        source). A config task edited here is marked overridden and keeps the file's
+        definition hash, so the hand edit lasts until the file's definition changes (see
+        the module's docstring); editing it back to the file's definition clears the mark.
+        A config task cannot be renamed here (the next sync would delete it and add the
+        file's again). An interval keeps its grid (the row's anchor) unless the spec
+        gives one, as sync_tasks does. `generation`: the one the edit was made from; a
+        task changed since is not overwritten (BadInput)."""
         from tickui.errors import BadInput
         from tickui.spec import build_spec
 
@@ -221,66 +253,55 @@ class TaskQueries(StoreBase):
         if checked != spec:
             raise BadInput("spec", "is not a definition build_spec gives (check its fields)")
         async with self._write():
-            row = await self._one("SELECT id, anchor FROM tasks WHERE name = ?", (name,))
+            row = await self._one(
+                "SELECT id, anchor, source, definition_hash, generation FROM tasks WHERE name = ?",
+                (name,),
+            )
             if row is None:
                 raise NotFound(f"no task named {name!r}")
+            task_id, row_anchor, source, file_hash, now_generation = row
+            if generation is not None and generation != now_generation:
+                raise BadInput("edit", f"{name!r} was changed meanwhile; run the edit again")
             if spec.name != name:
+                if source == "config":
+                    raise BadInput(
+                        "name", f"{name!r} comes from tickui.toml: rename it in the file"
+                    )
                 taken = await self._one("SELECT 1 FROM tasks WHERE name = ?", (spec.name,))
                 if taken is not None:
                     raise BadInput("name", f"a task named {spec.name!r} exists already")
-            anchor = spec.anchor if spec.anchor is not None else row[1]
+            new_hash = spec.definition_hash()
+            overridden = 0
+            if source == "config":
+                overridden = int(new_hash != file_hash)
+                new_hash = file_hash
+            anchor = spec.anchor if spec.anchor is not None else row_anchor
             nxt, due = self._next(spec, spec.name, anchor, now)
             await self._conn.execute(
                 "UPDATE tasks SET name = ?, spec = ?, definition_hash = ?,"
                 " generation = generation + 1, updated_at = ?, anchor = ?, next_run_at = ?,"
-                " due_at = ? WHERE id = ?",
+                " due_at = ?, overridden = ?, enabled = COALESCE(?, enabled) WHERE id = ?",
                 (
                     spec.name,
                     spec.to_json(),
-                    spec.definition_hash(),
+                    new_hash,
                     now,
                     anchor,
                     nxt,
                     due,
-                    row[0],
+                    overridden,
+                    None if enabled is None else int(enabled),
+                    task_id,
                 ),
             )
+            await self._conn.execute(QUEUED_CANCEL, (now, "task edited", task_id))
         return await self.get_task(spec.name)
 
     @staticmethod
     def _spec_fields(spec: TaskSpec) -> dict[str, Any]:
-        """A TaskSpec as the fields build_spec takes, exactly (durations in whole ms or
-        in seconds with six decimals, instants in ISO with microseconds)."""
-        from tickui.timeutil import iso
+        from tickui.export import spec_fields
 
-        def duration(micros: int) -> str:
-            return f"{micros // 1000}ms" if micros % 1000 == 0 else f"{micros / MICROS:.6f}s"
-
-        key = {"cron": "cron", "interval": "every", "once": "at"}[spec.kind]
-        expr: Any = spec.expr
-        if spec.kind == "interval":
-            expr = duration(int(spec.expr))
-        elif spec.kind == "once":
-            expr = iso(int(spec.expr))
-        raw: dict[str, Any] = {
-            "name": spec.name,
-            key: expr,
-            "tz": spec.tz,
-            "misfire": spec.misfire,
-            "concurrency": spec.concurrency,
-            "command": spec.command,
-            "env": spec.env,
-            "disabled": not spec.enabled,
-        }
-        if spec.timeout is not None:
-            raw["timeout"] = duration(spec.timeout)
-        if spec.jitter:
-            raw["jitter"] = duration(spec.jitter)
-        if spec.anchor is not None:
-            raw["anchor"] = iso(spec.anchor)
-        if spec.cwd is not None:
-            raw["cwd"] = spec.cwd
-        return raw
+        return spec_fields(spec)
 
 
 def _stats_from(rows: Iterable[Any]) -> dict[int, TaskStats]:
