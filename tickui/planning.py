@@ -169,11 +169,16 @@ def _catch_up_in_turn(
     return Plan(task, queue[1] if len(queue) > 1 else after, planned)
 
 
-def _overlap(policy: str, planned: list[Planned], active: bool) -> tuple[list[Planned], bool]:
+def _overlap(
+    policy: str, planned: list[Planned], active: bool, waiting: bool = False
+) -> tuple[list[Planned], bool]:
+    """`waiting`: a slot of the task already waits (buffer_one's buffered slot)."""
     runs = [index for index, item in enumerate(planned) if item.state == "claimed"]
     if not runs or policy == "allow":
         return planned, False
     result = list(planned)
+    if policy == "buffer_one":
+        return _buffer_one(result, runs, active, waiting), False
     if policy == "forbid":
         keep = None if active else runs[0]
         for index in runs:
@@ -183,6 +188,30 @@ def _overlap(policy: str, planned: list[Planned], active: bool) -> tuple[list[Pl
     for index in runs[:-1]:  # replace: only the newest runs; it replaces what is active
         result[index] = _skip(result[index], "concurrency_replace")
     return result, active
+
+
+def _buffer_one(
+    result: list[Planned], runs: list[int], active: bool, waiting: bool
+) -> list[Planned]:
+    """buffer_one (E): with nothing active and nothing waiting, the oldest due slot runs;
+    the next slot waits (state `queued`; the engine starts it as soon as nothing of the
+    task is active), at most one at a time; any further slot is skipped
+    `concurrency_buffer_full`. A slot already waiting fills the buffer: it is older, so
+    every new slot is skipped until it has started."""
+    room = 0 if waiting else 1
+    start = not active and not waiting
+    for index in runs:
+        item = result[index]
+        if start:
+            start = False  # this one runs now: the task is active from here on
+        elif room:
+            room -= 1
+            result[index] = Planned(
+                item.scheduled_for, "queued", item.covers, item.missed, item.detail
+            )
+        else:
+            result[index] = _skip(item, "concurrency_buffer_full")
+    return result
 
 
 def _skip(item: Planned, reason: str) -> Planned:

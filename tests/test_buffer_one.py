@@ -1,0 +1,168 @@
+"""Overlap `buffer_one` (issue 12, point 5): while a run is active the next slot waits
+(state `queued`) and starts as soon as the run ends; at most one waits; a further slot is
+skipped `concurrency_buffer_full`. Pure decisions with a manual clock, then real
+processes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from helpers import cli
+from tickui.planning import DueTask, Planned, _overlap, plan_task
+from tickui.schedules import interval
+from tickui.spec import OVERLAP_POLICIES, build_spec
+from tickui.timeutil import MICROS, parse_instant
+
+S = MICROS
+MS = 1_000
+T0 = parse_instant("2026-05-05T10:00:00Z")
+GRACE = 5 * S
+
+
+def _due(next_run_at: int, every: int = S, concurrency: str = "buffer_one") -> DueTask:
+    return DueTask(
+        id=1,
+        name="b",
+        schedule=interval(every, T0),
+        next_run_at=next_run_at,
+        misfire="run_once",
+        concurrency=concurrency,
+    )
+
+
+def _claimed(*slots: int) -> list[Planned]:
+    return [Planned(slot, "claimed") for slot in slots]
+
+
+def _states(planned: list[Planned]) -> list[tuple[str, str | None]]:
+    return [(p.state, p.detail) for p in planned]
+
+
+FULL = "concurrency_buffer_full"
+
+
+def test_idle_runs_the_slot() -> None:
+    planned, cancel = _overlap("buffer_one", _claimed(T0), active=False)
+    assert _states(planned) == [("claimed", None)] and cancel is False
+
+
+def test_active_buffers_one_slot() -> None:
+    planned, cancel = _overlap("buffer_one", _claimed(T0), active=True)
+    assert _states(planned) == [("queued", None)] and cancel is False  # never replaces
+
+
+def test_a_slot_waiting_already_fills_the_buffer() -> None:
+    planned, _ = _overlap("buffer_one", _claimed(T0), active=True, waiting=True)
+    assert _states(planned) == [("skipped", FULL)]
+    # Nothing active but an older slot waits (it starts first): the new one is skipped too.
+    planned, _ = _overlap("buffer_one", _claimed(T0), active=False, waiting=True)
+    assert _states(planned) == [("skipped", FULL)]
+
+
+def test_several_due_slots_one_runs_one_waits_the_rest_skip() -> None:
+    slots = [T0, T0 + S, T0 + 2 * S, T0 + 3 * S]
+    planned, _ = _overlap("buffer_one", _claimed(*slots), active=False)
+    assert [p.scheduled_for for p in planned] == slots
+    assert _states(planned) == [
+        ("claimed", None),
+        ("queued", None),
+        ("skipped", FULL),
+        ("skipped", FULL),
+    ]
+    planned, _ = _overlap("buffer_one", _claimed(*slots), active=True)
+    assert _states(planned) == [("queued", None)] + [("skipped", FULL)] * 3
+
+
+def test_misfire_rows_keep_their_detail_and_other_policies_are_unchanged() -> None:
+    late = [Planned(T0, "skipped", covers=3, missed=3, detail="misfire_skipped: 3 missed")]
+    planned, _ = _overlap("buffer_one", late + _claimed(T0 + 3 * S), active=True)
+    assert _states(planned) == [("skipped", "misfire_skipped: 3 missed"), ("queued", None)]
+    coalesced = [Planned(T0, "claimed", covers=4, missed=3, detail="misfire_coalesced: 3 missed")]
+    planned, _ = _overlap("buffer_one", coalesced, active=True, waiting=True)
+    assert _states(planned) == [("skipped", f"{FULL} (misfire_coalesced: 3 missed)")]
+    assert planned[0].covers == 4 and planned[0].missed == 3
+    for policy in ("forbid", "allow", "replace"):  # `waiting` is buffer_one's alone
+        assert _overlap(policy, _claimed(T0), True, True) == _overlap(policy, _claimed(T0), True)
+
+
+def test_plan_task_under_buffer_one() -> None:
+    due = _due(T0 + S)
+    plan = plan_task(due, T0 + S, GRACE, active=True)
+    assert _states(plan.occurrences) == [("queued", None)]
+    assert plan.next_run_at == T0 + 2 * S and not plan.cancel_active
+    plan = plan_task(due, T0 + S, GRACE, active=False)
+    assert _states(plan.occurrences) == [("claimed", None)]
+
+
+def simulate(run_for: int, every: int, until: int, step: int = 100 * MS) -> list[tuple]:
+    """A 'manual clock' model of the engine around the pure decisions: each scan (every
+    `step`) first starts the waiting slot when nothing runs (the queued scan), then plans
+    the due slots with plan_task/_overlap. Returns (slot, state, start, end) per slot."""
+    due = _due(T0 + every, every, "allow")  # the due slots; buffer_one decides below
+    rows: dict[int, list] = {}
+    running: list[int] = []  # slots running now
+    queue: list[int] = []
+    now = T0
+    while now <= until:
+        for slot in list(running):  # runs that ended by now
+            if rows[slot][3] <= now:
+                running.remove(slot)
+                if queue:  # the engine scans at once when a run ends (within 100 ms)
+                    nxt = queue.pop(0)
+                    rows[nxt][1:4] = ["running", rows[slot][3], rows[slot][3] + run_for]
+                    running.append(nxt)
+        plan = plan_task(due, now, GRACE, active=bool(running))
+        planned, _ = _overlap("buffer_one", plan.occurrences, bool(running), bool(queue))
+        for item in planned:
+            rows[item.scheduled_for] = [item.scheduled_for, item.state, None, None, item.detail]
+            if item.state == "claimed":
+                rows[item.scheduled_for][1:4] = ["running", now, now + run_for]
+                running.append(item.scheduled_for)
+            elif item.state == "queued":
+                queue.append(item.scheduled_for)
+        if plan.next_run_at is not None:
+            due.next_run_at = plan.next_run_at
+        now += step
+    return [tuple(rows[slot]) for slot in sorted(rows)]
+
+
+def test_a_3s_task_every_1s_never_overlaps_and_runs_the_buffered_slot_at_the_end() -> None:
+    rows = simulate(run_for=3 * S, every=S, until=T0 + 20 * S)
+    ran = [r for r in rows if r[1] == "running"]
+    skipped = [r for r in rows if r[1] == "skipped"]
+    assert len(ran) >= 6 and skipped and all(r[4] == FULL for r in skipped)
+    for before, after in itertools.pairwise(ran):
+        assert after[2] >= before[3]  # never side by side
+    # After the first run each run starts exactly when the one before ended: the buffered
+    # slot, with no gap.
+    assert all(after[2] == before[3] for before, after in itertools.pairwise(ran))
+    # Slots run in order; every slot is either run or skipped, none lost, none twice.
+    assert [r[0] for r in ran] == sorted(r[0] for r in ran)
+    assert len(rows) == len({r[0] for r in rows}) == 20
+
+
+@pytest.mark.skipif(
+    "buffer_one" not in OVERLAP_POLICIES, reason="spec.py's choice lands with R's work"
+)
+@pytest.mark.parametrize("value", ["buffer_one"])
+def test_the_choice_is_accepted_by_spec_cli_and_toml(tmp_path, value) -> None:
+    spec = build_spec({"name": "b", "every": "1s", "concurrency": value, "command": ["true"]}, T0)
+    assert spec.concurrency == "buffer_one"
+    db = tmp_path / "t.db"
+    done = cli("task", "add", "b", "--every", "1s", "--concurrency", value, "--", "true", db=db)
+    assert done.returncode == 0, done.stderr
+    listed = cli("task", "list", db=db).stdout
+    assert "buffer_one" in listed
+    toml = tmp_path / "tickui.toml"
+    toml.write_text(
+        f'[[task]]\nname = "c"\nevery = "1s"\nconcurrency = "{value}"\ncommand = ["true"]\n'
+    )
+    from tickui import config as config_mod
+
+    assert config_mod.load(toml, T0).tasks[0].concurrency == "buffer_one"
+    bad = cli(
+        "task", "add", "d", "--every", "1s", "--concurrency", "buffer_two", "--", "true", db=db
+    )
+    assert bad.returncode == 2 and "buffer_one" in bad.stderr
