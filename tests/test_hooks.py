@@ -275,15 +275,19 @@ async def test_failed_and_recovered_reach_a_real_http_server_with_every_field(tm
     assert [d.occurrence_id for d in reversed(rows)] == [first.id, second.id]
 
 
-async def test_a_hook_to_a_closed_port_fails_after_3_attempts_and_changes_nothing_else(tmp_path):
+async def test_a_hook_to_a_closed_port_fails_after_3_attempts_and_changes_nothing_else(
+    tmp_path, caplog
+):
     async def run(with_hook: bool, db: Path):
         async with rig(db) as r:
             await r.add("flaky", every="10s", command=["sh", "-c", FLAKY], cwd=str(db.parent))
             await r.add("fine", every="10s", command=["true"])
             svc = None
             if with_hook:
-                url = f"http://127.0.0.1:{closed_port()}/x"
+                url = f"http://127.0.0.1:{closed_port()}/x/token=abc"
                 svc = service(r, [hook(name="gone", url=url)])
+                told = []
+                svc.on_change(lambda: told.append(1))
             await r.engine.start()
             await r.settle()
             for _ in range(2):
@@ -293,6 +297,15 @@ async def test_a_hook_to_a_closed_port_fails_after_3_attempts_and_changes_nothin
             history = [(o.task, o.scheduled_for, o.state, o.error_code) for o in await r.history()]
             if svc is not None:
                 assert svc.counts["failed"] == 2 and svc.counts["delivered"] == 0
+                assert svc.status() == {
+                    "hooks": 1,
+                    "waiting": 0,
+                    "delivered": 0,
+                    "failed": 2,
+                    "dropped": 0,
+                    "errors": 0,
+                }
+                assert len(told) == 4  # each delivery recorded, then ended
                 await svc.close()
             return history, rows
 
@@ -306,6 +319,9 @@ async def test_a_hook_to_a_closed_port_fails_after_3_attempts_and_changes_nothin
         ("recovered", "failed", 3),
     }
     assert all("Connect" in (d.detail or "") and "/x" not in d.detail for d in rows)
+    said = [r.getMessage() for r in caplog.records if r.name == "tickui.hooks"]
+    assert len(said) == 2 and all(line.startswith("hook gone (http://127.0.0.1:") for line in said)
+    assert not any("/x" in line or "abc" in line for line in said)
 
 
 async def test_a_command_hook_gets_the_event_on_stdin_and_in_tickui_event(tmp_path):
@@ -584,6 +600,8 @@ def test_tickui_run_calls_hooks_and_tickui_hooks_lists_them(tmp_path):
         )
         result = cli("--config", str(config), "run", "--for", "3.5", db=db)
         assert result.returncode == 0, result.stderr
+        final = json.loads(result.stderr.strip().splitlines()[-1])
+        assert final["hooks"]["delivered"] == 2 and final["hooks"]["failed"] == 0
         assert "secret-path" not in result.stderr
         poll(lambda: len(receiver.bodies) >= 2, 10, "two hook posts")
     assert [b["event"] for b in receiver.bodies][:2] == ["failed", "recovered"]

@@ -223,6 +223,8 @@ async def _run(
             if hooks is not None:  # H: the last changes' alerts, bounded
                 await hooks.close()
         final = {"engine": engine.status().to_json(), "ticker": ticker.metrics().to_json()}
+        if hooks is not None:  # H: deliveries by outcome, and events dropped
+            final["hooks"] = hooks.status()
     finally:
         await store.close()
     if lapse is not None:

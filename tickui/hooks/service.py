@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -87,6 +87,7 @@ class HookService:
         self._busy = False
         self._fault: str | None = None
         self._dropped_said = 0
+        self._listeners: list[Callable[[], None]] = []
 
     # ---- wiring --------------------------------------------------------------------
 
@@ -95,6 +96,18 @@ class HookService:
             engine.subscribe(self._on_change)
         if ticker is not None and self.wanted & {"breaker_open", "breaker_closed"}:
             ticker.on_change(lambda: self._on_breaker(ticker))
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (in the loop) whenever a delivery is recorded or ends, or an
+        event is dropped: for a viewer's redraw of recent deliveries."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("hook listener failed")
 
     def _on_change(self, change: EngineChange) -> None:
         """The engine's listener: notes ids and wakes the processor; no I/O here."""
@@ -210,6 +223,7 @@ class HookService:
                 self._queue.put_nowait((hook, event))
             except asyncio.QueueFull:
                 self.counts["dropped"] += 1
+                self._changed()
                 if self.counts["dropped"] - self._dropped_said >= 100 or not self._dropped_said:
                     self._dropped_said = self.counts["dropped"]
                     log.warning(
@@ -240,6 +254,7 @@ class HookService:
                 hook.name, event.event, event.task, event.occurrence_id, self.clock.now()
             )
             self._inflight.add(delivery)
+            self._changed()
         except Exception as exc:  # the alert matters more than its record
             log.warning("hook delivery not recorded: %s", safe_text(exc))
         if hook.url is not None and self._session is None:
@@ -264,6 +279,7 @@ class HookService:
         if delivery is not None:
             await self.store.finish_delivery(delivery, self.clock.now(), attempts, outcome, detail)
             self._inflight.discard(delivery)
+        self._changed()
         return outcome, attempts, detail
 
     # ---- stopping --------------------------------------------------------------------
@@ -309,8 +325,11 @@ class HookService:
         return self._wake is not None and self._wake.is_set()
 
     def status(self) -> dict[str, Any]:
+        """How many hooks, deliveries waiting, delivered, failed; events dropped (a full
+        queue) and errors (events that could not be read, or a delivery not recorded)."""
         waiting = self._queue.qsize() if self._queue is not None else 0
-        return {"hooks": len(self.hooks), "waiting": waiting, **self.counts}
+        counts = {key: self.counts[key] for key in ("delivered", "failed", "dropped", "errors")}
+        return {"hooks": len(self.hooks), "waiting": waiting, **counts}
 
 
 def attach(
