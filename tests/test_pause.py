@@ -128,7 +128,7 @@ def test_the_pause_after_flag_on_a_real_engine(tmp_path):
     db = tmp_path / "t.db"
     added = cli("task", "add", "bad", "--every", "1s", "--pause-after", "3", "--", "false", db=db)
     assert added.returncode == 0, added.stderr
-    assert cli("run", "--for", "5", db=db).returncode == 0
+    assert cli("run", "--for", "8", db=db).returncode == 0
     (task,) = cli_json("task", "list", db=db)
     assert task["enabled"] is False and task["pause_after"] == 3
     assert task["note"] == "paused after 3 consecutive failures (last: EXIT_NONZERO)"
@@ -136,3 +136,18 @@ def test_the_pause_after_flag_on_a_real_engine(tmp_path):
     assert [o["state"] for o in runs] == ["failed"] * 3
     shown = cli("task", "show", "bad", db=db).stdout
     assert "failures: 3" in shown
+
+
+async def test_a_retry_skipped_as_missed_ends_its_slot_failed(tmp_path):
+    async with rig(tmp_path / "t.db", misfire_grace=2_000_000) as r:
+        await r.add("t", every="1h", command=["false"], retries=1, retry_delay="1s", pause_after=1)
+        await r.engine.start()
+        await r.settle()
+        task = await r.store.get_task("t")
+        assert task.enabled and await r.store.failures_of(task.id) == 0
+        await r.tick(30)  # the retry was due 29 s ago: missed (the engine was away)
+        _first, retry = await r.history("t")
+        assert retry.state == "skipped" and retry.detail.startswith("misfire_skipped: retry")
+        task = await r.store.get_task("t")
+        assert not task.enabled
+        assert task.note == "paused after 1 consecutive failures (last: EXIT_NONZERO)"

@@ -571,3 +571,18 @@ def test_two_engines_never_run_one_retry_twice(tmp_path):
         if row["attempt"] > 1:
             first = next(r for r in rows if r["id"] == row["retry_of"])
             assert first["scheduled_for"] == row["scheduled_for"] and first["attempt"] == 1
+
+
+async def test_a_queued_retry_can_be_cancelled(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("t", every="1h", command=["false"], retries=2, retry_delay="1m")
+        await r.engine.start()
+        await r.settle()
+        _, retry = await r.history("t")
+        assert retry.state == "queued"
+        assert await r.engine.cancel(retry.id)
+        assert (await r.store.get_occurrence(retry.id)).state == "cancelled"
+        assert not await r.engine.cancel(retry.id)
+        await r.tick(120)
+        await r.settle()
+        assert len(await r.history("t")) == 2  # a cancelled run is not retried

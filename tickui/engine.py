@@ -453,8 +453,13 @@ class SchedulerEngine:
                 await self._run_now(task, request.id, now)
 
     async def cancel(self, occurrence_id: int) -> bool:
-        """Cancel a running occurrence this engine started."""
+        """Cancel a running occurrence this engine started, or a queued one."""
         done = await self.dispatcher.cancel(occurrence_id, "cancelled_by_user")
+        if not done:
+            now = self.clock.now()
+            done = await self.store.cancel_queued_occurrence(
+                occurrence_id, now, "cancelled_by_user"
+            )
         await self.reconcile()
         return done
 

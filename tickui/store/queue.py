@@ -105,12 +105,25 @@ class QueueQueries(StoreBase):
                 if cursor.rowcount == 1:
                     started.append(occ_id)
             for state, items in (("skipped", skip), ("cancelled", cancel)):
-                await self._conn.executemany(
-                    f"UPDATE occurrences SET state = '{state}', finished_at = ?, detail = ?"
-                    " WHERE id = ? AND state = 'queued'",
-                    [(now, detail, occ_id) for occ_id, detail in items],
-                )
+                for occ_id, detail in items:
+                    cursor = await self._conn.execute(
+                        f"UPDATE occurrences SET state = '{state}', finished_at = ?, detail = ?"
+                        " WHERE id = ? AND state = 'queued'",
+                        (now, detail, occ_id),
+                    )
+                    if state == "skipped" and cursor.rowcount == 1:
+                        await _count_skipped_retry(self._conn, occ_id, now)
         return await self.occurrences_by_id(started)  # type: ignore[attr-defined]
+
+    async def cancel_queued_occurrence(self, occ_id: int, now: int, detail: str) -> bool:
+        """Cancel one queued occurrence (a user's cancel); False when it is not queued."""
+        async with self._write():
+            cursor = await self._conn.execute(
+                "UPDATE occurrences SET state = 'cancelled', finished_at = ?, detail = ?"
+                " WHERE id = ? AND state = 'queued'",
+                (now, detail, occ_id),
+            )
+        return cursor.rowcount == 1
 
     async def requeue(self, ids: Sequence[int]) -> None:
         """Rows taken from the queue that could not be started (the lease was lost): back
@@ -188,13 +201,17 @@ def _policy(spec_text: str) -> retries.Policy:
 
 
 async def watch_settling(conn: aiosqlite.Connection, ids: Sequence[int]) -> list[int]:
-    """Inside a write transaction, before it settles `ids`: those still active, so that
-    `after_settling` follows up exactly the runs this transaction ends."""
+    """Inside a write transaction, before it settles `ids`: those still active whose task
+    retries, pauses or counts failures, so that `after_settling` follows up exactly the
+    runs this transaction ends (and nothing at all for tasks that use neither)."""
     watched: list[int] = []
     for chunk in _chunks(list(ids), 900):
         marks = ",".join("?" * len(chunk))
         rows = await conn.execute_fetchall(
-            f"SELECT id FROM occurrences WHERE id IN ({marks}) AND state IN {_ACTIVE_SQL}",
+            "SELECT o.id FROM occurrences o JOIN tasks t ON t.id = o.task_id"
+            f" WHERE o.id IN ({marks}) AND o.state IN {_ACTIVE_SQL} AND (t.failures > 0"
+            " OR json_extract(t.spec, '$.retries') > 0"
+            " OR json_extract(t.spec, '$.pause_after') IS NOT NULL)",
             chunk,
         )
         watched.extend(row[0] for row in rows)
@@ -251,11 +268,36 @@ async def after_settling(conn: aiosqlite.Connection, watched: Sequence[int]) -> 
         count, pause = retries.count_failures(count, state, policy.pause_after)
         failures[task_id] = count
         if pause:
-            await conn.execute(
-                "UPDATE tasks SET enabled = 0, note = ?, failures = ?, updated_at = ? WHERE id = ?",
-                (retries.pause_note(count, code), count, finished, task_id),
-            )
-            await cancel_task_queue(conn, task_id, finished, "task paused")
+            await _pause(conn, task_id, count, code, finished)
     changed = [(n, t) for t, n in failures.items() if n != stored_counts[t]]
     if changed:
         await conn.executemany("UPDATE tasks SET failures = ? WHERE id = ?", changed)
+
+
+async def _pause(conn: aiosqlite.Connection, task_id: int, count: int, code: str | None, at: int):
+    """pause_after reached: disable the task with its note; cancel what it has queued."""
+    await conn.execute(
+        "UPDATE tasks SET enabled = 0, note = ?, failures = ?, updated_at = ? WHERE id = ?",
+        (retries.pause_note(count, code), count, at, task_id),
+    )
+    await cancel_task_queue(conn, task_id, at, "task paused")
+
+
+async def _count_skipped_retry(conn: aiosqlite.Connection, occ_id: int, now: int) -> None:
+    """A retry skipped as missed ends its slot failed (its previous attempt failed): it
+    counts towards pause_after like a slot whose last attempt failed."""
+    rows = await conn.execute_fetchall(
+        "SELECT o.task_id, t.spec, t.failures, p.error_code FROM occurrences o"
+        " JOIN tasks t ON t.id = o.task_id AND t.generation = o.generation AND t.enabled = 1"
+        " JOIN occurrences p ON p.task_id = o.task_id AND p.attempt = o.attempt - 1"
+        " AND (p.id = o.retry_of OR p.retry_of = o.retry_of)"
+        " WHERE o.id = ? AND o.retry_of IS NOT NULL AND o.kind <> 'manual'",
+        (occ_id,),
+    )
+    if not rows:
+        return
+    task_id, spec_text, stored, code = rows[0]
+    count, pause = retries.count_failures(stored, "failed", _policy(spec_text).pause_after)
+    await conn.execute("UPDATE tasks SET failures = ? WHERE id = ?", (count, task_id))
+    if pause:
+        await _pause(conn, task_id, count, code, now)
