@@ -88,11 +88,13 @@ class HookService:
         self._fault: str | None = None
         self._dropped_said = 0
         self._listeners: list[Callable[[], None]] = []
+        self._engine: SchedulerEngine | None = None
 
     # ---- wiring --------------------------------------------------------------------
 
     def attach(self, engine: SchedulerEngine | None, ticker: RuntimeScheduler | None) -> None:
         if engine is not None and self.wanted & OCCURRENCE_EVENTS:
+            self._engine = engine
             engine.subscribe(self._on_change)
         if ticker is not None and self.wanted & {"breaker_open", "breaker_closed"}:
             ticker.on_change(lambda: self._on_breaker(ticker))
@@ -113,6 +115,8 @@ class HookService:
         """The engine's listener: notes ids and wakes the processor; no I/O here."""
         if self._closing or not (change.occurrences or change.tasks):
             return
+        if self._engine is not None and not self._engine.holds_lease:
+            return  # a standby's view of another engine's runs: that engine tells them
         self._changed_occ.update(change.occurrences)
         if "paused" in self.wanted:
             self._changed_tasks.update(change.tasks)
