@@ -38,6 +38,7 @@ from tickui import wire
 from tickui.breaker import CLOSED, OPEN, CircuitBreaker
 from tickui.bus import EventBus
 from tickui.clock import Clock, SystemClock
+from tickui.clockwatch import ClockSetWatch
 from tickui.errors import (
     InfraConnectionError,
     InfraTimeoutError,
@@ -252,6 +253,7 @@ class RuntimeScheduler:
         self._loop_task: asyncio.Task[None] | None = None
         self._publisher: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._clock_watch: ClockSetWatch | None = None
         self._started_mono: float | None = None
         self._started_at: int | None = None
         self._listeners: list[Callable[[], None]] = []
@@ -337,6 +339,8 @@ class RuntimeScheduler:
             return
         self._status = SchedulerStatus.STOPPING
         self._stopping.set()
+        if self._clock_watch is not None:  # its sleep lasts to the next tick otherwise
+            self._clock_watch.interrupt()
         if self._loop_task is not None:
             await _bounded(self._loop_task, timeout)
         pending = [t for t in self._deliveries.values() if not t.done()]
@@ -416,6 +420,15 @@ class RuntimeScheduler:
         return mono + (base - wall) / MICROS / self.clock.scale + GUARD, base
 
     async def _tick_loop(self) -> None:
+        self._clock_watch = _clock_set_watch(self.clock)
+        try:
+            await self._tick_on()
+        finally:
+            if self._clock_watch is not None:
+                self._clock_watch.close()
+                self._clock_watch = None
+
+    async def _tick_on(self) -> None:
         loop = asyncio.get_running_loop()
         interval = self.config.interval_ms / 1000
         jitter = self.config.jitter_ms / 1000
@@ -447,14 +460,22 @@ class RuntimeScheduler:
     async def _sleep_until(self, deadline: float, offset: float, interval: float) -> float | None:
         """Sleep to `deadline`, looking for a wall-clock jump meanwhile; return the jump.
 
-        The selector sleeps in whole milliseconds (rounded up), so the last stretch is
-        waited out by yielding to the loop instead: ticks land within a fraction of a ms.
+        On the system clock the kernel wakes the sleep when the clock is set (see
+        clockwatch.py); on any other clock it is looked at every WATCH s. The selector
+        sleeps in whole milliseconds (rounded up), so the last stretch is waited out by
+        yielding to the loop instead: ticks land within a fraction of a ms.
         """
         loop = asyncio.get_running_loop()
         while (left := deadline - loop.time()) > 0:
             if self._stopping.is_set():
                 return None
-            await asyncio.sleep(min(left - SPIN, WATCH) if left > SPIN else 0)
+            watch = self._clock_watch
+            if left <= SPIN:
+                await asyncio.sleep(0)
+            elif watch is not None and watch.watching:
+                await watch.wait(left - SPIN)
+            else:
+                await asyncio.sleep(min(left - SPIN, WATCH))
             jump = clock_jump(offset, self._offset(loop), interval)
             if jump is not None:
                 self._counts.jumps += 1
@@ -734,6 +755,19 @@ async def _guarded(subscriber: Subscriber, tick: Tick) -> None:
         await subscriber(tick)
     except Exception:
         log.exception("tick subscriber failed on tick %s", tick.sequence_number)
+
+
+def _clock_set_watch(clock: Clock) -> ClockSetWatch | None:
+    """The kernel's word on clock steps, for the system clock itself (or a clock class
+    that says its steps are the system's: `steps_announced = True` in its own body). Any
+    other clock, a subclass of SystemClock included, is looked at instead."""
+    announced = type(clock) is SystemClock or vars(type(clock)).get("steps_announced") is True
+    if not announced or clock.scale != 1:
+        return None
+    watch = ClockSetWatch.open()
+    if watch is not None:
+        watch.attach(asyncio.get_running_loop())
+    return watch
 
 
 async def _bounded(task: asyncio.Task[Any], timeout: float) -> None:
