@@ -683,3 +683,33 @@ async def test_an_engine_without_the_lease_tells_nothing(tmp_path):
             rows = await r.store.recent_deliveries()
     assert [(d.hook, d.outcome) for d in rows] == [("leader", "delivered")]
     assert len(receiver.bodies) == 1
+
+
+async def test_a_non_2xx_answer_is_a_failed_attempt(tmp_path):
+    with Receiver(status=500) as receiver:
+        async with rig(tmp_path / "t.db") as r:
+            await r.add("broken", every="1h", command=["false"])
+            svc = service(r, [hook(url=receiver.url, on=["failed"])])
+            await r.engine.start()
+            await r.settle()
+            (row,) = await deliveries(r.store, 1)
+            await svc.close()
+    assert len(receiver.bodies) == 3  # every attempt reached the server
+    assert (row.outcome, row.attempts, row.detail) == (
+        "failed",
+        3,
+        "HTTP 500 Internal Server Error",
+    )
+
+
+async def test_a_command_that_ignores_stdin_and_floods_stderr_is_read_in_bounded_memory(tmp_path):
+    flood = "head -c 5000000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'last words' >&2; exit 1"
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("broken", every="1h", command=["false"])
+        h = parse_hook({"on": ["failed"], "command": ["sh", "-c", flood]}, 0)
+        svc = service(r, [h], attempts=1)
+        await r.engine.start()
+        await r.settle()
+        (row,) = await deliveries(r.store, 1)
+        await svc.close()
+    assert (row.outcome, row.attempts, row.detail) == ("failed", 1, "exit 1: last words")

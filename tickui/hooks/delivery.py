@@ -45,8 +45,7 @@ async def _post(hook: HookConfig, event: HookEvent, session: aiohttp.ClientSessi
         data=event.body(hook.format),
         headers={"Content-Type": "application/json", "User-Agent": "tickui-hooks"},
         allow_redirects=False,
-    ) as response:
-        await response.read()
+    ) as response:  # the status is the answer: a body is not waited for
         if 200 <= response.status < 300:
             return True, f"HTTP {response.status}"
         return False, f"HTTP {response.status} {response.reason or ''}".rstrip()
@@ -70,7 +69,7 @@ async def _run(hook: HookConfig, event: HookEvent) -> tuple[bool, str]:
         process_group=0,
     )
     try:
-        _, err = await proc.communicate(payload)
+        _, err, _ = await asyncio.gather(_feed(proc, payload), _tail(proc), proc.wait())
     except BaseException:  # timed out or cancelled: end the whole group, reap it
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -82,6 +81,28 @@ async def _run(hook: HookConfig, event: HookEvent) -> tuple[bool, str]:
     last = err[-STDERR_KEEP:].decode("utf-8", "replace").strip().splitlines()
     tail = f": {last[-1]}" if last else ""
     return False, _said(hook, f"exit {proc.returncode}{tail}")
+
+
+async def _feed(proc: asyncio.subprocess.Process, payload: bytes) -> None:
+    """The event on stdin, then end of file; a command that does not read it is fine."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(payload)
+        await proc.stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        proc.stdin.close()
+
+
+async def _tail(proc: asyncio.subprocess.Process) -> bytes:
+    """The end of the command's stderr (its last line is the failure's detail), in bounded
+    memory however much it writes."""
+    assert proc.stderr is not None
+    kept = b""
+    while chunk := await proc.stderr.read(65536):
+        kept = (kept + chunk)[-STDERR_KEEP:]
+    return kept
 
 
 def _said(hook: HookConfig, text: str) -> str:
