@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tickui import checks, dbfile
+from tickui import backfill, checks, dbfile
 from tickui import config as config_mod
 from tickui.checks import arg, arg_duration, arg_number
 from tickui.clock import SystemClock
@@ -26,7 +26,7 @@ from tickui.schedules import preview
 from tickui.spec import build_spec, check_name
 from tickui.store import Store
 from tickui.ticker_config import TOPIC
-from tickui.timeutil import iso
+from tickui.timeutil import iso, parse_instant
 from tickui.wire import DEFAULT_TOPIC, WIRES
 
 EXIT_BAD_INPUT = 2
@@ -120,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     task_options(edit, edit=True)
     export = tsub.add_parser("export", parents=[shared], help="every task as [[task]] entries")
     export.set_defaults(name=None)
+    back = tsub.add_parser("backfill", parents=[shared], help="run past slots in (from, to]")
+    back.add_argument("name")
+    back.add_argument("--from", dest="start", type=arg(parse_instant, "--from"), metavar="INSTANT")
+    back.add_argument("--to", dest="end", type=arg(parse_instant, "--to"), metavar="INSTANT")
+    most = arg_number("--max", 1, backfill.MAX_MAX, integer=True)
+    back.add_argument("--max", dest="limit", type=most, default=backfill.DEFAULT_MAX, metavar="N")
+    back.add_argument("--cancel", action="store_true", help="cancel its queued backfill runs")
     lst = tsub.add_parser("list", parents=[shared])
     lst.add_argument("--json", action="store_true")
     show = tsub.add_parser("show", parents=[shared])
@@ -351,6 +358,18 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             functools.partial(
                 commands.save_edit, task=current, spec=spec, changes=changes, clock=clock
             ),
+        )
+
+    if args.action == "backfill" and args.cancel and (args.start or args.end):
+        raise BadInput("--cancel", "cancels every queued backfill run: give it alone")
+    if args.action == "backfill" and not args.cancel:
+        # Read-only first: a refused backfill (too many slots, ...) writes nothing.
+        task = await _with_store(
+            path, functools.partial(Store.get_task, name=args.name), readonly=True, name=args.name
+        )
+        slots = commands.backfill_plan(task, args, clock.now())
+        return await _with_store(
+            path, functools.partial(commands.save_backfill, task=task, slots=slots, clock=clock)
         )
 
     async def action(store: Store) -> int:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 
 from tickui import procs
+from tickui.backfill import backfill_slots
 from tickui.clock import Clock
 from tickui.engine import RunNowRefused, queue_run_now
 from tickui.errors import BadInput, TickuiError
@@ -47,6 +48,9 @@ async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> i
     elif args.action == "disable":
         await store.set_enabled(name, False, clock.now(), note=args.note)
         say(f"disabled {name}" + (f" ({args.note})" if args.note else ""))
+    elif args.action == "backfill":  # --cancel (the rest is save_backfill)
+        cancelled = await store.cancel_backfill(name, clock.now())
+        say(f"cancelled {cancelled} queued backfill run(s) of {name}")
     elif args.action == "rm":
         await store.remove_task(name, clock.now())
         say(f"removed {name}; its history stays")
@@ -124,5 +128,27 @@ async def save_edit(store: Store, task: Task, spec: TaskSpec, changes: dict, clo
         line += " (disabled)"
     if result.overridden:
         line += "; overrides tickui.toml until the file changes this task"
+    say(line)
+    return 0
+
+
+def backfill_plan(task: Task, args: argparse.Namespace, now: int) -> list[int]:
+    """`task backfill NAME --from --to [--max N]`: the slots, checked (BadInput)."""
+    if args.start is None or args.end is None:
+        raise BadInput("backfill", "give --from INSTANT and --to INSTANT (or --cancel)")
+    return backfill_slots(task.schedule, args.start, args.end, now, args.limit)
+
+
+async def save_backfill(store: Store, task: Task, slots: list[int], clock: Clock) -> int:
+    now = clock.now()
+    ids, had = await store.queue_backfill(task.name, slots, now)
+    line = f"queued {len(ids)} backfill run(s) of {task.name}"
+    if ids:
+        line += f", slots {iso(slots[0])} to {iso(slots[-1])}"
+    if had:
+        line += f"; {len(had)} slot(s) already had a run"
+    if ids:
+        when = "now" if await engine_alive(store, now) else "when an engine runs"
+        line += f"; they start {when}, oldest first, under {task.spec.concurrency}"
     say(line)
     return 0

@@ -297,6 +297,69 @@ class TaskQueries(StoreBase):
             await self._conn.execute(QUEUED_CANCEL, (now, "task edited", task_id))
         return await self.get_task(spec.name)
 
+    async def queue_backfill(
+        self, name: str, slots: Sequence[int], now: int
+    ) -> tuple[list[int], list[int]]:
+        """Queue one occurrence of kind `backfill` per slot (state queued, due at once),
+        in one transaction. A slot that has a run already (an occurrence of kind
+        scheduled or backfill that was not skipped; a backfill cancelled before it
+        started is queued again) is left out. Returns (the queued ids,
+        the slots left out). A disabled task is refused: its queued rows are cancelled."""
+        from tickui.errors import BadInput
+        from tickui.store.queue import Queued, insert_queued
+
+        async with self._write():
+            row = await self._one(
+                "SELECT id, enabled, generation FROM tasks WHERE name = ?", (name,)
+            )
+            if row is None:
+                raise NotFound(f"no task named {name!r}")
+            task_id, enabled, generation = row
+            if not enabled:
+                raise BadInput("name", f"{name!r} is disabled: enable it to backfill")
+            had = await self._all(
+                "SELECT scheduled_for, id, kind = 'backfill' AND state = 'cancelled'"
+                " AND started_at IS NULL FROM occurrences WHERE task_id = ?"
+                " AND kind IN ('scheduled', 'backfill') AND state <> 'skipped'"
+                " AND scheduled_for BETWEEN ? AND ? AND attempt = 1",
+                (task_id, min(slots), max(slots)),
+            )
+            taken = {r[0] for r in had if not r[2]}
+            # A backfill cancelled before it started never ran: queued again, same row.
+            again = {r[0]: r[1] for r in had if r[2]}
+            ids: list[int] = []
+            left = [slot for slot in slots if slot in taken]
+            for slot in slots:
+                if slot in taken:
+                    continue
+                if slot in again:
+                    await self._conn.execute(
+                        "UPDATE occurrences SET state = 'queued', finished_at = NULL,"
+                        " detail = NULL, claimed_at = ?, generation = ? WHERE id = ?",
+                        (now, generation, again[slot]),
+                    )
+                    ids.append(again[slot])
+                    continue
+                item = Queued(task_id, name, "backfill", slot, generation)
+                new = await insert_queued(self._conn, item, now)
+                if new is None:
+                    left.append(slot)
+                else:
+                    ids.append(new)
+        return ids, sorted(left)
+
+    async def cancel_backfill(self, name: str, now: int) -> int:
+        """Cancel the task's queued backfill occurrences (those running go on)."""
+        task = await self.get_task(name)
+        async with self._write():
+            cursor = await self._conn.execute(
+                "UPDATE occurrences SET state = 'cancelled', finished_at = ?,"
+                " detail = 'backfill cancelled' WHERE task_id = ? AND kind = 'backfill'"
+                " AND state = 'queued'",
+                (now, task.id),
+            )
+        return cursor.rowcount
+
     @staticmethod
     def _spec_fields(spec: TaskSpec) -> dict[str, Any]:
         from tickui.export import spec_fields
