@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tickui.occurrence import RUN_TRANSITION, TERMINAL, Change, Progress, RuntimeEvent
+from tickui.occurrence import RUN_TRANSITION, Change, Progress, RuntimeEvent
 from tickui.store.base import _ACTIVE_SQL, NewEvent, StoreBase
 from tickui.store.queue import after_settling, watch_settling
 
@@ -89,9 +89,10 @@ class EventLog(StoreBase):
             shapes.setdefault(keys, []).append((change.state, change.cursor, *values, change.id))
         if not shapes:
             return
-        ending = [change.id for change in changes if change.state in TERMINAL]
+        failing = [change.id for change in changes if change.state == "failed"]
+        succeeding = [change.id for change in changes if change.state == "succeeded"]
         async with self._write():
-            watched = await watch_settling(self._conn, ending) if ending else []
+            watched = await watch_settling(self._conn, failing, succeeding)
             for keys, rows in shapes.items():
                 sets = "".join(f", {key} = ?" for key in keys)
                 await self._conn.executemany(

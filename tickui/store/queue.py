@@ -200,21 +200,29 @@ def _policy(spec_text: str) -> retries.Policy:
     return TaskSpec.from_json(spec_text).retry_policy
 
 
-async def watch_settling(conn: aiosqlite.Connection, ids: Sequence[int]) -> list[int]:
-    """Inside a write transaction, before it settles `ids`: those still active whose task
-    retries, pauses or counts failures, so that `after_settling` follows up exactly the
-    runs this transaction ends (and nothing at all for tasks that use neither)."""
+async def watch_settling(
+    conn: aiosqlite.Connection, failing: Sequence[int], succeeding: Sequence[int] = ()
+) -> list[int]:
+    """Inside a write transaction, before it settles runs as failed (`failing`) or
+    succeeded (`succeeding`): those still active that need a follow-up, so that
+    `after_settling` follows up exactly the runs this transaction ends. A failure needs
+    one when its task retries, pauses or counts failures; a success only when its task
+    has failures to reset. Tasks that use neither cost this one indexed query."""
     watched: list[int] = []
-    for chunk in _chunks(list(ids), 900):
-        marks = ",".join("?" * len(chunk))
-        rows = await conn.execute_fetchall(
-            "SELECT o.id FROM occurrences o JOIN tasks t ON t.id = o.task_id"
-            f" WHERE o.id IN ({marks}) AND o.state IN {_ACTIVE_SQL} AND (t.failures > 0"
-            " OR json_extract(t.spec, '$.retries') > 0"
-            " OR json_extract(t.spec, '$.pause_after') IS NOT NULL)",
-            chunk,
-        )
-        watched.extend(row[0] for row in rows)
+    wanted = (
+        (failing, "t.failures > 0 OR json_extract(t.spec, '$.retries') > 0"
+         " OR json_extract(t.spec, '$.pause_after') IS NOT NULL"),
+        (succeeding, "t.failures > 0"),
+    )  # fmt: skip
+    for ids, needs in wanted:
+        for chunk in _chunks(list(ids), 900):
+            marks = ",".join("?" * len(chunk))
+            rows = await conn.execute_fetchall(
+                "SELECT o.id FROM occurrences o JOIN tasks t ON t.id = o.task_id"
+                f" WHERE o.id IN ({marks}) AND o.state IN {_ACTIVE_SQL} AND ({needs})",
+                chunk,
+            )
+            watched.extend(row[0] for row in rows)
     return watched
 
 
