@@ -713,3 +713,38 @@ async def test_a_command_that_ignores_stdin_and_floods_stderr_is_read_in_bounded
         (row,) = await deliveries(r.store, 1)
         await svc.close()
     assert (row.outcome, row.attempts, row.detail) == ("failed", 1, "exit 1: last words")
+
+
+async def test_a_real_tickers_breaker_opening_and_closing_reach_the_hook(tmp_path):
+    from tickui.bus import MemoryBus
+    from tickui.clock import SystemClock
+    from tickui.sequence import SequenceAllocator
+    from tickui.store import Store
+    from tickui.ticker import RuntimeScheduler
+    from tickui.ticker_config import TickerConfig
+
+    config = TickerConfig(
+        interval_ms=20, breaker_threshold=3, breaker_reset_s=1, scheduler_id="test-ticker"
+    )
+    ticker = RuntimeScheduler(
+        config, SystemClock(), MemoryBus(), SequenceAllocator(None, "k", 10), align=False
+    )
+    with Receiver() as receiver:
+        store = await Store.open(tmp_path / "t.db")
+        h = hook(url=receiver.url, on=["breaker_open", "breaker_closed"])
+        svc = attach([h], store, SystemClock(), None, ticker, backoff=(0.01,))
+        ticker.simulate_failures = True
+        await ticker.start()
+        try:
+            await deliveries(store, 1)
+            ticker.simulate_failures = False
+            await deliveries(store, 2)
+        finally:
+            await ticker.stop(timeout=1)
+            await svc.close()
+            await store.close()
+    opened, closed = receiver.bodies
+    assert (opened["event"], opened["state"]) == ("breaker_open", "OPEN")
+    assert "simulated publish failure" in opened["detail"]
+    assert (closed["event"], closed["state"]) == ("breaker_closed", "CLOSED")
+    assert opened["task"] is None and set(opened) == FIELDS
