@@ -151,3 +151,21 @@ async def test_a_retry_skipped_as_missed_ends_its_slot_failed(tmp_path):
         task = await r.store.get_task("t")
         assert not task.enabled
         assert task.note == "paused after 1 consecutive failures (last: EXIT_NONZERO)"
+
+
+async def test_enabling_a_paused_task_clears_its_count(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("b", every="1s", command=["false"], pause_after=2)
+        await r.engine.start()
+        await r.settle()
+        await r.tick(1)
+        await r.settle()
+        b = await r.store.get_task("b")
+        assert not b.enabled and await r.store.failures_of(b.id) == 2
+        enabled = await r.store.set_enabled("b", True, r.clock.now())
+        assert enabled.enabled and enabled.note is None
+        assert await r.store.failures_of(b.id) == 0
+        await r.tick(1)  # one more failure after enabling: 1 of 2, still enabled
+        await r.settle()
+        assert (await r.store.get_task("b")).enabled
+        assert await r.store.failures_of(b.id) == 1
