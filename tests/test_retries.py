@@ -485,7 +485,7 @@ def _retry_rows(db) -> list[dict]:
     try:
         rows = conn.execute(
             "SELECT id, task, scheduled_for, state, attempt, retry_of, retry_at, owner,"
-            " started_at FROM occurrences ORDER BY id"
+            " started_at, error_code FROM occurrences ORDER BY id"
         ).fetchall()
     finally:
         conn.close()
@@ -586,3 +586,38 @@ async def test_a_queued_retry_can_be_cancelled(tmp_path):
         await r.tick(120)
         await r.settle()
         assert len(await r.history("t")) == 2  # a cancelled run is not retried
+
+
+@pytest.mark.slow
+def test_a_run_interrupted_by_kill_9_is_retried_once_after_the_restart(tmp_path):
+    from engine_procs import Engine
+    from engine_procs import wait_for as poll_for
+
+    db, out, marker = tmp_path / "t.db", tmp_path / "ran", tmp_path / "marker"
+    # The first run hangs (until the engine dies and the next one ends it); the retry ends.
+    script = (
+        f"echo $TICKUI_OCCURRENCE_ID >> {out}; [ -e {marker} ] || {{ touch {marker}; sleep 60; }}"
+    )
+    at = iso((int(time.time()) + 2) * S)
+    _add(db, "once", "--at", at, "--retries", "1", "--retry-delay", "1s", "--", "sh", "-c", script)
+    first = Engine(db, tmp_path / "first.err")
+    try:
+        poll_for(lambda: len(_lines(out)) == 1, 20, "the first run to start")
+        first.proc.kill()
+        first.proc.wait(10)
+    finally:
+        first.kill()
+    second = Engine(db, tmp_path / "second.err")
+    try:
+        poll_for(
+            lambda: [r["state"] for r in _retry_rows(db)] == ["failed", "succeeded"],
+            20,
+            "the interrupted run failed and its retry succeeded",
+        )
+        time.sleep(1.5)
+    finally:
+        assert second.stop() == 0, second.stderr()
+    interrupted, retry = _retry_rows(db)
+    assert interrupted["error_code"] == "INTERRUPTED"
+    assert (retry["attempt"], retry["retry_of"]) == (2, interrupted["id"])
+    assert _lines(out) == [str(interrupted["id"]), str(retry["id"])]
