@@ -9,10 +9,10 @@ import itertools
 
 import pytest
 
-from helpers import cli
+from helpers import cli, cli_json
 from tickui.planning import DueTask, Planned, _overlap, plan_task
 from tickui.schedules import interval
-from tickui.spec import OVERLAP_POLICIES, build_spec
+from tickui.spec import build_spec
 from tickui.timeutil import MICROS, parse_instant
 
 S = MICROS
@@ -143,9 +143,6 @@ def test_a_3s_task_every_1s_never_overlaps_and_runs_the_buffered_slot_at_the_end
     assert len(rows) == len({r[0] for r in rows}) == 20
 
 
-@pytest.mark.skipif(
-    "buffer_one" not in OVERLAP_POLICIES, reason="spec.py's choice lands with R's work"
-)
 @pytest.mark.parametrize("value", ["buffer_one"])
 def test_the_choice_is_accepted_by_spec_cli_and_toml(tmp_path, value) -> None:
     spec = build_spec({"name": "b", "every": "1s", "concurrency": value, "command": ["true"]}, T0)
@@ -166,3 +163,35 @@ def test_the_choice_is_accepted_by_spec_cli_and_toml(tmp_path, value) -> None:
         "task", "add", "d", "--every", "1s", "--concurrency", "buffer_two", "--", "true", db=db
     )
     assert bad.returncode == 2 and "buffer_one" in bad.stderr
+
+
+def test_real_runs_a_3s_task_every_1s_never_overlap_and_the_buffered_slot_follows_at_once(
+    tmp_path,
+) -> None:
+    """`tickui run` with real processes: each run writes its slot and the time it
+    started and ended (from the process itself, not the engine)."""
+    db, out = tmp_path / "t.db", tmp_path / "out.txt"
+    script = (
+        f'echo "start $TICKUI_SCHEDULED_FOR $(date +%s.%N)" >> {out}; sleep 3;'
+        f' echo "end $TICKUI_SCHEDULED_FOR $(date +%s.%N)" >> {out}'
+    )
+    add = ("task", "add", "b", "--every", "1s", "--concurrency", "buffer_one")
+    assert cli(*add, "--", "sh", "-c", script, db=db).returncode == 0
+    done = cli("run", "--for", "11", db=db, timeout=60)
+    assert done.returncode == 0, done.stderr
+    times: dict[str, dict[str, float]] = {}
+    for line in out.read_text().splitlines():
+        what, slot, at = line.split()
+        times.setdefault(slot, {})[what] = float(at)
+    runs = sorted((t["start"], t.get("end"), slot) for slot, t in times.items())
+    assert len(runs) >= 3, runs
+    for (_, end, _), (start, _, slot) in itertools.pairwise(runs):
+        assert end is not None and start >= end, "two runs side by side"
+        # Every run after the first is the buffered slot: it starts as the one before ends.
+        assert start - end < 0.1, f"{slot} started {start - end:.3f} s after the run before"
+    history = cli_json("history", "b", db=db)
+    skipped = [o for o in history if o["state"] == "skipped"]
+    assert skipped and {o["detail"] for o in skipped} == {FULL}
+    assert sum(o["state"] == "queued" for o in history) <= 1
+    ran = sorted(o["scheduled_for"] for o in history if o["started_at"])
+    assert ran == sorted(slot for slot in times)  # the runs the processes saw, in slot order

@@ -44,6 +44,10 @@ class EngineConfig:
     tick_period: int = MICROS
     prune_every: int = 60 * MICROS
     owner: str | None = None
+    # E: scan as soon as a run ends while a queued row is due (buffer_one's waiting slot
+    # starts within ms, not at the next tick). tickui run and the dashboard turn it on;
+    # tests that step a manual clock scan when they say.
+    scan_on_end: bool = False
 
 
 @dataclass(frozen=True)
@@ -324,7 +328,11 @@ class SchedulerEngine:
             if not await self.may_start():  # a pause since the lease was last confirmed
                 raise LeaseLost("the lease lapsed during the scan; claiming nothing more")
             page = await self.store.tasks_by_id(due[start : start + self.config.batch])
-            plans = [self._plan(task, now, bool(active.get(task.id))) for task in page]
+            waiting = await self._buffered(page)
+            plans = [
+                self._plan(task, now, bool(active.get(task.id)), task.id in waiting)
+                for task in page
+            ]
             await self._claim_and_dispatch({t.id: t for t in page}, plans, active, now)
             await asyncio.sleep(0)
 
@@ -347,7 +355,19 @@ class SchedulerEngine:
         await self._dispatch([Job(tasks[o.task_id], o) for o in started], queued=True)
         self._notify(EngineChange(frozenset(tasks), frozenset(o.id for o in rows)))
 
-    def _plan(self, task: Task, now: int, active: bool) -> Plan:
+    async def _buffered(self, page: list[Task]) -> set[int]:
+        """E: buffer_one: the page's buffer_one tasks that have a slot waiting already (a
+        queued first attempt of kind scheduled)."""
+        ids = [task.id for task in page if task.spec.concurrency == "buffer_one"]
+        if not ids:
+            return set()
+        return {
+            occ.task_id
+            for occ in await self.store.queued_of(ids)
+            if occ.kind == "scheduled" and occ.attempt == 1
+        }
+
+    def _plan(self, task: Task, now: int, active: bool, waiting: bool = False) -> Plan:
         spec = task.spec
         due = DueTask(
             task.id,
@@ -359,7 +379,7 @@ class SchedulerEngine:
             spec.jitter,
             task.generation,
         )
-        return plan_task(due, now, self.grace, active)
+        return plan_task(due, now, self.grace, active, waiting)
 
     async def _claim_and_dispatch(
         self,
@@ -500,8 +520,16 @@ class SchedulerEngine:
                 self._wake_after_scan = True  # the scan reconciles as it ends
                 continue
             try:
-                await self.reconcile()
+                changed = await self.reconcile()
                 self._recovered("reconcile")
+                # E: a run that ended may free a queued one (buffer_one's waiting slot, a
+                # retry, a backfill): scan now rather than at the next tick.
+                if (
+                    self.config.scan_on_end
+                    and changed
+                    and await self.store.has_due_queued(self.clock.now())
+                ):
+                    await self.tick(self.clock.now())
             except Exception as exc:
                 self._faulted("reconcile", exc)
 

@@ -48,8 +48,9 @@ def due_time(task: DueTask, slot: int) -> int:
     return slot + jitter_offset(task.name, slot, task.jitter)
 
 
-def plan_task(task: DueTask, now: int, grace: int, active: bool) -> Plan:
-    """Decide what the due slots of one task become (DESIGN 3, late runs and overlap)."""
+def plan_task(task: DueTask, now: int, grace: int, active: bool, waiting: bool = False) -> Plan:
+    """Decide what the due slots of one task become (DESIGN 3, late runs and overlap).
+    `waiting`: a slot of the task already waits its turn (buffer_one's buffered slot)."""
     if due_time(task, task.next_run_at) > now:
         return Plan(task, task.next_run_at)
     following = task.schedule.next_after(task.next_run_at)
@@ -70,7 +71,7 @@ def plan_task(task: DueTask, now: int, grace: int, active: bool) -> Plan:
         if missed
         else [Planned(slot, "claimed") for slot in on_time]
     )
-    planned, cancel = _overlap(task.concurrency, planned, active)
+    planned, cancel = _overlap(task.concurrency, planned, active, waiting)
     return Plan(task, next_slot, planned, cancel)
 
 
@@ -225,4 +226,6 @@ def run_now_refusal(enabled: bool, concurrency: str, active: bool) -> tuple[str,
         return "TASK_DISABLED", "the task is disabled"
     if concurrency == "forbid" and active:
         return "CONCURRENCY_FORBID", "an occurrence is still active and the policy is forbid"
+    if concurrency == "buffer_one" and active:  # E: a manual run is not a slot to buffer
+        return "CONCURRENCY_BUFFER_ONE", "an occurrence is still active (policy buffer_one)"
     return None

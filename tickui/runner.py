@@ -98,6 +98,7 @@ def build_engine(
         stop_grace=engine.stop_grace / MICROS,
         keep=engine.keep,
         tick_period=tick,
+        scan_on_end=True,  # E: a queued run starts as the run before it ends
     )
     dispatcher = dispatcher or SubprocessDispatcher(
         store,

@@ -17,7 +17,7 @@ from tickui.timeutil import format_duration, iso, parse_duration, parse_instant
 
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)  # always fullmatch
 MISFIRE_POLICIES = ("run_once", "skip", "run_all")
-OVERLAP_POLICIES = ("forbid", "allow", "replace")
+OVERLAP_POLICIES = ("forbid", "allow", "replace", "buffer_one")
 MAX_JITTER = 86400 * 1_000_000
 MAX_TIMEOUT = 366 * 86400 * 1_000_000
 MAX_ARGS = 4096
