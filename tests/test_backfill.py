@@ -5,6 +5,8 @@ engine with a manual clock and real processes, then the CLI."""
 from __future__ import annotations
 
 import hashlib
+import itertools
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,12 @@ def test_bad_ranges_are_refused_naming_the_flag() -> None:
     assert len(backfill_slots(every, T0, T0 + 100 * M, T0 + 200 * M, DEFAULT_MAX)) == 100
     with pytest.raises(BadInput, match="out of range"):
         backfill_slots(every, T0, T0 + M, T0 + M, MAX_MAX + 1)
+
+
+def test_an_interval_backfills_before_its_anchor_on_the_same_grid() -> None:
+    every = interval(M, T0 + 20 * S)  # a task made at T0 + 20 s
+    got = backfill_slots(every, T0 - 3 * M, T0 + M, T0 + 2 * M, 100)
+    assert got == [T0 - 3 * M + 20 * S + k * M for k in range(4)]
 
 
 def test_a_one_time_task_backfills_its_one_slot() -> None:
@@ -197,3 +205,29 @@ def test_cli_refusals_write_nothing(tmp_path: Path, args, words) -> None:
     assert words in done.stderr and done.stderr.count("\n") == 1
     assert _digest(db) == before
     assert cli("task", "backfill", "nope", *args[:4], db=db).returncode == 2
+
+
+def test_tickui_run_runs_a_cli_backfill_of_ten_slots_in_order_under_forbid(
+    tmp_path: Path,
+) -> None:
+    """The whole path as a user takes it: a task added now, its last ten minutes
+    backfilled, `tickui run` (real processes) runs them one after another, oldest first."""
+    db, out = tmp_path / "t.db", tmp_path / "out.txt"
+    script = f'echo "$TICKUI_SCHEDULED_FOR $(date +%s.%N)" >> {out}; sleep 0.05'
+    add = ("task", "add", "m", "--every", "1m", "--concurrency", "forbid")
+    assert cli(*add, "--", "sh", "-c", script, db=db).returncode == 0
+    now = time.time()
+    start, end = iso(int((now - 11 * 60) * S)), iso(int((now - 60) * S))
+    done = cli("task", "backfill", "m", "--from", start, "--to", end, db=db)
+    assert done.returncode == 0 and "queued 10 backfill run(s)" in done.stdout, done.stderr
+    assert cli("run", "--for", "4", db=db, timeout=60).returncode == 0
+    rows = list(reversed(cli_json("history", "m", db=db)))
+    backfilled = [o for o in rows if o["kind"] == "backfill"]
+    assert [o["state"] for o in backfilled] == ["succeeded"] * 10
+    slots = [o["scheduled_for"] for o in backfilled]
+    assert slots == sorted(slots)
+    seen = [line.split() for line in out.read_text().splitlines()]
+    ours = [(slot, float(at)) for slot, at in seen if slot in slots]
+    assert [slot for slot, _ in ours] == slots  # started oldest first, each once
+    for before, after in itertools.pairwise(backfilled):  # never side by side
+        assert after["started_at"] >= before["finished_at"]

@@ -5,12 +5,14 @@ first under the task's overlap policy (never misfire-skipped: they are past by d
 
 The range is (from, to]: a slot at `from` is not in it, one at `to` is. Refused (BadInput,
 exit 2): `--from` after `--to`, an empty range, a `--to` in the future, no slot in the
-range, and more slots than --max (the message gives the count)."""
+range, and more slots than --max (the message gives the count). An interval's grid
+(anchor + k * every) is followed back before its anchor, so a task added today can
+backfill yesterday."""
 
 from __future__ import annotations
 
 from tickui.errors import BadInput
-from tickui.schedules import Schedule
+from tickui.schedules import IntervalSchedule, Schedule
 from tickui.timeutil import iso
 
 DEFAULT_MAX = 100
@@ -27,6 +29,11 @@ def backfill_slots(schedule: Schedule, start: int, end: int, now: int, limit: in
         raise BadInput("--from", "equals --to: the range (from, to] is empty")
     if end > now:
         raise BadInput("--to", f"{iso(end)} is in the future (a backfill runs past slots)")
+    if isinstance(schedule, IntervalSchedule) and start < schedule.anchor:
+        # The grid goes back past the task's first slot: a task made today backfills
+        # yesterday on the same grid.
+        back = -(-(schedule.anchor - start) // schedule.every)
+        schedule = IntervalSchedule(schedule.every, schedule.anchor - back * schedule.every)
     window = schedule.slots(start + 1, end, limit)
     if window.count > limit:
         more = "+" if window.capped else ""
