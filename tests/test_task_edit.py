@@ -347,3 +347,27 @@ async def test_overridden_is_shown_in_list_and_show(tmp_path: Path) -> None:
     shown = cli("task", "show", "s", db=db).stdout
     assert "overridden: True" in shown
     assert json.loads(cli("task", "list", "--json", db=db).stdout)[0]["source"] == "config"
+
+
+async def test_disable_remove_and_a_file_change_cancel_queued_rows(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "t.db")
+    slots = [T0 - 2 * 60 * MICROS, T0 - 60 * MICROS]
+    try:
+        spec = build_spec({"name": "a", "every": "1m", "command": ["true"]}, T0)
+        await store.sync_tasks([spec], T0)
+
+        async def queued_then(action, detail: str) -> None:
+            ids, _ = await store.queue_backfill("a", slots, T0)
+            assert len(ids) == 2
+            await action()
+            states = {(o.state, o.detail) for o in await store.occurrences_by_id(ids)}
+            assert states == {("cancelled", detail)}
+
+        await queued_then(lambda: store.set_enabled("a", False, T0 + 1), "task disabled")
+        task = await store.set_enabled("a", True, T0 + 2)
+        assert task.enabled
+        changed = build_spec({"name": "a", "every": "2m", "command": ["true"]}, T0)
+        await queued_then(lambda: store.sync_tasks([changed], T0 + 3), "task changed")
+        await queued_then(lambda: store.remove_task("a", T0 + 4), "task removed")
+    finally:
+        await store.close()
