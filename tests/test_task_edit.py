@@ -371,3 +371,18 @@ async def test_disable_remove_and_a_file_change_cancel_queued_rows(tmp_path: Pat
         await queued_then(lambda: store.remove_task("a", T0 + 4), "task removed")
     finally:
         await store.close()
+
+
+def test_edit_and_backfill_work_on_a_file_from_an_older_tickui(tmp_path: Path) -> None:
+    from test_store import _write_v1  # a schema-1 file with task 'old' (every 1m)
+
+    db = tmp_path / "old.db"
+    _write_v1(db)
+    done = cli("task", "edit", "old", "--every", "5m", db=db)
+    assert done.returncode == 0, done.stderr
+    assert cli_json("task", "show", "old", db=db)[0]["schedule"] == "every 5m"
+    db2 = tmp_path / "old2.db"
+    _write_v1(db2)
+    rng = ("--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T00:10:00Z")
+    done = cli("task", "backfill", "old", *rng, db=db2)
+    assert done.returncode == 0 and "queued 10 backfill" in done.stdout, done.stderr

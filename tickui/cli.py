@@ -330,6 +330,19 @@ def _table(rows: list[list[Any]], headers: list[str]) -> str:
     return "\n".join(lines)
 
 
+async def _read_task(path: Path, name: str) -> Any:
+    """Task `name`, read before a change is checked: read-only, so a refused change leaves
+    the file's bytes as they were; a file from an older tickui (which read-only commands
+    cannot read) is opened for writing, which migrates it, as any change does."""
+    from tickui import schema
+    from tickui.store import inspect_file
+
+    version = inspect_file(path) if dbfile.lookup(path) is not None else None
+    old = version is not None and version < schema.VERSION
+    get = functools.partial(Store.get_task, name=name)
+    return await _with_store(path, get, readonly=not old, name=name)
+
+
 async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path) -> int:
     from tickui import commands
 
@@ -349,9 +362,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
         # Read (read-only: a refused edit leaves the file's bytes as they were), check,
         # then write in one transaction that refuses a task changed meanwhile.
         changes = _task_edit_raw(args, command)
-        current = await _with_store(
-            path, functools.partial(Store.get_task, name=args.name), readonly=True, name=args.name
-        )
+        current = await _read_task(path, args.name)
         spec = commands.edited_spec(current, changes, clock.now())
         return await _with_store(
             path,
@@ -364,9 +375,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
         raise BadInput("--cancel", "cancels every queued backfill run: give it alone")
     if args.action == "backfill" and not args.cancel:
         # Read-only first: a refused backfill (too many slots, ...) writes nothing.
-        task = await _with_store(
-            path, functools.partial(Store.get_task, name=args.name), readonly=True, name=args.name
-        )
+        task = await _read_task(path, args.name)
         slots = commands.backfill_plan(task, args, clock.now())
         return await _with_store(
             path, functools.partial(commands.save_backfill, task=task, slots=slots, clock=clock)
