@@ -14,7 +14,7 @@ from helpers import T0, cli
 from tickui.clock import ManualClock, SystemClock
 from tickui.schedules import preview
 from tickui.ticker_config import TickerConfig
-from tickui.ui.app import TickuiApp
+from tickui.ui.app import STALLED, TickuiApp
 from tickui.ui.cells import stamp_text
 from tickui.ui.detail import DetailScreen
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
@@ -404,6 +404,32 @@ async def test_outside_changes_are_looked_for_every_second(tmp_db: Path, monkeyp
     starts = [p[0] for p in polls]
     gaps = sorted(b - a for a, b in itertools.pairwise(starts))
     assert statistics.median(gaps) <= 1.0 + 0.05, f"looks every {gaps} s"
+
+
+async def test_ticks_beat_the_seconds_and_the_timer_sleeps_until_they_stop(
+    tmp_db: Path, monkeypatch
+) -> None:
+    """While ticks come each second they do the second's work (look outside, countdowns,
+    clock) and the one-second timer is paused: an idle dashboard wakes once a second, not
+    twice. When ticks stop, the timer takes the beat back within STALLED s."""
+    polls = _count_polls(monkeypatch)
+    app = make_app(tmp_db, ManualClock(T0), start_ticker=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        ticker = app.host.ticker
+        await until(pilot, lambda: ticker.metrics().ticks_emitted >= 2, timeout=10)
+        first = len(polls)
+        await until(pilot, lambda: len(polls) >= first + 3, timeout=10)
+        assert not app._second_timer._active.is_set(), "the timer still wakes beside ticks"
+        await ticker.stop()
+        stopped = asyncio.get_running_loop().time()
+        await until(pilot, lambda: app._second_timer._active.is_set(), timeout=STALLED + 2)
+        assert asyncio.get_running_loop().time() - stopped <= STALLED + 0.5
+        after = len(polls)
+        await until(pilot, lambda: len(polls) >= after + 2, timeout=5)  # looks go on
+    starts = [p[0] for p in polls[first:]]
+    gaps = sorted(b - a for a, b in itertools.pairwise(starts))
+    assert statistics.median(gaps) <= 1.0 + 0.1, f"looks every {gaps} s"
 
 
 async def test_changes_by_another_process_show_at_the_first_look_after_them(

@@ -50,6 +50,7 @@ from tickui.ui.viewing import ViewChoices
 
 DRAIN_EVERY = 0.05  # drains (repaints of what changed): on average at most this often
 DRAIN_DELAY = 0.01  # a drain waits this long after the first mark, to gather a burst
+STALLED = 1.5  # s without a tick before the one-second timer takes the beat back
 WAIT_FOREVER = 24 * 3600.0
 FAILURE_QUIET = 60.0  # s: a task that keeps failing raises one toast in this long
 
@@ -106,6 +107,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         self._drain_pending = False  # a drain is scheduled
         self._drains = [0.0, 0.0]  # loop times the last two drains started
         self._last_second = 0.0  # loop time countdowns and the clock were last looked at
+        self._stalled: asyncio.TimerHandle | None = None  # resumes the timer if ticks stop
         self.notices = Notices(FAILURE_QUIET)
         self._failures_were_on = False  # `f` was on: say when the breaker closes again
         self._save_failed = False
@@ -162,7 +164,8 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         await self.load_all()
         self._titles()
         await host.start()
-        self.set_interval(1.0, self.second)  # one wakeup a second: the screen's own pace
+        # the screen's own pace: paused while ticks come each second and beat it instead
+        self._second_timer = self.set_interval(1.0, self.second)
         await self.drain()
         self.ready.set()
         self.refresh_bindings()
@@ -264,8 +267,8 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
             if self._ticker_dirty:
                 self._ticker_dirty = False
                 self.show_ticker()
-                if self._ticks_drive_seconds() and self._since_second() >= 0.9:
-                    self._each_second()  # in the same frame as the tick's own changes
+                if self._ticks_drive_seconds():
+                    await self._beat()
         except Exception as exc:  # the store went away under us: say so, keep the UI
             self.notify(redact(f"refresh failed: {exc}"), severity="error")
         finally:
@@ -372,6 +375,19 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
                 self.show_ticker()  # the breaker's probe countdown, between slow ticks
         if self._dirty():  # a safety net: nothing marked is left waiting
             self._wake()
+
+    async def _beat(self) -> None:
+        """A tick came: it does the second's work (in the same frame as its own changes),
+        and the one-second timer sleeps until ticks stop coming (STALLED s without one),
+        so an idle dashboard wakes once a second, not twice."""
+        loop = asyncio.get_running_loop()
+        self._second_timer.pause()
+        if self._stalled is not None:
+            self._stalled.cancel()
+        self._stalled = loop.call_later(STALLED, self._second_timer.resume)
+        if self._since_second() >= 0.9:
+            await self.look_outside()
+            self._each_second()
 
     def _ticks_drive_seconds(self) -> bool:
         ticker = self.host.ticker
