@@ -329,11 +329,13 @@ class HookService:
         return self._wake is not None and self._wake.is_set()
 
     def status(self) -> dict[str, Any]:
-        """How many hooks, deliveries waiting, delivered, failed; events dropped (a full
-        queue) and errors (events that could not be read, or a delivery not recorded)."""
+        """How many hooks, deliveries waiting in the queue and being sent, delivered,
+        failed; events dropped (a full queue) and errors (events that could not be read, or
+        a delivery not recorded)."""
         waiting = self._queue.qsize() if self._queue is not None else 0
         counts = {key: self.counts[key] for key in ("delivered", "failed", "dropped", "errors")}
-        return {"hooks": len(self.hooks), "waiting": waiting, **counts}
+        sending = len(self._inflight)
+        return {"hooks": len(self.hooks), "waiting": waiting, "sending": sending, **counts}
 
 
 def attach(
