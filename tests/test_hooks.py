@@ -600,7 +600,7 @@ def test_tickui_run_calls_hooks_and_tickui_hooks_lists_them(tmp_path):
             'tasks = ["fl*"]\n'
             f'url = "{receiver.url}"\n'
         )
-        result = cli("--config", str(config), "run", "--for", "3.5", db=db)
+        result = cli("--config", str(config), "run", "--for", "5", db=db)
         assert result.returncode == 0, result.stderr
         final = json.loads(result.stderr.strip().splitlines()[-1])
         assert final["hooks"]["delivered"] == 2 and final["hooks"]["failed"] == 0
