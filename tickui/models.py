@@ -27,6 +27,8 @@ class TaskStats:
     success_rate: float | None = None  # 0..1 over the window; None before any finished run
     median_duration_us: int | None = None  # succeeded and failed runs that started
     finished: int = 0  # finished runs in the window
+    retry_attempt: int | None = None  # a retry waits to start: its attempt number
+    retry_at: int | None = None  # and when it is due
 
 
 STATS_WINDOW = 100

@@ -17,7 +17,7 @@ from typing import Any
 
 from tickui.errors import NotFound
 from tickui.models import STATS_WINDOW, Task, TaskStats
-from tickui.occurrence import ACTIVE
+from tickui.occurrence import ACTIVE, QUEUED
 from tickui.schedules import jitter_offset
 from tickui.spec import TaskSpec
 from tickui.store.base import NO_STATS, SPEC_CACHE_MAX, StoreBase
@@ -146,8 +146,8 @@ class TaskQueries(StoreBase):
                 return {}
             where = f"WHERE task_id IN ({','.join('?' * len(params))})"
         rows = await self._all(
-            "SELECT task_id, state, missed, scheduled_for, started_at, finished_at"
-            f" FROM occurrences {where} ORDER BY task_id DESC, id DESC",
+            "SELECT task_id, state, missed, scheduled_for, started_at, finished_at, attempt,"
+            f" retry_at FROM occurrences {where} ORDER BY task_id DESC, id DESC",
             params,
         )
         return _stats_from(rows)
@@ -368,15 +368,15 @@ class TaskQueries(StoreBase):
 
 
 def _stats_from(rows: Iterable[Any]) -> dict[int, TaskStats]:
-    """Rows (task_id, state, missed, scheduled_for, started_at, finished_at) grouped by
-    task, newest first within a task."""
+    """Rows (task_id, state, missed, scheduled_for, started_at, finished_at, attempt,
+    retry_at) grouped by task, newest first within a task."""
     result: dict[int, TaskStats] = {}
     durations: dict[int, list[int]] = {}
     succeeded: dict[int, int] = {}
     stats = TaskStats()
     took: list[int] = []
     current = None
-    for task_id, state, missed, scheduled, started, finished in rows:
+    for task_id, state, missed, scheduled, started, finished, attempt, retry_at in rows:
         if task_id != current:
             current = task_id
             stats = result[task_id] = TaskStats(state, scheduled, started, finished)
@@ -385,6 +385,10 @@ def _stats_from(rows: Iterable[Any]) -> dict[int, TaskStats]:
         stats.missed += missed or 0
         if state == "skipped":
             stats.skipped += 1
+        elif state == QUEUED:  # waits to start (a retry, a buffered or backfill slot)
+            if attempt > 1 and stats.retry_attempt is None:  # the newest pending retry
+                stats.retry_attempt, stats.retry_at = attempt, retry_at
+            continue
         elif state in ACTIVE:
             stats.active += 1
         elif stats.finished < STATS_WINDOW:

@@ -30,6 +30,7 @@ from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
 from tickui.ui.dashboard import Dashboard
 from tickui.ui.detail import DetailScreen
 from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.hooks_view import HooksScreen
 from tickui.ui.host import Host
 from tickui.ui.keys import (
     KEY_GROUPS,
@@ -122,7 +123,9 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
     def _occurrence_cells(self, occ: Occurrence, now: int, view: TimeView) -> list:
         """An occurrence's cells, its times in its task's zone when the view says so."""
         task = self.task_rows.by_id.get(occ.task_id)
-        return occurrence_cells(occ, now, view, task.spec.tz if task is not None else None)
+        if task is None:
+            return occurrence_cells(occ, now, view)
+        return occurrence_cells(occ, now, view, task.spec.tz, task.spec.retries)
 
     def _apply_prefs_to_rows(self) -> None:
         prefs = self.prefs
@@ -282,6 +285,12 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         task_ids, self._dirty_tasks = self._dirty_tasks, set()
         rows_moved = False
         if occ_ids:
+            # A run's end can write rows nobody announced (its queued retry, a buffered
+            # slot): take whatever is newer than the newest row shown, too.
+            newer = await store.newest_occurrences(
+                self.occ_rows.window, self.occ_rows.newest_id, **self.occ_rows.query()
+            )
+            occ_ids |= {o.id for o in newer}
             for occ in await store.occurrences_by_id(sorted(occ_ids)):
                 old = self.occ_rows.by_id.get(occ.id)
                 self._tell_failure(old, occ)
@@ -317,6 +326,9 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         for task in found:
             if task.id in stats:
                 task.stats = stats[task.id]
+            told = self.notices.paused_task(self.task_rows.by_id.get(task.id), task)
+            if told is not None:
+                self.notify(told, title="Task paused", severity="error", timeout=30)
             if self.task_rows.upsert(task):
                 before = -1  # added or moved (a sort by NEXT moves a task that ran)
         for gone in ids - {t.id for t in found}:
@@ -546,6 +558,19 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         self.show_ticker()
 
     # ---- help, palette, quitting --------------------------------------------------------
+
+    def action_hooks(self) -> None:
+        host = self.host
+        if host is None:
+            return
+        hooks = host.hooks
+        self.push_screen(
+            HooksScreen(
+                host.store.recent_deliveries,
+                lambda: hooks.status() if hooks is not None else None,
+                self.view.zone(),
+            )
+        )
 
     def action_help(self) -> None:
         screen = self.screen

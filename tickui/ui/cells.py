@@ -100,6 +100,7 @@ STATE_STYLE = {
     "failed": "bold red",
     "cancelled": "magenta",
     "skipped": "bright_black",
+    "queued": "yellow",
 }
 POLICY_SHORT = {"run_once": "once", "run_all": "all", "skip": "skip"}
 
@@ -160,25 +161,59 @@ def task_cells(task: Task, now: int, view: TimeView = TimeView()) -> list[Cell]:
     enabled = task.enabled
     nxt = task.due_at if enabled else None
     last = stats.last_started_at or stats.last_scheduled_for
-    result = stats.last_result or "-"
-    off = safe_text(f"off {task.note or ''}".strip())
-    on: Cell = ("on", "green") if enabled else (off, "yellow")
+    result: Cell = (stats.last_result or "-", STATE_STYLE.get(stats.last_result or "", ""))
+    if stats.retry_attempt is not None:  # a retry waits: say which and when
+        wait = countdown(stats.retry_at, now)
+        tries = f"{stats.retry_attempt}/{spec.retries + 1}"
+        result = (f"{stats.last_result or '-'}, retry {tries} in {wait}", "yellow")
+    on: Cell = ("on", "green") if enabled else enabled_off(task.note)
     counts = f"{stats.missed}/{stats.skipped}"
     rate = stats.success_rate
     return [
-        (task.name, "bold" if enabled else "bright_black"),
+        (task.name, "bold" if enabled else "bold red" if paused(task.note) else "bright_black"),
         (spec.schedule_text(), ""),
         (when_text(nxt, now, zone), ""),
         (countdown(nxt, now), "bold" if nxt is not None and nxt - now < 5 * MICROS else ""),
         (when_text(last, now, zone), ""),
         (span(now - last) if last is not None else "-", "bright_black"),
-        (result, STATE_STYLE.get(result, "")),
+        result,
         (rate_text(rate), "" if rate is None or rate >= 1 else "yellow" if rate >= 0.9 else "red"),
         (span(stats.median_duration_us) if stats.median_duration_us is not None else "-", ""),
         on,
         (f"{POLICY_SHORT.get(spec.misfire, spec.misfire)}/{spec.concurrency}", "bright_black"),
         (counts, "yellow" if stats.missed or stats.skipped else "bright_black"),
     ]
+
+
+PAUSED_NOTE = "paused after "  # pause_after's note begins so (engine): said loudly
+
+
+def paused(note: str | None) -> bool:
+    """Disabled by pause_after (N failed slots in a row), not by a person."""
+    return (note or "").startswith(PAUSED_NOTE)
+
+
+def enabled_off(note: str | None) -> Cell:
+    """A disabled task's ENABLED cell: its note; loud when pause_after disabled it."""
+    if paused(note):
+        return (safe_text(f"PAUSED {(note or '').removeprefix('paused ')}"), "bold white on red")
+    return (safe_text(f"off {note or ''}".strip()), "yellow")
+
+
+def attempt_text(occ: Occurrence, retries: int | None, now: int) -> str:
+    """ "attempt 2/4" for a retry (of however many the task allows, when known), with
+    "next in 40s" while it waits; "" for a first attempt."""
+    if occ.attempt <= 1:
+        return ""
+    text = f"attempt {occ.attempt}"
+    if retries is not None:
+        text += f"/{retries + 1}"
+    if occ.state == "queued" and occ.retry_at is not None:
+        text += f", next in {countdown(occ.retry_at, now)}"
+    return text
+
+
+KIND_SHORT = {"manual": "manual", "backfill": "backfill"}
 
 
 def lateness(occ: Occurrence) -> str:
@@ -235,23 +270,31 @@ CODE_STYLE = {"": "", "0": "", "CANCELLED": "magenta", "REPLACED": "bright_black
 
 
 def occurrence_cells(
-    occ: Occurrence, now: int, view: TimeView = TimeView(), task_tz: str | None = None
+    occ: Occurrence,
+    now: int,
+    view: TimeView = TimeView(),
+    task_tz: str | None = None,
+    retries: int | None = None,
 ) -> list[Cell]:
     """Times in the view's zone; in "task" mode, in `task_tz`, the zone of the run's task
-    (an occurrence carries none of its own)."""
+    (an occurrence carries none of its own). `retries`: how many its task allows."""
     zone = view.zone(task_tz)
     code = outcome_code(occ)
+    detail = detail_text(occ)
+    attempt = attempt_text(occ, retries, now)
+    if attempt:
+        detail = f"{attempt} · {detail}" if detail else attempt
     return [
         (str(occ.id), "bright_black"),
         (occ.state, STATE_STYLE.get(occ.state, "")),
         (occ.task, "bold"),
-        ("manual" if occ.kind == "manual" else "sched", ""),
+        (KIND_SHORT.get(occ.kind, "sched"), "cyan" if occ.kind == "backfill" else ""),
         (when_text(occ.scheduled_for, now, zone), ""),
         (when_text(occ.started_at, now, zone), ""),
         (lateness(occ), "bright_black"),
         (duration(occ, now), ""),
         (code or "-", CODE_STYLE.get(code, "red")),
-        (detail_text(occ), "bright_black"),
+        (detail, "yellow" if occ.state == "queued" else "bright_black"),
     ]
 
 

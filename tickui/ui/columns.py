@@ -17,7 +17,7 @@ TASK_COLUMNS = [
     Column("LEFT", 6, right=True),
     Column("LAST", 8, 16, priority=7, flex=True),
     Column("PASSED", 6, priority=8, right=True),
-    Column("RESULT", 9),
+    Column("RESULT", 9, 26, flex=True),  # "failed, retry 2/4 in 1m00s" when one waits
     Column("OK%", 4, priority=5, right=True),
     Column("MED", 5, priority=6, right=True),
     # why a task is off ("off CRM migration") is worth more than PASSED or POLICY
@@ -29,7 +29,7 @@ OCCURRENCE_COLUMNS = [
     Column("ID", 4, 6, priority=4, right=True),  # what `c` and the run view name a run by
     Column("STATE", 9),
     Column("TASK", 8, 16, flex=True),
-    Column("KIND", 6, priority=6),
+    Column("KIND", 6, 8, priority=6, flex=True),  # sched, manual, backfill
     Column("SCHED", 8, 9, priority=3, flex=True),
     Column("START", 8, 9, flex=True),
     Column("LATE", 7, priority=5, right=True),

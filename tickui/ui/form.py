@@ -16,12 +16,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.widgets import Button, Collapsible, Footer, Input, Label, Select, Static
 
 from tickui.cron import MACROS
 from tickui.errors import BadInput
+from tickui.export import spec_fields
 from tickui.models import Task
 from tickui.redact import safe_text
+from tickui.retries import DEFAULT_DELAY
 from tickui.schedules import preview
 from tickui.spec import TaskSpec, build_spec, check_name
 from tickui.store import default_anchor
@@ -29,7 +31,12 @@ from tickui.timeutil import MICROS, format_duration, iso, parse_duration
 
 SCHEDULE_KINDS = [("every (duration)", "every"), ("cron", "cron"), ("at (instant)", "at")]
 MISFIRE = [("run_once", "run_once"), ("skip", "skip"), ("run_all", "run_all")]
-CONCURRENCY = [("forbid", "forbid"), ("allow", "allow"), ("replace", "replace")]
+CONCURRENCY = [
+    ("forbid", "forbid"),
+    ("allow", "allow"),
+    ("replace", "replace"),
+    ("buffer_one", "buffer_one"),
+]
 KIND_OF = {"interval": "every", "cron": "cron", "once": "at"}
 MISFIRE_HELP = {
     "run_once": "Late (after downtime): run once for all the missed slots.",
@@ -40,6 +47,8 @@ CONCURRENCY_HELP = {
     "forbid": "Still running at the next slot: skip the new slot.",
     "allow": "Still running at the next slot: run both at once.",
     "replace": "Still running at the next slot: cancel the old run, start the new one.",
+    "buffer_one": "Still running at the next slot: it waits and starts when the run ends"
+    " (one waits at most; further slots are skipped).",
 }
 KIND_HELP = {
     "every": "A duration, e.g. 500ms, 30s, 5m, 2h, 1d.",
@@ -55,12 +64,13 @@ def form_spec(values: dict[str, str], now: int) -> TaskSpec:
     """The form's fields as a task definition, or BadInput naming the field."""
     raw: dict[str, Any] = {"name": values["name"].strip()}
     raw[values["kind"]] = values["expr"].strip()
-    for key in ("tz", "timeout", "jitter"):
+    for key in ("tz", "timeout", "jitter", "retries", "retry_delay", "pause_after"):
         if values.get(key, "").strip():
             raw[key] = values[key].strip()
     raw["misfire"] = values["misfire"]
     raw["concurrency"] = values["concurrency"]
-    for key in ("anchor", "cwd", "env", "disabled"):  # kept from the task being edited
+    # kept from the task being edited (the form does not show them)
+    for key in ("anchor", "cwd", "env", "disabled", "retry_max_delay", "retry_on"):
         if values.get(key) is not None:
             raw[key] = values[key]
     try:
@@ -96,6 +106,11 @@ def spec_values(spec: TaskSpec) -> dict[str, str]:
         "misfire": spec.misfire,
         "concurrency": spec.concurrency,
         "command": shlex.join(spec.command),
+        "retries": str(spec.retries) if spec.retries else "",
+        "retry_delay": (
+            "" if spec.retry_delay == DEFAULT_DELAY else duration_field(spec.retry_delay)
+        ),
+        "pause_after": str(spec.pause_after) if spec.pause_after else "",
     }
 
 
@@ -149,7 +164,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         width: 76;
         max-width: 95%;
         height: auto;
-        max-height: 90%;
+        max-height: 96%;
     }
     AddTaskScreen .field {
         height: auto;
@@ -179,6 +194,14 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
     }
     AddTaskScreen .buttons {
         height: auto;
+    }
+    AddTaskScreen #failing {
+        border-top: none;
+        padding: 0;
+        background: $surface;
+    }
+    AddTaskScreen #failing > Contents {
+        padding: 0;
     }
     """
     BINDINGS = [
@@ -251,6 +274,16 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
                 yield field("Time zone", box("tz", "UTC"))
                 yield field("Timeout", box("timeout", "none, e.g. 5m"))
                 yield field("Jitter", box("jitter", "none, e.g. 10s"))
+            failing = bool(start.get("retries") or start.get("pause_after"))
+            with (
+                Collapsible(
+                    title="When runs fail: retries, pause", collapsed=not failing, id="failing"
+                ),
+                Horizontal(classes="row"),
+            ):
+                yield field("Retries", box("retries", "0, up to 100"))
+                yield field("First retry after", box("retry_delay", "10s (doubles)"))
+                yield field("Pause after", box("pause_after", "never, e.g. 3 failures"))
             yield field("Command", box("command", "e.g. sh -c 'echo hi'"))
             yield Static(id="verdict")
             with Horizontal(classes="buttons", id="buttons"):
@@ -273,6 +306,9 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             spec = self.task_row.spec
             fields.update(anchor=spec.anchor and iso(spec.anchor), cwd=spec.cwd)
             fields.update(env=spec.env or None, disabled=not spec.enabled or None)
+            kept = spec_fields(spec)
+            for key in ("retry_max_delay", "retry_on"):
+                fields[key] = kept.get(key)
         return fields
 
     @on(Input.Changed)

@@ -43,6 +43,9 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
             11),
         Key("z", "cycle_zone", "Zone", "Times in local time, UTC or each task's own zone", 14),
         Key("H", "toggle_side", "Side panes", "Hide or show the Ticks and breaker panes", 15),
+        Key("h", "hooks", "Hooks",
+            "Alert hooks: recent deliveries and their outcome (hook entries in tickui.toml)",
+            18),
         Key("tab", "focus_next", "Next pane", "Move between the Tasks and Occurrences panes", 20,
             show=False),
     ]),
@@ -66,7 +69,9 @@ TASK_ACTIONS = (
     "run_now", "toggle_enabled", "delete_task", "detail", "cancel_run", "add_task", "filter",
     "toggle_failures", "edit_task",
 )  # fmt: skip
-VIEW_ACTIONS = ("cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side")
+VIEW_ACTIONS = (
+    "cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side", "hooks",
+)  # fmt: skip
 QUITTING_OFF = frozenset(TASK_ACTIONS + VIEW_ACTIONS + ("toggle_engine", "toggle_ticker")) - {
     "cancel_run"
 }  # keys that mean nothing while quit waits for the runs

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from tickui.breaker import OPEN
 from tickui.engine import EngineStatus
-from tickui.models import Occurrence
+from tickui.models import Occurrence, Task
 from tickui.redact import safe_text
 from tickui.ticker import TickerMetrics
-from tickui.ui.cells import outcome_code
+from tickui.ui.cells import outcome_code, paused
 
 
 class Notices:
@@ -35,6 +35,13 @@ class Notices:
         detail = safe_text((occ.detail or "").replace("\n", " "))[:80]
         more = f" ({unsaid} more failed since the last notice)" if unsaid else ""
         return f"{occ.task} failed ({outcome_code(occ)}){': ' + detail if detail else ''}{more}"
+
+    @staticmethod
+    def paused_task(old: Task | None, task: Task) -> str | None:
+        """The message when pause_after has just disabled a task (seen enabled before)."""
+        if old is None or not old.enabled or task.enabled or not paused(task.note):
+            return None
+        return f"{task.name} {safe_text(task.note or '')}: enable it (e) when it is fixed"
 
     def breaker(self, metrics: TickerMetrics) -> str | None:
         """The message when the breaker has just opened (not at start, not while open)."""

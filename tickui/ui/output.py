@@ -45,7 +45,15 @@ from textual.widgets import Footer, Input, Static
 from tickui.dispatch.output import human_bytes
 from tickui.models import Occurrence
 from tickui.redact import safe_text
-from tickui.ui.cells import STATE_STYLE, detail_text, duration, lateness, outcome_code, stamp_in
+from tickui.ui.cells import (
+    STATE_STYLE,
+    attempt_text,
+    detail_text,
+    duration,
+    lateness,
+    outcome_code,
+    stamp_in,
+)
 
 BLOCK = 1 << 16  # the index keeps one count per block
 SCAN_SLICE = 16 << 20  # bytes indexed per step of the worker (then the view updates)
@@ -373,6 +381,9 @@ class Moved(Message):
 # ---- the screen -----------------------------------------------------------------------
 
 
+KIND_WORD = {"manual": "manual", "scheduled": "scheduled", "backfill": "backfill"}
+
+
 @dataclass(frozen=True)
 class RunSource:
     """What the run screen needs: the run read again, the time, how to show a path."""
@@ -381,6 +392,7 @@ class RunSource:
     now: Callable[[], int]
     label: Callable[[str], str] = str
     zone: Callable[[Occurrence], tzinfo] | None = None  # the dashboard's zone choice; UTC
+    retries: Callable[[Occurrence], int | None] | None = None  # how many its task allows
 
 
 class RunScreen(Screen[None]):
@@ -503,7 +515,7 @@ class RunScreen(Screen[None]):
             "state",
             Text(occ.state, STATE_STYLE.get(occ.state, "")),
             "kind",
-            f"{'manual' if occ.kind == 'manual' else 'scheduled'} · {slots}",
+            f"{KIND_WORD.get(occ.kind, occ.kind)} · {slots}",
         )
         table.add_row(
             "scheduled",
@@ -519,7 +531,11 @@ class RunScreen(Screen[None]):
             "exit",
             Text(exit_text(code, reason), "red" if code not in ("0", "-") else ""),
         )
-        table.add_row("", "", "output", self._log_state())
+        retries = self.source.retries(occ) if self.source.retries is not None else None
+        attempt = attempt_text(occ, retries, now).removeprefix("attempt ") or "1"
+        if occ.retry_of is not None:
+            attempt += f" (retry of run {occ.retry_of})"
+        table.add_row("attempt", attempt, "output", self._log_state())
         # the log path on a line of its own: it is the longest fact and the one to copy
         path = safe_text(self.source.label(occ.log_path)) if occ.log_path else "-"
         log = Table.grid(padding=(0, 1), expand=True)

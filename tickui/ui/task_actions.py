@@ -129,7 +129,12 @@ class TaskActions:
             task = self.task_rows.by_id.get(run.task_id)
             return self.view.zone(task.spec.tz if task is not None else None)
 
-        self.push_screen(RunScreen(occ, RunSource(occurrence, self._now, short_path, zone)))
+        def retries(run: Occurrence) -> int | None:
+            task = self.task_rows.by_id.get(run.task_id)
+            return task.spec.retries if task is not None else None
+
+        source = RunSource(occurrence, self._now, short_path, zone, retries)
+        self.push_screen(RunScreen(occ, source))
 
     def action_add_task(self) -> None:
         self.push_screen(
