@@ -13,8 +13,6 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from tickui import procs
 from tickui.breaker import CLOSED, OPEN
 from tickui.clock import Clock
@@ -32,6 +30,8 @@ from tickui.hooks.events import (
 from tickui.redact import safe_text
 
 if TYPE_CHECKING:
+    import aiohttp
+
     from tickui.engine import EngineChange, SchedulerEngine
     from tickui.store import Store
     from tickui.ticker import RuntimeScheduler
@@ -262,6 +262,8 @@ class HookService:
         except Exception as exc:  # the alert matters more than its record
             log.warning("hook delivery not recorded: %s", safe_text(exc))
         if hook.url is not None and self._session is None:
+            import aiohttp  # here: only URL hooks pay for it, at their first send
+
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         ok, detail, attempts = False, "", 0
         while attempts < self.attempts and not ok:
