@@ -398,8 +398,8 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
             self._stalled.cancel()
         self._stalled = loop.call_later(STALLED, self._second_timer.resume)
         if self._since_second() >= 0.9:
+            self._each_second()  # before any await: one frame with the tick's own changes
             await self.look_outside()
-            self._each_second()
 
     def _ticks_drive_seconds(self) -> bool:
         ticker = self.host.ticker
