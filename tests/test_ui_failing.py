@@ -138,6 +138,23 @@ async def test_a_retry_waits_then_pause_after_pauses_the_task_loudly(tmp_path: P
         assert any("export paused after 2 consecutive failures" in n for n in notes(app))
 
 
+async def test_c_cancels_a_waiting_retry_after_asking(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    app = _app(tmp_path / "t.db", clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.ready.wait()
+        await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
+        (retry,) = await app.host.store.queued_of()
+        app.occ_table.focus()
+        app.occ_table.select_key(retry.id)
+        await pilot.press("c")
+        await until(pilot, lambda: f"Cancel run {retry.id} (export, due " in screen_text(app))
+        await pilot.press("y")
+        await until(pilot, lambda: f"{retry.id:>6} cancelled" in screen_text(app), timeout=10)
+        assert not await app.host.store.queued_of()
+        await until(pilot, lambda: "retry" not in _row(app, "export"), timeout=5)
+
+
 async def test_the_hooks_screen_lists_deliveries_with_their_outcome(tmp_path: Path) -> None:
     got = tmp_path / "event.json"
     hook = HookConfig(name="pager", on=frozenset({"failed"}), command=("sh", "-c", f"cat > {got}"))

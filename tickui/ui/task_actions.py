@@ -7,6 +7,7 @@ from __future__ import annotations
 from tickui.engine import RunNowRefused, queue_run_now
 from tickui.errors import TickuiError
 from tickui.models import Occurrence, Task
+from tickui.occurrence import QUEUED
 from tickui.redact import redact
 from tickui.spec import TaskSpec
 from tickui.ui.cells import clock_in, short_path
@@ -230,16 +231,19 @@ class TaskActions:
 
     async def cancel_occurrence(self, occ: Occurrence | None) -> None:
         """Ask first, naming the run; `y` cancels exactly that occurrence id."""
-        if occ is None or not occ.active:
+        waiting = occ is not None and occ.state == QUEUED  # a retry or slot not started yet
+        if occ is None or not (occ.active or waiting):
             self.notify(
-                "no running occurrence selected", title="Cancel refused", severity="warning"
+                "no running or waiting occurrence selected",
+                title="Cancel refused",
+                severity="warning",
             )
             return
-        started = occ.started_at or occ.scheduled_for
+        started = occ.started_at or (occ.retry_at if waiting else None) or occ.scheduled_for
         task = self.task_rows.by_id.get(occ.task_id)
         zone = self.view.zone(task.spec.tz if task is not None else None)
         clock = clock_in(started, zone)
-        word = "started" if occ.started_at is not None else "scheduled"
+        word = "started" if occ.started_at is not None else "due" if waiting else "scheduled"
 
         async def answered(yes: bool | None) -> None:
             if yes:
