@@ -5,38 +5,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
-import json
 import logging
 import os
 import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from tickui import backfill, checks, dbfile
 from tickui import config as config_mod
 from tickui.checks import arg, arg_duration, arg_number
+from tickui.cli_output import UsageError
 from tickui.clock import SystemClock
 from tickui.errors import BadInput, NotFound, StoreError, TickuiError
-from tickui.redact import printable, redact_data, safe_text
-from tickui.retries import attempt_text, wait_text
-from tickui.schedules import preview
-from tickui.spec import build_spec, check_name
-from tickui.store import Store
+from tickui.redact import safe_text
+from tickui.spec import check_name
+from tickui.task_cli import cmd_history, cmd_task
 from tickui.ticker_config import TOPIC
-from tickui.timeutil import iso, parse_instant
+from tickui.timeutil import parse_instant
 from tickui.wire import DEFAULT_TOPIC, WIRES
 
 EXIT_BAD_INPUT = 2
-EXIT_FAILURE = 1
 MAX_HISTORY = 100_000
+EXIT_FAILURE = 1
 MAX_SECONDS = 366 * 86400.0  # --for: up to a year
-
-
-class UsageError(BadInput):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -209,284 +202,6 @@ def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
         except RuntimeError:  # `~user` with no such user, or no home directory
             raise BadInput(name, f"{checks.shown(given)}: cannot expand '~' here") from None
     return settings.db or config_mod.default_db()
-
-
-def say(text: Any, redacted: bool = False) -> None:
-    """Every line the CLI prints: redacted, control characters made visible. `redacted`:
-    the caller redacted each part already (a second pass over the joined line could let
-    one argument's secret swallow the arguments after it)."""
-    print(printable(text, newlines=True) if redacted else safe_text(text, newlines=True))
-
-
-def _print_json(value: Any) -> None:
-    """JSON output: every string redacted; JSON's escaping makes control characters visible."""
-    json.dump(redact_data(value), sys.stdout, indent=2)
-    sys.stdout.write("\n")
-
-
-async def _with_store(
-    path: Path, action, readonly: bool = False, name: str | None = None, empty: Any = None
-) -> int:
-    """Run `action` on the database. Read-only commands open it read-only. With no database
-    at `path` nothing is created: a command about one named task says that task does not
-    exist (exit 2); a listing says there is no database and prints `empty` (exit 0)."""
-    if (name is not None or empty is not None) and dbfile.lookup(path) is None:
-        if name is not None:
-            raise NotFound(f"no task named {name!r} (no database at {path})")
-        print(
-            f"tickui: no database at {safe_text(path)} (tickui task add or tickui run creates one)",
-            file=sys.stderr,
-        )
-        empty()
-        return 0
-    store = await Store.open(path, readonly=readonly)
-    try:
-        return await action(store)
-    except sqlite3.Error as exc:
-        raise dbfile.sqlite_failure(exc, path) from None
-    finally:
-        await store.close()
-
-
-def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
-    env = {}
-    for item in args.env:
-        if "=" not in item:
-            raise BadInput("env", f"{checks.shown(item)} is not NAME=VALUE")
-        key, _, value = item.partition("=")
-        env[checks.env_name(key, "env")] = value
-    raw = {
-        "name": args.name,
-        "cron": args.cron,
-        "every": args.every,
-        "at": args.at,
-        "tz": args.tz,
-        "misfire": args.misfire,
-        "concurrency": args.concurrency,
-        "timeout": args.timeout,
-        "jitter": args.jitter,
-        "anchor": args.anchor,
-        "cwd": os.path.abspath(args.cwd) if args.cwd else args.cwd,
-        "env": env,
-        "disabled": args.disabled,
-        "command": command,
-        "retries": args.retries,
-        "retry_delay": args.retry_delay,
-        "retry_max_delay": args.retry_max_delay,
-        "retry_on": args.retry_on,
-        "pause_after": args.pause_after,
-    }
-    return {key: value for key, value in raw.items() if value is not None}
-
-
-def _task_edit_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
-    """What `task edit` changes, as build_spec fields: only the options given (see
-    _only_given), the command when one follows --, `name` for --rename."""
-    given = [dest for dest in args._task_options if hasattr(args, dest)]
-    full = argparse.Namespace(**vars(args))
-    for dest in args._task_options:
-        if not hasattr(full, dest):
-            setattr(full, dest, [] if dest == "env" else None)
-    made = _task_add_raw(full, command)
-    changes: dict[str, Any] = {key: made.get(key) for key in given}
-    if command is not None:
-        changes["command"] = command
-    if args.rename:
-        changes["name"] = args.rename
-    return changes
-
-
-def started_text(occ: Any, now: int) -> str:
-    """When a run started; for a queued one, when it may ("next in 40s")."""
-    if occ.state == "queued":
-        return wait_text(occ.retry_at if occ.retry_at is not None else occ.scheduled_for, now)
-    return iso(occ.started_at) or "-"
-
-
-async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
-    """For `task show`: the count of consecutive failed slots and the pending retry."""
-    facts: dict[str, Any] = {"failures": await store.failures_of(task.id), "pending": None}
-    queued = await store.queued_of([task.id])
-    if queued:
-        occ = queued[0]
-        due = occ.retry_at if occ.retry_at is not None else occ.scheduled_for
-        text = attempt_text(occ.attempt, task.spec.retries)
-        facts["pending"] = {
-            "id": occ.id,
-            "attempt": occ.attempt,
-            "retry_at": iso(due),
-            "text": f"{text}, {wait_text(due, now)}" if text else wait_text(due, now),
-        }
-    return facts
-
-
-def _table(rows: list[list[Any]], headers: list[str]) -> str:
-    rows = [[safe_text(cell) for cell in row] for row in rows]
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += [
-        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]
-    return "\n".join(lines)
-
-
-async def _read_task(path: Path, name: str) -> Any:
-    """Task `name`, read before a change is checked: read-only, so a refused change leaves
-    the file's bytes as they were; a file from an older tickui (which read-only commands
-    cannot read) is opened for writing, which migrates it, as any change does."""
-    from tickui import schema
-    from tickui.store import inspect_file
-
-    version = inspect_file(path) if dbfile.lookup(path) is not None else None
-    old = version is not None and version < schema.VERSION
-    get = functools.partial(Store.get_task, name=name)
-    return await _with_store(path, get, readonly=not old, name=name)
-
-
-async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path) -> int:
-    from tickui import commands
-
-    clock = SystemClock()
-    if args.action == "add":
-        if not command:
-            raise BadInput("command", "give the command to run after --")
-        spec = build_spec(_task_add_raw(args, command), clock.now())
-    else:
-        if command is not None and args.action != "edit":
-            raise UsageError("", "'--' and a command only go with 'task add' and 'task edit'")
-        if args.action == "edit" and command is not None and not command:
-            raise BadInput("command", "give the command to run after --")
-        check_name(args.name) if hasattr(args, "name") and args.name else None
-
-    if args.action == "edit":
-        # Read (read-only: a refused edit leaves the file's bytes as they were), check,
-        # then write in one transaction that refuses a task changed meanwhile.
-        changes = _task_edit_raw(args, command)
-        current = await _read_task(path, args.name)
-        spec = commands.edited_spec(current, changes, clock.now())
-        return await _with_store(
-            path,
-            functools.partial(
-                commands.save_edit, task=current, spec=spec, changes=changes, clock=clock
-            ),
-        )
-
-    if args.action == "backfill" and args.cancel and (args.start or args.end):
-        raise BadInput("--cancel", "cancels every queued backfill run: give it alone")
-    if args.action == "backfill" and not args.cancel:
-        # Read-only first: a refused backfill (too many slots, ...) writes nothing.
-        task = await _read_task(path, args.name)
-        slots = commands.backfill_plan(task, args, clock.now())
-        return await _with_store(
-            path, functools.partial(commands.save_backfill, task=task, slots=slots, clock=clock)
-        )
-
-    async def action(store: Store) -> int:
-        if args.action == "export":
-            from tickui.export import export_text
-
-            sys.stdout.write(export_text(await store.list_tasks(with_stats=False)))
-            return 0
-        if args.action == "add":
-            task = await store.add_task(spec, clock.now())
-            nxt = iso(task.next_run_at) or "none"
-            say(f"added {task.name}: {task.spec.schedule_text()}, next run {nxt}")
-            return 0
-        if args.action == "list":
-            tasks = await store.list_tasks()
-            if args.json:
-                _print_json([t.to_json() for t in tasks])
-            else:
-                rows = [
-                    [
-                        t.name,
-                        t.spec.schedule_text(),
-                        (iso(t.next_run_at) or "-") if t.enabled else "-",
-                        "yes" if t.enabled else f"no {t.note or ''}".strip(),
-                        t.spec.misfire,
-                        t.spec.concurrency,
-                        t.stats.last_state or "-",
-                        f"{t.source} (overridden)" if t.overridden else t.source,
-                    ]
-                    for t in tasks
-                ]
-                headers = ["NAME", "SCHEDULE", "NEXT", "ENABLED", "MISFIRE", "OVERLAP", "LAST"]
-                headers.append("SOURCE")
-                say(_table(rows, headers) if rows else "no tasks")
-            return 0
-        if args.action == "show":
-            task = await store.get_task(args.name)
-            data = task.to_json()
-            data["preview"] = [iso(t) for t in preview(task.schedule, clock.now(), 5)]
-            data.update(await retry_facts(store, task, clock.now()))
-            if args.json:
-                _print_json([data])
-            else:
-                # Redacted item by item, then joined: redacting the joined text again would
-                # let one argument's secret swallow the arguments after it.
-                for key, value in redact_data(data).items():
-                    shown = ", ".join(map(str, value)) if isinstance(value, list) else value
-                    if key == "pending" and isinstance(value, dict):
-                        shown = value["text"]
-                    say(f"{key:>18}: {'-' if shown is None else shown}", redacted=True)
-            return 0
-        return await commands.change_task(store, args, clock)
-
-    readonly = args.action in ("list", "show", "export")
-    named = None if args.action in ("add", "list", "export") else args.name
-    empty = None
-    if args.action == "export":
-        empty = functools.partial(sys.stdout.write, "")
-    if args.action == "list":
-        empty = (
-            functools.partial(_print_json, []) if args.json else functools.partial(say, "no tasks")
-        )
-    return await _with_store(path, action, readonly=readonly, name=named, empty=empty)
-
-
-async def cmd_history(args: argparse.Namespace, path: Path) -> int:
-    if args.name:
-        check_name(args.name)
-
-    async def action(store: Store) -> int:
-        if (
-            args.name
-            and await store.find_task(args.name) is None
-            and not await store.history(args.name, 1)
-        ):
-            raise NotFound(f"no task named {args.name!r}")
-        occs = await store.history(args.name, args.limit)
-        if args.json:
-            _print_json([o.to_json() for o in occs])
-            return 0
-        now = SystemClock().now()
-        tries = {t.name: t.spec.retries for t in await store.list_tasks(with_stats=False)}
-        rows = [
-            [
-                str(o.id),
-                o.task,
-                o.kind,
-                iso(o.scheduled_for),
-                o.state,
-                started_text(o, now),
-                attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
-                o.error_code or "",
-                safe_text(o.detail or "")[:60],
-            ]
-            for o in occs
-        ]
-        headers = [
-            "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
-        ]  # fmt: skip
-        say(_table(rows, headers) if rows else "no occurrences")
-        return 0
-
-    empty = (
-        functools.partial(_print_json, [])
-        if args.json
-        else functools.partial(say, "no occurrences")
-    )
-    return await _with_store(path, action, readonly=True, name=args.name, empty=empty)
 
 
 def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:

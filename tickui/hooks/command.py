@@ -7,6 +7,7 @@ import argparse
 import functools
 from pathlib import Path
 
+from tickui.cli_output import print_json, say, table, with_store
 from tickui.redact import safe_text
 from tickui.store import Store
 from tickui.timeutil import iso
@@ -16,12 +17,10 @@ MAX_LIMIT = 1000
 
 
 async def cmd_hooks(args: argparse.Namespace, path: Path) -> int:
-    from tickui.cli import _print_json, _table, _with_store, say
-
     async def action(store: Store) -> int:
         deliveries = await store.recent_deliveries(args.limit)
         if args.json:
-            _print_json([d.to_json() for d in deliveries])
+            print_json([d.to_json() for d in deliveries])
             return 0
         rows = [
             [
@@ -38,12 +37,12 @@ async def cmd_hooks(args: argparse.Namespace, path: Path) -> int:
             for d in deliveries
         ]
         headers = ["ID", "HOOK", "EVENT", "TASK", "RUN", "CREATED", "OUTCOME", "TRIES", "DETAIL"]
-        say(_table(rows, headers) if rows else "no hook deliveries")
+        say(table(rows, headers) if rows else "no hook deliveries")
         return 0
 
     empty = (
-        functools.partial(_print_json, [])
+        functools.partial(print_json, [])
         if args.json
         else functools.partial(say, "no hook deliveries")
     )
-    return await _with_store(path, action, readonly=True, empty=empty)
+    return await with_store(path, action, readonly=True, empty=empty)
