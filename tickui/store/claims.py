@@ -41,8 +41,8 @@ class ClaimQueries(StoreBase):
     async def tasks_by_id(self, ids: Sequence[int]) -> list[Task]:
         marks = ",".join("?" * len(ids))
         rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks WHERE id IN ({marks})", ids)
-        order = {task_id: index for index, task_id in enumerate(ids)}
-        return sorted((self._task(row) for row in rows), key=lambda t: order[t.id])
+        found = {task.id: task for task in map(self._task, rows)}
+        return [found[task_id] for task_id in ids if task_id in found]
 
     async def task_versions(self) -> dict[int, tuple[int, int | None, int, int]]:
         """Per task what a viewer compares to spot another process's change: updated_at,

@@ -119,13 +119,35 @@ def _row(e: NewEvent) -> tuple[Any, ...]:
     payload = e.payload if isinstance(e.payload, dict) else {}
     run_id = _id(e.run_id) or _id(payload.get("run_id"))
     causation_id = _id(e.causation_id) or _id(payload.get("causation_id"))
-    return (e.at, _id(e.command_id), run_id, e.type, json.dumps(e.payload), causation_id)
+    return (e.at, _id(e.command_id), run_id, e.type, _dumps(e.payload), causation_id)
 
 
 def _id(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+    if type(value) is str:  # the usual case, first (one event per run start and end)
+        return value or None
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int):
         return None
-    return str(value)
+    return str(value) or None
+
+
+_encode = json.JSONEncoder().encode  # what json.dumps(value) does with no options
+
+
+def _dumps(value: Any) -> str:
+    """A payload as stored. A run's end says `{"exit_code": N}`: a payload of one string
+    key and an int or a string is encoded once per distinct content (no bool or float:
+    1, True and 1.0 are one key to a cache, not to JSON)."""
+    if type(value) is dict and len(value) == 1:
+        ((key, item),) = value.items()
+        kind = type(item)
+        if type(key) is str and (kind is int or kind is str):
+            return _one_item(key, item)
+    return _encode(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_item(key: str, item: int | str) -> str:
+    return _encode({key: item})
 
 
 @functools.lru_cache(maxsize=4096)
