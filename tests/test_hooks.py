@@ -24,6 +24,7 @@ from tickui.hooks.events import (
     occurrence_events,
     slack_text,
 )
+from tickui.hooks.service import CRASHED, STOPPED
 from tickui.timeutil import MICROS
 
 FIELDS = {
@@ -570,6 +571,50 @@ async def test_a_full_queue_drops_and_counts(tmp_path):
     finally:
         listener.close()
     assert len(rows) == 2 and {d.outcome for d in rows} == {"failed"}
+
+
+async def test_a_hanging_hook_holds_up_only_its_own_deliveries(tmp_path):
+    """Each hook has its own queue and senders: one that hangs never silences another,
+    and what it never got to send is recorded failed when tickui stops."""
+    got = tmp_path / "ok.lines"
+    hang = parse_hook({"name": "hang", "on": ["failed"], "command": ["sleep", "30"],
+                       "timeout": "30s"}, 0)  # fmt: skip
+    ok = parse_hook({"name": "ok", "on": ["failed"],
+                     "command": ["sh", "-c", f"cat >> {got}; echo >> {got}"]}, 1)  # fmt: skip
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([hang, ok], r.store, r.clock, attempts=1)
+        base = dict.fromkeys(FIELDS - {"event", "host", "occurrence_id"})
+        for n in range(10):
+            svc.emit(HookEvent(event="failed", host="h", occurrence_id=n + 1, **base))
+        await wait_for(
+            lambda: got.exists() and len(got.read_text().splitlines()) >= 10, 15, "10 sends"
+        )
+        assert svc.status()["sending"] == 2, "the hanging hook's two senders are stuck"
+        await svc.close(grace=0.2)
+        rows = await r.store.recent_deliveries(100)
+    by_hook = {name: [d for d in rows if d.hook == name] for name in ("hang", "ok")}
+    assert len(by_hook["ok"]) == 10 and {d.outcome for d in by_hook["ok"]} == {"delivered"}
+    assert len(by_hook["hang"]) == 10, "events the hanging hook never sent went unrecorded"
+    assert {d.outcome for d in by_hook["hang"]} == {"failed"}
+    assert {d.detail for d in by_hook["hang"]} == {STOPPED}
+    assert sorted(d.occurrence_id for d in by_hook["hang"]) == list(range(1, 11))
+
+
+async def test_deliveries_a_killed_tickui_left_pending_end_failed_at_the_next_start(tmp_path):
+    async with rig(tmp_path / "t.db") as r:
+        old = await r.store.start_delivery("ops", "failed", "t", 7, r.clock.now() - MICROS)
+        svc = service(r, [hook(name="ops", command=["true"])])  # attached: it looks at once
+        await wait_for(
+            lambda: svc.status() is not None and r.store.recent_deliveries(), 5, "a look"
+        )
+
+        async def closed():
+            (row,) = await r.store.recent_deliveries()
+            return row if row.outcome != "pending" else None
+
+        row = await wait_for(closed, 5, "the stale delivery to end")
+        await svc.close()
+    assert (row.id, row.outcome, row.detail) == (old, "failed", CRASHED)
 
 
 async def test_no_hooks_no_service_and_time_lapse_calls_none(tmp_path):

@@ -40,11 +40,12 @@ log = logging.getLogger("tickui.hooks")
 
 ATTEMPTS = 3
 BACKOFF = (0.5, 1.0)  # seconds before the 2nd and the 3rd attempt
-QUEUE_MAX = 256
-WORKERS = 4
+QUEUE_MAX = 256  # events waiting per hook
+WORKERS = 2  # senders per hook: a hook that hangs holds up its own deliveries only
 SEEN_MAX = 10_000
 CLOSE_GRACE = 5.0  # seconds close() waits for queued deliveries
 STOPPED = "not delivered: tickui stopped first"
+CRASHED = "not delivered: tickui ended before it (killed?)"
 OCCURRENCE_EVENTS = frozenset({"failed", "recovered", "missed", "paused"})
 
 
@@ -79,7 +80,7 @@ class HookService:
         self._breaker_open = False
         self._inflight: set[int] = set()
         self._wake: asyncio.Event | None = None
-        self._queue: asyncio.Queue[tuple[HookConfig, HookEvent]] | None = None
+        self._queues: dict[str, asyncio.Queue[tuple[HookConfig, HookEvent, int]]] = {}
         self._processor: asyncio.Task[None] | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
@@ -98,6 +99,11 @@ class HookService:
             engine.subscribe(self._on_change)
         if ticker is not None and self.wanted & {"breaker_open", "breaker_closed"}:
             ticker.on_change(lambda: self._on_breaker(ticker))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # built outside a loop: the first event starts the service
+            return
+        self._start()  # now: deliveries a killed tickui left pending are closed at once
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call `listener` (in the loop) whenever a delivery is recorded or ends, or an
@@ -145,12 +151,26 @@ class HookService:
         if self._wake is not None or self._closing:
             return
         self._wake = asyncio.Event()
-        self._queue = asyncio.Queue(self._queue_max)
         self._processor = asyncio.create_task(self._process_loop(), name="tickui-hooks")
-        self._workers = [
-            asyncio.create_task(self._worker(), name=f"tickui-hook-{n}")
-            for n in range(self._workers_n)
-        ]
+        for hook in self.hooks:  # each hook its own queue and senders
+            queue: asyncio.Queue[tuple[HookConfig, HookEvent, int]] = asyncio.Queue(self._queue_max)
+            self._queues[hook.name] = queue
+            self._workers += [
+                asyncio.create_task(self._worker(queue), name=f"tickui-hook-{hook.name}-{n}")
+                for n in range(self._workers_n)
+            ]
+        self._workers.append(asyncio.create_task(self._fail_stale(), name="tickui-hooks-stale"))
+
+    async def _fail_stale(self) -> None:
+        """Deliveries a previous tickui left pending (it was killed mid-send) end failed."""
+        try:
+            count = await self.store.fail_stale_deliveries(self.since, self.clock.now(), CRASHED)
+        except Exception as exc:
+            log.warning("hook deliveries left pending not closed: %s", safe_text(exc))
+            return
+        if count:
+            log.warning("%d hook delivery(ies) left pending by an earlier tickui: failed", count)
+            self._changed()
 
     # ---- from changes to events ----------------------------------------------------
 
@@ -219,36 +239,35 @@ class HookService:
         if self._closing:
             return
         self._start()
-        assert self._queue is not None
         for hook in self.hooks:
             if not matches(hook, event):
                 continue
             try:
-                self._queue.put_nowait((hook, event))
+                self._queues[hook.name].put_nowait((hook, event, self.clock.now()))
             except asyncio.QueueFull:
                 self.counts["dropped"] += 1
                 self._changed()
                 if self.counts["dropped"] - self._dropped_said >= 100 or not self._dropped_said:
                     self._dropped_said = self.counts["dropped"]
                     log.warning(
-                        "hook queue full (%d waiting): %d event(s) dropped so far",
+                        "hook %s: queue full (%d waiting): %d event(s) dropped so far",
+                        hook.name,
                         self._queue_max,
                         self.counts["dropped"],
                     )
 
     # ---- delivery --------------------------------------------------------------------
 
-    async def _worker(self) -> None:
-        assert self._queue is not None
+    async def _worker(self, queue: asyncio.Queue[tuple[HookConfig, HookEvent, int]]) -> None:
         while True:
-            hook, event = await self._queue.get()
+            hook, event, _queued_at = await queue.get()
             try:
                 await self.deliver(hook, event)
             except Exception as exc:
                 self.counts["errors"] += 1
                 log.warning("hook %s: %s", hook.name, safe_text(f"{type(exc).__name__}: {exc}"))
             finally:
-                self._queue.task_done()
+                queue.task_done()
 
     async def deliver(self, hook: HookConfig, event: HookEvent) -> tuple[str, int, str]:
         """Up to `attempts` sends, recorded; returns (outcome, attempts, detail)."""
@@ -302,10 +321,11 @@ class HookService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._idle()), grace)
         self._closing = True
-        if self._queue is not None:
+        if self._queues:
             left = max(0.0, deadline - loop.time())
+            joined = asyncio.gather(*(q.join() for q in self._queues.values()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._queue.join(), left)
+                await asyncio.wait_for(joined, left)
         for task in [self._processor, *self._workers]:
             if task is not None:
                 task.cancel()
@@ -317,6 +337,16 @@ class HookService:
             with contextlib.suppress(Exception):
                 await self.store.fail_deliveries(sorted(self._inflight), self.clock.now(), STOPPED)
             self._inflight.clear()
+        left_over = []  # events no sender took up: recorded, not lost without a trace
+        for queue in self._queues.values():
+            while not queue.empty():
+                hook, event, queued_at = queue.get_nowait()
+                left_over.append((hook.name, event.event, event.task, event.occurrence_id,
+                                  queued_at))  # fmt: skip
+        if left_over:
+            self.counts["failed"] += len(left_over)
+            with contextlib.suppress(Exception):
+                await self.store.record_undelivered(left_over, self.clock.now(), STOPPED)
         if self._session is not None:
             with contextlib.suppress(Exception):
                 await self._session.close()
@@ -334,7 +364,7 @@ class HookService:
         """How many hooks, deliveries waiting in the queue and being sent, delivered,
         failed; events dropped (a full queue) and errors (events that could not be read, or
         a delivery not recorded)."""
-        waiting = self._queue.qsize() if self._queue is not None else 0
+        waiting = sum(q.qsize() for q in self._queues.values())
         counts = {key: self.counts[key] for key in ("delivered", "failed", "dropped", "errors")}
         sending = len(self._inflight)
         return {"hooks": len(self.hooks), "waiting": waiting, "sending": sending, **counts}

@@ -154,6 +154,34 @@ class HookQueries(StoreBase):
                 [(now, detail, i) for i in ids],
             )
 
+    async def record_undelivered(
+        self, items: Sequence[tuple[str, str, str | None, int | None, int]], now: int, detail: str
+    ) -> None:
+        """Events that never reached a sender (tickui stopped first): recorded failed, so
+        no event that was due a delivery goes unrecorded. Items: (hook, event, task,
+        occurrence id, created at)."""
+        if not items:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "INSERT INTO hook_deliveries (hook, event, task, occurrence_id, created_at,"
+                " finished_at, outcome, detail) VALUES (?,?,?,?,?,?,'failed',?)",
+                [(*item, now, detail) for item in items],
+            )
+
+    async def fail_stale_deliveries(self, before: int, now: int, detail: str) -> int:
+        """Deliveries left pending by a tickui that ended before them (a kill -9): failed.
+        Only rows recorded before `before` (this process's start): its own are its own."""
+        async with self._write():
+            cursor = await self._conn.execute(
+                "UPDATE hook_deliveries SET finished_at = ?, outcome = 'failed', detail = ?"
+                " WHERE outcome = 'pending' AND created_at < ?",
+                (now, detail, before),
+            )
+            count = cursor.rowcount
+            await cursor.close()
+        return count
+
     async def recent_deliveries(self, limit: int = 50) -> list[Delivery]:
         """The newest deliveries first. A database from before schema 7 has none."""
         if not await self._one(
