@@ -211,6 +211,11 @@ def test_which_events_a_row_means():
     assert occurrence_events(forbid, None) == []
     assert occurrence_events(_row(state="claimed", covers=3, missed=2), None) == ["missed"]
     assert occurrence_events(_row(state="running", missed=1), None) == []  # run_all: late, ran
+    # a retry of a run that covered 3 slots carries covers=3: its slot's misses were told
+    retry = _row(state="failed", covers=3, missed=2, attempt=2)
+    assert occurrence_events(retry, None) == ["failed"]
+    skipped_retry = _row(state="skipped", attempt=2, detail="misfire_skipped: retry due 40s ago")
+    assert occurrence_events(skipped_retry, None) == []
 
 
 def test_paused_is_a_pause_note_on_a_disabled_task_since_start():

@@ -61,7 +61,10 @@ def occurrence_events(row: dict[str, Any], previous: str | None) -> list[str]:
 
 def _missed(row: dict[str, Any]) -> bool:
     """Slots a misfire skipped (a skipped row that stands for missed slots) or folded into
-    one run (run_once covering several)."""
+    one run (run_once covering several). Told for a slot's first attempt only: a retry
+    carries its slot's `covers` along, and the slot's misses were told already."""
+    if (row.get("attempt") or 1) > 1:
+        return False
     if row["state"] == "skipped":
         return bool(row.get("missed")) or (row.get("detail") or "").startswith("misfire_")
     return (row.get("covers") or 1) > 1
