@@ -83,12 +83,12 @@ class ClaimQueries(StoreBase):
         return [occurrence_from_row(row) for row in rows]
 
     async def _check_lease(self, owner: str, token: int, now: int) -> None:
-        cursor = await self._conn.execute(
+        row = await self._one(  # one trip to the connection's thread, not two
             "SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
             " AND expires_at > ?",
             (owner, token, now),
         )
-        if await cursor.fetchone() is None:
+        if row is None:
             raise LeaseLost("the lease is no longer held by this engine")
 
     async def claim(

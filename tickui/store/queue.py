@@ -8,6 +8,7 @@ attempts left queues the next attempt; a slot's last failure counts towards paus
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -215,14 +216,15 @@ async def watch_settling(
         (succeeding, "t.failures > 0"),
     )  # fmt: skip
     for ids, needs in wanted:
-        for chunk in _chunks(list(ids), 900):
-            marks = ",".join("?" * len(chunk))
-            rows = await conn.execute_fetchall(
-                "SELECT o.id FROM occurrences o JOIN tasks t ON t.id = o.task_id"
-                f" WHERE o.id IN ({marks}) AND o.state IN {_ACTIVE_SQL} AND ({needs})",
-                chunk,
-            )
-            watched.extend(row[0] for row in rows)
+        if not ids:
+            continue
+        rows = await conn.execute_fetchall(  # the ids as one JSON array: one query a batch
+            "SELECT o.id FROM occurrences o JOIN tasks t ON t.id = o.task_id"
+            " WHERE o.id IN (SELECT value FROM json_each(?))"
+            f" AND o.state IN {_ACTIVE_SQL} AND ({needs})",
+            (json.dumps(list(ids)),),
+        )
+        watched.extend(row[0] for row in rows)
     return watched
 
 
