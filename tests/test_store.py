@@ -187,3 +187,19 @@ async def test_interval_anchor_survives_restarts(tmp_path):
         assert (later - task.anchor) % 7_000_000 == 0
     finally:
         await store.close()
+
+
+async def test_opening_a_current_file_for_writing_writes_nothing(tmp_path):
+    """A change refused after the open (a rename to a taken name) must leave the file's
+    bytes as they were: the open itself commits nothing on a current file (setting its
+    schema version again moved the header's change counter)."""
+    db = tmp_path / "t.db"
+    store = await Store.open(db)
+    await store.add_task(build_spec({"name": "a", "every": "1m", "command": ["true"]}, T0), T0)
+    await store.close()
+    files = [db, db.with_name("t.db-wal")]
+    before = [p.read_bytes() if p.exists() else None for p in files]
+    store = await Store.open(db)
+    await store.close()
+    after = [p.read_bytes() if p.exists() else None for p in files]
+    assert after == before

@@ -192,6 +192,13 @@ class StoreBase:
         return store
 
     async def _migrate(self) -> None:
+        """Bring the file to this tickui's schema. A current file is left alone: setting
+        its version again would commit a write (the header's change counter moves), and a
+        change refused after opening must leave the file's bytes as they were."""
+        version = (await self._one("PRAGMA user_version"))[0]
+        app_id = (await self._one("PRAGMA application_id"))[0]
+        if version == schema.VERSION and app_id == schema.APPLICATION_ID:
+            return
         async with self._write():
             version = (await self._one("PRAGMA user_version"))[0]
             if version > schema.VERSION:
