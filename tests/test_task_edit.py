@@ -389,3 +389,13 @@ def test_edit_and_backfill_work_on_a_file_from_an_older_tickui(tmp_path: Path) -
     rng = ("--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T00:10:00Z")
     done = cli("task", "backfill", "old", *rng, db=db2)
     assert done.returncode == 0 and "queued 10 backfill" in done.stdout, done.stderr
+
+
+def test_a_task_named_like_a_secret_key_still_shows_its_schedule(tmp_path: Path) -> None:
+    """Found by an adversarial try: "added secret: every 1s" was printed "added secret: ***
+    1s" (the line read as `secret: <value>`); the parts are redacted one by one now."""
+    db = tmp_path / "t.db"
+    added = cli("task", "add", "secret", "--every", "1s", "--", "true", db=db)
+    assert added.stdout.startswith("added secret: every 1s, next run "), added.stdout
+    edited = cli("task", "edit", "secret", "--every", "2s", db=db)
+    assert edited.stdout.startswith("edited secret: every 2s, next run "), edited.stdout

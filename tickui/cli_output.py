@@ -26,6 +26,12 @@ def say(text: Any, redacted: bool = False) -> None:
     print(printable(text, newlines=True) if redacted else safe_text(text, newlines=True))
 
 
+def task_line(verb: str, name: str, schedule: str, nxt: str) -> str:
+    """ "added NAME: SCHEDULE, next run ...", each part redacted on its own: as one line, a
+    task called "secret" read as `secret: <value>` and hid its schedule."""
+    return f"{verb} {safe_text(name)}: {safe_text(schedule)}, next run {safe_text(nxt)}"
+
+
 def print_json(value: Any) -> None:
     """JSON output: every string redacted; JSON's escaping makes control characters visible."""
     json.dump(redact_data(value), sys.stdout, indent=2)

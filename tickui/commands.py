@@ -7,12 +7,13 @@ import asyncio
 
 from tickui import procs
 from tickui.backfill import backfill_slots
+from tickui.cli_output import task_line
 from tickui.clock import Clock
 from tickui.engine import RunNowRefused, queue_run_now
 from tickui.errors import BadInput, TickuiError
 from tickui.export import spec_fields
 from tickui.models import Task
-from tickui.redact import safe_text
+from tickui.redact import printable, safe_text
 from tickui.spec import TaskSpec, build_spec
 from tickui.store import Store
 from tickui.timeutil import iso
@@ -123,12 +124,12 @@ async def save_edit(store: Store, task: Task, spec: TaskSpec, changes: dict, clo
         task.name, spec, clock.now(), enabled=enabled, generation=task.generation
     )
     nxt = iso(result.next_run_at) or "none"
-    line = f"edited {result.name}: {result.spec.schedule_text()}, next run {nxt}"
+    line = task_line("edited", result.name, result.spec.schedule_text(), nxt)
     if not result.enabled:
         line += " (disabled)"
     if result.overridden:
         line += "; overrides tickui.toml until the file changes this task"
-    say(line)
+    print(printable(line))
     return 0
 
 

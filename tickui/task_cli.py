@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tickui import checks, dbfile
-from tickui.cli_output import UsageError, print_json, say, table, with_store
+from tickui.cli_output import UsageError, print_json, say, table, task_line, with_store
 from tickui.clock import SystemClock
 from tickui.errors import BadInput, NotFound
 from tickui.redact import redact_data, safe_text
@@ -153,7 +153,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
         if args.action == "add":
             task = await store.add_task(spec, clock.now())
             nxt = iso(task.next_run_at) or "none"
-            say(f"added {task.name}: {task.spec.schedule_text()}, next run {nxt}")
+            say(task_line("added", task.name, task.spec.schedule_text(), nxt), redacted=True)
             return 0
         if args.action == "list":
             tasks = await store.list_tasks()
