@@ -89,6 +89,10 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         ] = {}  # occurrence id -> receipt not yet written
         self._faults: dict[str, str] = {}  # what failed -> its error, logged once per outage
         self._waited: set[int] = set()  # queued rows seen due and held back (not missed)
+        # Occurrences handed to the dispatcher whose receipts no reconcile holds yet: a
+        # reconcile that runs meanwhile (a run-now's, a cancel's) leaves them alone, or it
+        # could fold a run's end into a row still `claimed` and move its cursor past it.
+        self._in_flight: set[int] = set()
         store.on_events(self._wake.set)
 
     # ---- observing -----------------------------------------------------------------
@@ -301,19 +305,26 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
     async def _dispatch(self, jobs: list[Job], queued: bool = False) -> None:
         if not jobs:
             return
+        ids = [job.occurrence.id for job in jobs]
+        self._in_flight.update(ids)  # until a reconcile takes their receipts
         try:
             results = await self.dispatcher.dispatch(jobs, self.may_start)
             self._recovered("dispatch")
         except Exception as exc:  # a dispatcher must not raise; if one does, say so per run
             reason = self._faulted("dispatch", exc)
             results = [DispatchFailure("DISPATCH_FAILED", reason)] * len(jobs)
+        except BaseException:
+            self._in_flight.difference_update(ids)
+            raise
         now = self.clock.now()
         failed, unstarted = [], []
         for job, result in zip(jobs, results, strict=True):
             if isinstance(result, DispatchFailure):
                 failed.append((job.occurrence.id, result.code, redact(result.detail)))
+                self._in_flight.discard(job.occurrence.id)
             elif isinstance(result, NotStarted):
                 unstarted.append(job.occurrence.id)
+                self._in_flight.discard(job.occurrence.id)
             else:
                 receipt: dict[str, object] = {"accepted_at": now}
                 if result.command_id != job.occurrence.command_id:

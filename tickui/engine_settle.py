@@ -21,10 +21,16 @@ class Settling:
         changed: list[int] = []
         async with self._reconciling:
             receipts, self._receipts = self._receipts, {}
+            self._in_flight.difference_update(receipts)
             after: int | None = 0
             while after is not None:
                 pending, after = await self.store.unreconciled(after, self.config.batch)
-                changes = [c for p, events in pending if (c := _fold(p, events, receipts))]
+                flying = self._in_flight  # dispatched, receipt not in hand: left alone
+                changes = [
+                    c
+                    for p, events in pending
+                    if p.id not in flying and (c := _fold(p, events, receipts))
+                ]
                 await self.store.apply_changes(changes)
                 changed.extend(c.id for c in changes if c.state)
                 if after is not None:
