@@ -231,3 +231,41 @@ def test_tickui_run_runs_a_cli_backfill_of_ten_slots_in_order_under_forbid(
     assert [slot for slot, _ in ours] == slots  # started oldest first, each once
     for before, after in itertools.pairwise(backfilled):  # never side by side
         assert after["started_at"] >= before["finished_at"]
+
+
+async def test_a_cancelled_backfill_does_not_retry_its_run_in_flight(tmp_path: Path) -> None:
+    """Found by an adversarial try: --cancel cancelled the waiting slots, but the one
+    running failed afterwards and was retried. Its backfill is cancelled: so is its retry."""
+    gate = tmp_path / "go"
+    cmd = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 1"]
+    now = T0 + 30 * M + 30 * S
+    async with rig(tmp_path / "t.db", start=now) as r:
+        await r.add("m", every="1m", command=cmd, anchor=iso(T0), retries=2, retry_delay="1s")
+        slots = backfill_slots((await r.store.get_task("m")).schedule, T0, T0 + 3 * M, now, 100)
+        await r.store.queue_backfill("m", slots, now)
+        await r.engine.start()
+        await r.tick(0.001)
+        (running,) = await r.store.active_occurrences()
+        assert await r.store.cancel_backfill("m", r.clock.now()) == 2
+        gate.touch()
+        await r.settle()
+        await r.tick(5)
+        await r.settle()
+        runs = [o for o in await r.history("m") if o.kind == "backfill"]
+    assert [(o.id, o.state) for o in runs if o.attempt > 1] == [], "the cancelled one retried"
+    assert [o.state for o in runs] == ["failed", "cancelled", "cancelled"]
+    assert runs[0].id == running.id
+
+
+async def test_a_backfill_run_of_a_live_backfill_is_retried(tmp_path: Path) -> None:
+    cmd = ["sh", "-c", "exit 1"]
+    now = T0 + 30 * M + 30 * S
+    async with rig(tmp_path / "t.db", start=now) as r:
+        await r.add("m", every="1m", command=cmd, anchor=iso(T0), retries=1, retry_delay="1s")
+        slots = backfill_slots((await r.store.get_task("m")).schedule, T0, T0 + M, now, 100)
+        await r.store.queue_backfill("m", slots, now)
+        await r.engine.start()
+        await r.tick(0.001)
+        await r.settle()
+        (retry,) = await r.store.queued_of()
+    assert (retry.kind, retry.attempt) == ("backfill", 2)

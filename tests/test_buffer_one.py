@@ -9,11 +9,12 @@ import itertools
 
 import pytest
 
-from helpers import cli, cli_json
+from helpers import T0 as RIG_T0
+from helpers import cli, cli_json, rig
 from tickui.planning import DueTask, Planned, _overlap, plan_task
 from tickui.schedules import interval
 from tickui.spec import build_spec
-from tickui.timeutil import MICROS, parse_instant
+from tickui.timeutil import MICROS, iso, parse_instant
 
 S = MICROS
 MS = 1_000
@@ -195,3 +196,33 @@ def test_real_runs_a_3s_task_every_1s_never_overlap_and_the_buffered_slot_follow
     assert sum(o["state"] == "queued" for o in history) <= 1
     ran = sorted(o["scheduled_for"] for o in history if o["started_at"])
     assert ran == sorted(slot for slot in times)  # the runs the processes saw, in slot order
+
+
+async def test_with_retries_at_most_one_run_waits(tmp_path) -> None:
+    """Found by an adversarial try: a buffered slot and a retry waited side by side. A
+    waiting retry is the one that waits; a run ending failed while a slot waits is not
+    retried (the waiting slot runs next)."""
+    gate = tmp_path / "go"
+    cmd = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 1"]
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("b", every="1m", command=cmd, concurrency="buffer_one", anchor=iso(RIG_T0),
+                    retries=2, retry_delay="5m")  # fmt: skip
+        await r.engine.start()
+        await r.tick(0.001)  # slot 0 runs (and waits on the gate)
+        await r.tick(60)  # slot 60 waits: buffered
+        await r.tick(1)
+        assert [(o.kind, o.attempt) for o in await r.store.queued_of()] == [("scheduled", 1)]
+        gate.touch()  # slot 0 fails: a slot waits already, so no retry
+        await r.settle()
+        waiting = await r.store.queued_of()
+        assert [(o.scheduled_for, o.attempt) for o in waiting] == [(RIG_T0 + 60 * MICROS, 1)]
+        await r.tick(0.001)  # slot 60 starts and fails: nothing waits, so it is retried
+        await r.settle()
+        (retry,) = await r.store.queued_of()
+        assert (retry.scheduled_for, retry.attempt) == (RIG_T0 + 60 * MICROS, 2)
+        await r.tick(59)  # slot 120 while the retry waits (5m): the buffer is full
+        runs = await r.history("b")
+        assert [(o.scheduled_for - RIG_T0) // MICROS for o in runs if o.attempt > 1] == [60]
+        skipped = [o for o in runs if o.state == "skipped"]
+        assert [o.detail for o in skipped] == ["concurrency_buffer_full"]
+        assert len(await r.store.queued_of()) == 1

@@ -35,13 +35,9 @@ class QueuedStarts:
         self._notify(EngineChange(frozenset(tasks), frozenset(o.id for o in rows)))
 
     async def _buffered(self, page: list[Task]) -> set[int]:
-        """E: buffer_one: the page's buffer_one tasks that have a slot waiting already (a
-        queued first attempt of kind scheduled)."""
+        """buffer_one: the page's buffer_one tasks that have a run waiting already (a
+        buffered slot or a retry: at most one waits)."""
         ids = [task.id for task in page if task.spec.concurrency == "buffer_one"]
         if not ids:
             return set()
-        return {
-            occ.task_id
-            for occ in await self.store.queued_of(ids)
-            if occ.kind == "scheduled" and occ.attempt == 1
-        }
+        return {occ.task_id for occ in await self.store.queued_of(ids) if occ.kind != "backfill"}

@@ -262,6 +262,8 @@ async def after_settling(conn: aiosqlite.Connection, watched: Sequence[int]) -> 
         retry_at = (
             retries.next_retry(policy, state, code, attempt, first, finished) if current else None
         )
+        if retry_at is not None and await _no_retry_now(conn, task_id, kind, spec_text, first):
+            retry_at = None
         if retry_at is not None:
             item = Queued(task_id, name, kind, slot, generation, retry_at, attempt + 1, first)
             item.covers = covers
@@ -282,6 +284,35 @@ async def after_settling(conn: aiosqlite.Connection, watched: Sequence[int]) -> 
     changed = [(n, t) for t, n in failures.items() if n != stored_counts[t]]
     if changed:
         await conn.executemany("UPDATE tasks SET failures = ? WHERE id = ?", changed)
+
+
+async def _no_retry_now(
+    conn: aiosqlite.Connection, task_id: int, kind: str, spec_text: str, first: int
+) -> bool:
+    """A retry that must not be queued although attempts are left: a backfill run whose
+    backfill was cancelled meanwhile (its waiting slots were, so is its retry); under
+    buffer_one, a run whose task already has a run waiting (at most one waits)."""
+    if kind == "backfill":
+        rows = await conn.execute_fetchall(
+            "SELECT 1 FROM occurrences c WHERE c.task_id = ? AND c.kind = 'backfill'"
+            " AND c.state = 'cancelled' AND c.detail = 'backfill cancelled' AND c.finished_at"
+            " >= (SELECT claimed_at FROM occurrences WHERE id = ?) LIMIT 1",
+            (task_id, first),
+        )
+        return bool(rows)
+    if _concurrency(spec_text) == "buffer_one":
+        rows = await conn.execute_fetchall(
+            "SELECT 1 FROM occurrences WHERE task_id = ? AND state = 'queued'"
+            " AND kind <> 'backfill' LIMIT 1",
+            (task_id,),
+        )
+        return bool(rows)
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _concurrency(spec_text: str) -> str:
+    return TaskSpec.from_json(spec_text).concurrency
 
 
 async def _pause(conn: aiosqlite.Connection, task_id: int, count: int, code: str | None, at: int):
