@@ -230,7 +230,7 @@ async def test_c_cancels_the_selected_running_occurrence(tmp_db: Path) -> None:
         assert (await app.host.store.get_occurrence(occ.id)).state == "cancelled"
         await pilot.press("c")  # nothing running there now
         await pilot.pause()
-        assert any("no running occurrence" in n for n in notes(app))
+        assert any("no running or waiting occurrence" in n for n in notes(app))
 
 
 async def test_slash_filters_tasks_and_escape_clears(tmp_db: Path) -> None:

@@ -22,8 +22,8 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
         Key("enter", "detail", "Open",
             "Open: a task's detail (Tasks pane) or a run's output (Occurrences pane)", 3),
         Key("c", "cancel_run", "Cancel run",
-            "Cancel the selected running or waiting occurrence (asks first); while quitting: all"
-            " of them", 4),
+            "Cancel the selected running or waiting run (asks first); while quitting: all of them",
+            4),
     ]),
     ("Tasks", [
         Key("a", "add_task", "Add", "Add a task (the form checks it as you type)", 6),
