@@ -269,3 +269,26 @@ async def test_a_backfill_run_of_a_live_backfill_is_retried(tmp_path: Path) -> N
         await r.settle()
         (retry,) = await r.store.queued_of()
     assert (retry.kind, retry.attempt) == ("backfill", 2)
+
+
+async def test_cancel_ends_the_running_backfill_run_through_the_engine(tmp_path: Path) -> None:
+    """`--cancel` from another process while the backfill's last slot runs: nothing waits,
+    so the running one is the engine's to end; it ends cancelled and is never retried."""
+    cmd = ["sh", "-c", "sleep 30; exit 1"]
+    now = T0 + 30 * M + 30 * S
+    db = tmp_path / "t.db"
+    async with rig(db, start=now) as r:
+        await r.add("m", every="1m", command=cmd, anchor=iso(T0), retries=2, retry_delay="1s")
+        slots = backfill_slots((await r.store.get_task("m")).schedule, T0, T0 + M, now, 100)
+        await r.store.queue_backfill("m", slots, now)
+        await r.engine.start()
+        await r.tick(0.001)
+        (running,) = await r.store.active_occurrences()
+        done = cli("task", "backfill", "m", "--cancel", db=db)
+        assert done.returncode == 0, done.stderr
+        assert "cancelled 0 queued" in done.stdout and "cancel the 1 running" in done.stdout
+        await r.tick(0.001)  # the engine takes the request
+        await r.settle()
+        await r.tick(5)
+        runs = await r.history("m")
+    assert [(o.id, o.state, o.attempt) for o in runs] == [(running.id, "cancelled", 1)]

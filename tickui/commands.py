@@ -10,6 +10,7 @@ from tickui.backfill import backfill_slots
 from tickui.cli_output import task_line
 from tickui.clock import Clock
 from tickui.engine import RunNowRefused, queue_run_now
+from tickui.engine_requests import CANCEL_BACKFILL
 from tickui.errors import BadInput, TickuiError
 from tickui.export import spec_fields
 from tickui.models import Task
@@ -19,6 +20,7 @@ from tickui.store import Store
 from tickui.timeutil import iso
 
 REQUEST_WAIT = 5.0
+
 SCHEDULE_KEYS = ("cron", "every", "at")
 # Fields `task edit` clears when given as '' (back to their default).
 CLEARABLE = ("tz", "timeout", "jitter", "anchor", "cwd")
@@ -51,7 +53,14 @@ async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> i
         say(f"disabled {name}" + (f" ({args.note})" if args.note else ""))
     elif args.action == "backfill":  # --cancel (the rest is save_backfill)
         cancelled = await store.cancel_backfill(name, clock.now())
-        say(f"cancelled {cancelled} queued backfill run(s) of {name}")
+        line = f"cancelled {cancelled} queued backfill run(s) of {name}"
+        task = await store.get_task(name)
+        running = [o for o in await store.active_occurrences()
+                   if o.task_id == task.id and o.kind == "backfill"]  # fmt: skip
+        if running:  # the engine that runs them ends them (they are not retried then)
+            await store.add_request(task, CANCEL_BACKFILL, clock.now())
+            line += f"; asked the engine to cancel the {len(running)} running"
+        say(line)
     elif args.action == "rm":
         await store.remove_task(name, clock.now())
         say(f"removed {name}; its history stays")

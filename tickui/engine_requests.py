@@ -32,6 +32,9 @@ async def queue_run_now(store: Store, task: Task, now: int) -> int:
     return request
 
 
+CANCEL_BACKFILL = "cancel_backfill"  # a request kind (commands.py leaves it)
+
+
 class RunsOnRequest:
     """run_now, the run-now requests left for the lease holder, cancel."""
 
@@ -70,8 +73,24 @@ class RunsOnRequest:
                     request.id, now, "refused", None, "TASK_GONE: the task was removed"
                 )
                 continue
+            if request.kind == CANCEL_BACKFILL:
+                await self._cancel_backfill(task, request.id, now)
+                continue
             with contextlib.suppress(RunNowRefused):
                 await self._run_now(task, request.id, now)
+
+    async def _cancel_backfill(self, task: Task, request: int, now: int) -> None:
+        """`task backfill NAME --cancel` from another process: its waiting runs it
+        cancelled itself; the running ones are this engine's to end (then never retried)."""
+        running = [
+            o.id
+            for o in await self.store.active_occurrences()
+            if o.task_id == task.id and o.kind == "backfill"
+        ]
+        ended = [occ_id for occ_id in running if await self.cancel(occ_id)]
+        await self.store.finish_request(
+            request, now, "done", None, f"cancelled {len(ended)} running backfill run(s)"
+        )
 
     async def cancel(self, occurrence_id: int) -> bool:
         """Cancel a running occurrence this engine started, or a queued one."""
