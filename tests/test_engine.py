@@ -414,3 +414,29 @@ async def test_a_user_can_cancel_a_running_occurrence(tmp_path):
         assert occ.state == "cancelled" and occ.detail == "cancelled_by_user"
         assert not _alive(occ.pid)
         assert await r.engine.cancel(occ.id) is False  # nothing left to cancel
+
+
+async def test_the_wal_is_checkpointed_after_a_burst_not_inside_it(tmp_path):
+    """SQLite's own checkpoints (10 to 12 ms each) fell inside a burst's commits; the
+    engine folds the WAL in at the first quiet scan after work, once."""
+    async with rig(tmp_path / "t.db") as r:
+        calls = []
+        real = r.store.checkpoint
+
+        async def checkpoint() -> None:
+            calls.append(r.clock.now())
+            await real()
+
+        r.store.checkpoint = checkpoint  # type: ignore[method-assign]
+        for n in range(20):
+            await r.add(f"t{n}", every="1m")
+        wal = (await r.store._one("PRAGMA wal_autocheckpoint"))[0]
+        assert wal >= 10_000, "SQLite would checkpoint inside the burst's commits"
+        await r.engine.start()
+        await r.tick(0)
+        await r.settle()
+        assert calls == [], "checkpointed while there was work"
+        await r.tick(1)  # quiet: every run has settled
+        await r.tick(1)
+        await r.tick(1)
+        assert len(calls) == 1

@@ -83,6 +83,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         self._listeners: list[Callable[[EngineChange], None]] = []
         self._coalesced = 0
         self._last_prune: int | None = None
+        self._worked = False  # a scan did work since the last checkpoint
         self._wake_after_scan = False
         self._receipts: dict[
             int, dict[str, object]
@@ -196,6 +197,10 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
                         await self._scan_queued(now)
                         await self._scan_due(now)
                         await self.reconcile()
+                        self._worked = True
+                    elif self._worked:  # the first quiet scan after work: fold the WAL in
+                        self._worked = False
+                        await self.store.checkpoint()
                     await self._maybe_prune(now)
                     self._set_result(now, "ok", None)
                 else:

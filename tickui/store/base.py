@@ -25,6 +25,7 @@ NO_STATS = TaskStats()
 SPEC_CACHE_MAX = 100_000
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
+WAL_AUTOCHECKPOINT_PAGES = 10_000  # about 40 MB of WAL before SQLite checkpoints by itself
 DEFAULT_KEEP = 1000
 _OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
 _ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
@@ -150,6 +151,9 @@ class StoreBase:
             await conn.execute("PRAGMA synchronous = NORMAL")
             await conn.execute("PRAGMA cache_size = -32000")
             await conn.execute("PRAGMA temp_store = MEMORY")
+            # Checkpoints are the engine's to run when a burst is over (checkpoint()), not
+            # SQLite's inside a burst's commits; this bound only caps the WAL's growth.
+            await conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
             store = cls(db, conn)
             await store._migrate()
         except sqlite3.Error as exc:
@@ -210,6 +214,12 @@ class StoreBase:
                     await self._conn.execute(statement)
             await self._conn.execute(f"PRAGMA user_version = {schema.VERSION}")
             await self._conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+
+    async def checkpoint(self) -> None:
+        """Copy the WAL's committed pages back into the database (PASSIVE: never waits
+        for readers), at a quiet moment rather than inside a busy commit."""
+        if not self.readonly:
+            await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def close(self) -> None:
         await self._conn.close()
