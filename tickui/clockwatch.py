@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import errno
+import functools
 import logging
 import os
 import sys
@@ -38,11 +38,13 @@ class _Itimerspec(ctypes.Structure):
     _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library, once (the process's own symbols: find_library runs ldconfig)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
 

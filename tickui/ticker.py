@@ -310,6 +310,8 @@ class RuntimeScheduler:
                 await self.bus.start()
             self._queue = asyncio.Queue(BACKLOG)
             self._publisher = asyncio.create_task(self._publish_loop(), name="tickui-publish")
+        # before the start is taken: opening it must not push the first ticks late
+        self._clock_watch = _clock_set_watch(self.clock)
         self._started_mono, self._started_at = loop.time(), self.clock.now()
         self._status = SchedulerStatus.RUNNING
         self._loop_task = asyncio.create_task(self._tick_loop(), name="tickui-ticker")
@@ -420,7 +422,6 @@ class RuntimeScheduler:
         return mono + (base - wall) / MICROS / self.clock.scale + GUARD, base
 
     async def _tick_loop(self) -> None:
-        self._clock_watch = _clock_set_watch(self.clock)
         try:
             await self._tick_on()
         finally:
