@@ -400,6 +400,33 @@ class OccApp(App):
         self.clicked.append(event.column_title)
 
 
+async def test_a_pane_nobody_is_in_shows_the_newest_rows_as_they_arrive() -> None:
+    """Its cursor on the top row and the focus elsewhere, the pane follows the top (as a
+    log does): the demo showed runs from a minute ago and "↑ 73 newer above". Once the
+    pane is focused, the cursor keeps its row (the test below)."""
+    rows = OccurrenceRows()
+    rows.load([occ(i, task=f"t{i}") for i in range(1, 11)])
+    app = OccApp(rows)
+    async with app.run_test(size=(120, 20)) as pilot:
+        table = app.table
+        await pilot.pause()
+        app.set_focus(None)
+        await pilot.pause()
+        table.sync_size()
+        assert table.selected_key == 10 and not table.has_focus
+        for i in range(11, 61):
+            rows.upsert(occ(i, task=f"t{i}"))
+            table.sync_size()
+        await pilot.pause()
+        assert table.selected_key == 60 and table.cursor == 0 and table.scroll_offset.y == 0
+        table.focus()
+        await pilot.pause()
+        for i in range(61, 71):
+            rows.upsert(occ(i, task=f"t{i}"))
+            table.sync_size()
+        assert table.selected_key == 60 and table.cursor == 10  # in it: the row is kept
+
+
 async def test_the_cursor_stays_on_its_occurrence_while_50_arrive_on_top() -> None:
     rows = OccurrenceRows()
     rows.load([occ(i, task=f"t{i}") for i in range(1, 101)])

@@ -219,6 +219,7 @@ class RowTable(ScrollView, can_focus=True):
         self.now = now
         self._cursor = 0
         self._key: Hashable | None = None
+        self._picked = False  # a row was picked (keys, click, select) since the pane was left
         self._layout: list[tuple[int, int]] = []  # (column index, width)
         self._laid_for: tuple[int, str | None] | None = None
         self._wanted: dict[int, int] = {}  # flexible column: widest content painted
@@ -249,6 +250,7 @@ class RowTable(ScrollView, can_focus=True):
         return True
 
     def move_to(self, index: int) -> None:
+        self._picked = True
         count = len(self.source)
         old = self._cursor
         self._cursor = max(0, min(index, count - 1)) if count else 0
@@ -282,7 +284,15 @@ class RowTable(ScrollView, can_focus=True):
         and it still fits there (then rows added on top show)."""
         count = len(self.source)
         self.virtual_size = Size(0, count + 1)  # no horizontal scrolling
-        index = self.source.index_of(self._key) if self._key is not None else None
+        # A pane nobody is in, its cursor on the top row: it shows the newest rows (as a
+        # log does) rather than keep a row nobody picked while newer ones push it away.
+        watching = (
+            self._cursor == 0
+            and self.scroll_offset.y == 0
+            and not self.has_focus
+            and not self._picked
+        )
+        index = self.source.index_of(self._key) if self._key is not None and not watching else None
         if index is None:
             index = max(0, min(self._cursor, count - 1)) if count else 0
         if self.is_mounted:
@@ -464,4 +474,5 @@ class RowTable(ScrollView, can_focus=True):
         self.refresh()
 
     def on_blur(self) -> None:
+        self._picked = False  # left: its top row follows the newest again
         self.refresh()
