@@ -153,8 +153,11 @@ async def _queue(r, name: str, *slots: int, kind: str = "scheduled", **fields) -
 
 
 async def test_queued_rows_start_oldest_first_one_at_a_time_under_forbid(tmp_path):
-    out = tmp_path / "out.txt"
-    cmd = ["sh", "-c", f"echo $TICKUI_SCHEDULED_FOR >> {out}"]
+    out, lock = tmp_path / "out.txt", tmp_path / "running"
+    # a run that finds another one's lock says so: overlap is seen whatever the timing
+    script = (f"if [ -e {lock} ]; then echo OVERLAP >> {out}; fi; touch {lock}; sleep 0.1;"
+              f" rm -f {lock}; echo $TICKUI_SCHEDULED_FOR >> {out}")  # fmt: skip
+    cmd = ["sh", "-c", script]
     async with rig(tmp_path / "t.db") as r:
         await r.add("q", every="1h", command=cmd, anchor="2027-01-15T09:00:00Z")
         await r.engine.start()
@@ -163,7 +166,7 @@ async def test_queued_rows_start_oldest_first_one_at_a_time_under_forbid(tmp_pat
         assert await _queue(r, "q", T0 - S, kind="backfill") == []  # a slot is queued once
         for _ in range(3):
             await r.tick(0.1)
-            assert len(await r.store.active_occurrences()) == 1  # one at a time
+            assert len(await r.store.active_occurrences()) <= 1  # (a quick one may be done)
             await r.settle()
         runs = await r.history("q")
         assert [(o.scheduled_for, o.state) for o in runs] == [
