@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from tickui import backfill, checks, dbfile
+from tickui import backfill, checks, dbfile, workers_cli
 from tickui import config as config_mod
 from tickui.checks import arg, arg_duration, arg_number
 from tickui.cli_output import UsageError
 from tickui.clock import SystemClock
+from tickui.dispatch import worker_cli
 from tickui.errors import BadInput, NotFound, StoreError, TickuiError
 from tickui.redact import safe_text
 from tickui.spec import check_name
@@ -140,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     hooks = sub.add_parser("hooks", parents=[shared], help="recent hook deliveries")
     hooks.add_argument("--json", action="store_true")
     hooks.add_argument("--limit", type=arg_number("--limit", 1, 1000, integer=True), default=50)
+    worker = sub.add_parser("worker", parents=[shared], help="run commands sent over Kafka")
+    worker_cli.add_arguments(worker)
+    workers = sub.add_parser("workers", parents=[shared], help="the workers the engine has heard")
+    workers_cli.add_arguments(workers)
     return parser
 
 
@@ -238,6 +243,12 @@ def run(argv: Sequence[str]) -> int:
         return cmd_ticks(args, settings)
     if args.command == "task":
         return asyncio.run(cmd_task(args, command, path))
+    if args.command in ("worker", "workers"):
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        if args.command == "worker":
+            return worker_cli.main(args, settings)
+        return asyncio.run(workers_cli.main(args, path))
     if args.command == "hooks":
         from tickui.hooks.command import cmd_hooks
 
