@@ -49,6 +49,12 @@ def test_only_failures_for_a_named_reason_are_retried():
     assert not retries.retryable("failed", "DISPATCH_FAILED", on)
     assert retries.retryable("failed", "DISPATCH_FAILED", ("dispatch",))
     assert not retries.retryable("failed", "TIMEOUT", ("exit",))
+    # Runs on workers: a lost worker interrupted its run; no start in time is a dispatch.
+    assert retries.retryable("failed", "WORKER_LOST", ("interrupted",))
+    assert not retries.retryable("failed", "WORKER_LOST", ("exit", "timeout"))
+    for code in ("DISPATCH_TIMEOUT", "DEADLINE"):
+        assert retries.retryable("failed", code, ("dispatch",))
+        assert not retries.retryable("failed", code, on)
     for state in ("cancelled", "skipped", "succeeded"):
         assert not retries.retryable(state, "EXIT_NONZERO", retries.REASONS)
 

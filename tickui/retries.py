@@ -22,12 +22,13 @@ JITTER = 0.10  # a delay is shortened by up to this fraction, fixed per occurren
 
 def reason(error_code: str | None) -> str:
     """The retry_on word a failure's error code falls under. A run that exited non-zero,
-    was killed by a signal or failed by a runtime's own code is an `exit`."""
+    was killed by a signal or failed by a runtime's own code is an `exit`. A worker lost
+    mid-run interrupted it; a command no worker started in time was not dispatched."""
     if error_code == "TIMEOUT":
         return "timeout"
-    if error_code == "INTERRUPTED":
+    if error_code in ("INTERRUPTED", "WORKER_LOST"):
         return "interrupted"
-    if error_code == "DISPATCH_FAILED":
+    if error_code in ("DISPATCH_FAILED", "DISPATCH_TIMEOUT", "DEADLINE"):
         return "dispatch"
     return "exit"
 
