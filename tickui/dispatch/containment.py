@@ -268,16 +268,20 @@ class Containment:
         session and carries `marker_for(occurrence)` in its environment; `output` is a
         file descriptor of the pipe its output goes to. Call it right after the process
         starts. Never raises (a run it cannot follow is ended by group)."""
+        self.follow(occurrence.id, marker_for(occurrence), pid, output)
+
+    def follow(self, key: int, marker: Mapping[str, str], pid: int, output: int | None) -> None:
+        """`track` for any run: `key` names it here, `marker` is the set of TICKUI_* entries
+        its environment carries (a worker's runs are not occurrences of a local store)."""
         try:
             proc = read_proc(pid) if self.tracking else None
-            marker = _marker_bytes(marker_for(occurrence))
             pipe = os.fstat(output).st_ino if output is not None else None
             start = proc.start if proc else None
-            self._trees[occurrence.id] = _Tree(pid, start, marker, pipe)
+            self._trees[key] = _Tree(pid, start, _marker_bytes(marker), pipe)
             if self.tracking and (self._watch is None or self._watch.done()):
                 self._watch = asyncio.get_running_loop().create_task(self._follow())
         except Exception:
-            log.exception("cannot follow the processes of occurrence %s", occurrence.id)
+            log.exception("cannot follow the processes of run %s", key)
 
     def knows(self, key: int) -> bool:
         return key in self._trees

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import logging
 import os
-import shutil
-import signal
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from tickui import procs
 from tickui.clock import Clock
@@ -25,81 +18,26 @@ from tickui.dispatch.base import (
     Receipt,
     wait_until_done,
 )
-from tickui.dispatch.containment import Containment, end_group, marker_for
+from tickui.dispatch.containment import Containment, marker_for
 from tickui.dispatch.output import (
     HEAD_BYTES_DEFAULT,
     TAIL_BYTES_DEFAULT,
-    BoundedLog,
     OutputHealth,
-    OutputPump,
     visible,
 )
+from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
 from tickui.models import Occurrence
-from tickui.occurrence import (
-    RUN_CANCELED,
-    RUN_COMPLETED,
-    RUN_FAILED,
-    RUN_TRANSITION,
-    bound,
-)
+from tickui.occurrence import RUN_FAILED, RUN_TRANSITION, bound
 from tickui.redact import redact
 from tickui.store import NewEvent, Store
-from tickui.timeutil import MICROS, format_duration
 
 log = logging.getLogger("tickui.dispatch")
 
-# A start that took longer than this after its lease check (the process was paused
-# around the fork) asks the fence again; far below the lease's own margin (>= 0.1 s).
-# The start gate: a tiny sh waits for one line on its stdin (the gate pipe), then gives the
-# command /dev/null as stdin, as ungated runs get, and execs it (same pid, group and env);
-# EOF instead of the line ends it with 125, the command unrun.
-GATE = ("/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "tickui-gate")
+_Run = ProcessRun  # its `tag` is the occurrence
 
 
-def _open_gate(run: _Run) -> None:
-    gate, run.gate = run.gate, None
-    if gate is not None:
-        try:
-            os.write(gate, b"go\n")
-        finally:
-            os.close(gate)
-
-
-def _close_gate(run: _Run) -> None:
-    gate, run.gate = run.gate, None
-    if gate is not None:
-        os.close(gate)
-
-
-def _check_program(program: str, cwd: str | None, env: dict[str, str]) -> None:
-    """Refuse, as exec would, a program that cannot run: behind the gate the exec happens
-    in the child, where its failure would look like the command's own exit 127."""
-    if "\0" in program:
-        raise ValueError("embedded null byte")
-    if "/" in program:
-        path = program if os.path.isabs(program) else os.path.join(cwd or os.getcwd(), program)
-    else:
-        found = shutil.which(program, path=env.get("PATH", os.defpath))
-        if found is None:
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-        path = found
-    if not os.path.exists(path):
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-    if os.path.isdir(path) or not os.access(path, os.X_OK):
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
-
-
-@dataclass
-class _Run:
-    occurrence: Occurrence
-    process: asyncio.subprocess.Process
-    run_id: str
-    log_path: Path
-    sink: BoundedLog | None = None
-    output: OutputPump | None = None
-    cancel_reason: str | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    gate: int | None = None  # write end of the start gate, while the command waits on it
+def _occ(run: ProcessRun) -> Occurrence:
+    return run.tag
 
 
 class SubprocessDispatcher:
@@ -120,21 +58,33 @@ class SubprocessDispatcher:
     ) -> None:
         self.store = store
         self.clock = clock
-        self.kill_grace = kill_grace
-        self.head_bytes = head_bytes
-        self.tail_bytes = tail_bytes
+        self.runner = ProcessRunner(kill_grace, head_bytes, tail_bytes, OutputHealth())
         self.log_dir = store.log_dir
         self.retry_min = 0.05  # seconds between attempts to write delayed events, doubling
         self.retry_max = 2.0
         self.flush_grace = 5.0  # how long shutdown waits for delayed events
         self._runs: dict[int, _Run] = {}
-        self._containment = Containment()  # every descendant of a run ends with it
         self._watchers: set[asyncio.Task[None]] = set()
         self._outbox: list[NewEvent] = []
         self._flusher: asyncio.Task[None] | None = None
         self._outage: str | None = None
         self._outage_since = 0.0
-        self._output_health = OutputHealth()  # one warning per outage, for all runs
+
+    @property
+    def kill_grace(self) -> float:
+        return self.runner.kill_grace
+
+    @kill_grace.setter
+    def kill_grace(self, value: float) -> None:
+        self.runner.kill_grace = value
+
+    @property
+    def _containment(self) -> Containment:
+        return self.runner.containment
+
+    @property
+    def _output_health(self) -> OutputHealth:
+        return self.runner.health  # one warning per outage, for all runs
 
     def active(self) -> int:
         return len(self._runs)
@@ -162,54 +112,18 @@ class SubprocessDispatcher:
         """Start one run; on any failure nothing is left open and the error is raised.
 
         `gated`: the process is created, but waits (in a tiny `sh`, before it execs the
-        command) until `_open_gate` says go, so the lease can be checked after the fork,
+        command) until `open_gate` says go, so the lease can be checked after the fork,
         immediately before the command runs; closing the gate instead ends it unrun."""
         spec = job.task.spec
-        self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{job.occurrence.id}.log"
-        sink: BoundedLog | None = None
-        read_end = write_end = gate_read = gate_write = -1
-        try:
-            env = self._env(job)
-            sink = BoundedLog(log_path, self.head_bytes, self.tail_bytes, self._output_health)
-            read_end, write_end = os.pipe()  # both close-on-exec; the child gets a dup
-            argv = list(spec.command)
-            if gated:
-                _check_program(spec.command[0], spec.cwd, env)  # as exec would refuse it
-                gate_read, gate_write = os.pipe()
-                argv = [*GATE, *spec.command]
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=spec.cwd or None,
-                env=env,
-                stdin=gate_read if gated else asyncio.subprocess.DEVNULL,
-                stdout=write_end,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except BaseException:
-            for fd in (read_end, write_end, gate_read, gate_write):
-                if fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            if sink is not None:
-                sink.close()
-                with contextlib.suppress(OSError):
-                    log_path.unlink()
-            raise
-        os.close(write_end)
-        if gate_read >= 0:
-            os.close(gate_read)
-        run = _Run(job.occurrence, process, f"run-{uuid.uuid4().hex[:16]}", log_path, sink)
-        run.gate = gate_write if gate_write >= 0 else None
-        try:
-            run.output = OutputPump(asyncio.get_running_loop(), read_end, sink)
-        except Exception:  # the run goes on; its output is not kept
-            log.exception("cannot read the output of occurrence %s", job.occurrence.id)
-            with contextlib.suppress(OSError):
-                os.close(read_end)
-            sink.close()
-        return run
+        return await self.runner.spawn(
+            job.occurrence.id,
+            spec.command,
+            cwd=spec.cwd,
+            env=self._env(job),
+            log_path=self.log_dir / f"{job.occurrence.id}.log",
+            gated=gated,
+            tag=job.occurrence,
+        )
 
     async def dispatch(
         self, jobs: Sequence[Job], may_start: Fence | None = None
@@ -233,11 +147,8 @@ class SubprocessDispatcher:
                     results.append(DispatchFailure("DISPATCH_FAILED", _spawn_failure(job, exc)))
                     continue
                 self._runs[job.occurrence.id] = run
-                try:  # the run has started: a tracking fault must not end the batch
-                    pipe = run.output.fd if run.output is not None else None
-                    self._containment.track(job.occurrence, run.process.pid, pipe)
-                except Exception:
-                    log.exception("cannot track the processes of occurrence %s", run.occurrence.id)
+                # the run has started: a tracking fault must not end the batch (never raises)
+                self.runner.track(run, marker_for(job.occurrence))
                 if may_start is not None:
                     # The fork took time, and a pause (SIGSTOP, a suspend) may have fallen
                     # in it: ask again, then open the gate with no await in between.
@@ -245,7 +156,7 @@ class SubprocessDispatcher:
                     if fenced is not None:
                         results.append(await self._abort(run, fenced))
                         continue
-                    _open_gate(run)
+                    open_gate(run)
                 runs.append((run, job.task.spec.timeout))
                 started.append(self._started(run))
                 results.append(Receipt(job.occurrence.command_id or "", str(run.log_path)))
@@ -262,20 +173,14 @@ class SubprocessDispatcher:
         ends without running the command, and make sure nothing of it is left."""
         log.warning(
             "occurrence %s not started: the lease was lost while its process was created",
-            run.occurrence.id,
+            run.key,
         )
-        _close_gate(run)
         try:
-            if self._containment.knows(run.occurrence.id):
-                await self._containment.end(run.occurrence.id, 0)
-            else:
-                await end_group(run.process.pid, 0)
-            await run.process.wait()
-            await self._finish_output(run)
+            await self.runner.abort(run)
         except Exception:
-            log.exception("stopping occurrence %s failed", run.occurrence.id)
+            log.exception("stopping occurrence %s failed", run.key)
         finally:
-            self._runs.pop(run.occurrence.id, None)
+            self._runs.pop(run.key, None)
         return fenced
 
     @staticmethod
@@ -297,7 +202,7 @@ class SubprocessDispatcher:
         return NewEvent(
             self.clock.now(),
             RUN_TRANSITION,
-            run.occurrence.command_id,
+            _occ(run).command_id,
             run.run_id,
             {
                 "state": "running",
@@ -311,23 +216,20 @@ class SubprocessDispatcher:
     # ---- watching ----------------------------------------------------------------------
 
     async def _watch(self, run: _Run, timeout: int | None) -> None:
-        timed_out = False
         outcome: NewEvent | None = None
+        command_id = _occ(run).command_id
         try:
-            try:
-                await asyncio.wait_for(run.process.wait(), timeout / MICROS if timeout else None)
-            except TimeoutError:
-                timed_out = True
-                await self._terminate(run)
-            await self._finish_output(run)
-            outcome = self._outcome(run, timeout, timed_out)
+            timed_out = await self.runner.wait(run, timeout)
+            await self.runner.finish_output(run)
+            kind, payload = self.runner.outcome(run, timeout, timed_out)
+            outcome = NewEvent(self.clock.now(), kind, command_id, run.run_id, payload)
         except Exception as exc:
-            log.exception("watching occurrence %s failed", run.occurrence.id)
+            log.exception("watching occurrence %s failed", run.key)
             outcome = await self._watch_failed(run, exc)
         finally:
-            await self._finish_output(run)
-            await self._end_rest(run)
-            self._runs.pop(run.occurrence.id, None)
+            await self.runner.finish_output(run)
+            await self.runner.end_rest(run)
+            self._runs.pop(run.key, None)
             try:
                 if outcome is not None:
                     await self._record([outcome])
@@ -338,76 +240,23 @@ class SubprocessDispatcher:
         """Watching broke: make sure the run is over, and record it as failed."""
         if run.process.returncode is None:
             try:
-                await self._terminate(run)
+                await self.runner.terminate(run)
             except Exception:
-                log.exception("stopping occurrence %s failed", run.occurrence.id)
+                log.exception("stopping occurrence %s failed", run.key)
         payload: dict[str, object] = {
             "exit_code": run.process.returncode,
             "error_code": "DISPATCH_FAILED",
             "detail": bound(f"watching the run failed: {_describe(exc)}"),
         }
-        occ = run.occurrence
-        return NewEvent(self.clock.now(), RUN_FAILED, occ.command_id, run.run_id, payload)
-
-    @staticmethod
-    async def _finish_output(run: _Run) -> None:
-        pump, run.output = run.output, None
-        if pump is not None:
-            await pump.finish()
-
-    def _outcome(self, run: _Run, timeout: int | None, timed_out: bool) -> NewEvent:
-        code = run.process.returncode
-        occ = run.occurrence
-        payload: dict[str, object] = {"exit_code": code}
-        if run.cancel_reason is not None:
-            kind = RUN_CANCELED
-            payload["detail"] = run.cancel_reason
-        elif timed_out:
-            kind = RUN_FAILED
-            payload.update(
-                error_code="TIMEOUT", detail=f"timed out after {format_duration(timeout or 0)}"
-            )
-        elif code == 0:
-            kind = RUN_COMPLETED
-        else:
-            kind = RUN_FAILED
-            last = run.sink.last_line() if run.sink is not None else ""
-            said = f": {last}" if last else ""
-            if code is not None and code < 0:
-                name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
-                payload.update(error_code="KILLED", detail=bound(f"killed by {name}{said}"))
-            else:
-                payload.update(error_code="EXIT_NONZERO", detail=bound(f"exit {code}{said}"))
-        return NewEvent(self.clock.now(), kind, occ.command_id, run.run_id, payload)
-
-    async def _terminate(self, run: _Run) -> None:
-        """End the run's whole tree (its process group as a group, every descendant that
-        left it): SIGTERM, then SIGKILL after the grace. See containment.py."""
-        key = run.occurrence.id
-        if self._containment.knows(key):
-            await self._containment.end(key, self.kill_grace)
-        elif run.process.returncode is None:  # not reaped: its PID is still its own
-            await end_group(run.process.pid, self.kill_grace)
-        await run.process.wait()
-
-    async def _end_rest(self, run: _Run) -> None:
-        """The main process is over: end what it left behind (a background child, a
-        daemon), so nothing of a run outlives it. Never raises."""
-        try:
-            await self._containment.end(run.occurrence.id, self.kill_grace)
-        except Exception:
-            log.exception("stopping what occurrence %s left failed", run.occurrence.id)
+        command_id = _occ(run).command_id
+        return NewEvent(self.clock.now(), RUN_FAILED, command_id, run.run_id, payload)
 
     async def cancel(self, occurrence_id: int, reason: str) -> bool:
         """Stop a run this dispatcher started; its outcome is recorded as cancelled."""
         run = self._runs.get(occurrence_id)
         if run is None:
             return False
-        run.cancel_reason = reason
-        try:
-            await self._terminate(run)
-        except Exception:
-            log.exception("stopping occurrence %s failed", occurrence_id)
+        await self.runner.cancel(run, reason)
         await run.done.wait()
         return True
 
@@ -425,7 +274,7 @@ class SubprocessDispatcher:
         await asyncio.gather(*(self.cancel(i, "engine_stopped") for i in list(self._runs)))
         if self._watchers:
             await asyncio.gather(*list(self._watchers), return_exceptions=True)
-        await self._containment.shutdown(self.kill_grace)
+        await self.runner.shutdown()
 
     # ---- recording events ----------------------------------------------------------------
 
