@@ -120,6 +120,8 @@ class Occurrence:
     attempt: int = 1  # 2, 3, ... for retries of the slot
     retry_of: int | None = None  # the first attempt's id, for a retry
     retry_at: int | None = None  # when a queued retry may start
+    worker: str | None = None  # the worker (Kafka dispatch) that started it
+    deadline: int | None = None  # handed to workers: none may start it after this
 
     @property
     def active(self) -> bool:
@@ -146,6 +148,7 @@ class Occurrence:
             "attempt": self.attempt,
             "retry_of": self.retry_of,
             "retry_at": iso(self.retry_at),
+            "worker": self.worker,
         }
 
 
@@ -178,11 +181,56 @@ OCCURRENCE_COLUMNS = (
     "attempt",
     "retry_of",
     "retry_at",
+    "worker",
+    "deadline",
 )
 
 
 def occurrence_from_row(row: Any) -> Occurrence:
     return Occurrence(*row)
+
+
+WORKER_STATES = ("alive", "draining", "drained", "lost")
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    """A worker as the engine last heard it (Kafka dispatch). `last_seen` is the engine's
+    clock when its last heartbeat arrived; `running` its command ids then."""
+
+    id: str
+    host: str
+    slots: int
+    running: list[str]
+    last_seen: int
+    state: str  # alive | lost | draining | drained
+    version: str | None = None
+    log_dir: str | None = None
+    group: str | None = None
+    first_seen: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "slots": self.slots,
+            "running": list(self.running),
+            "last_seen": iso(self.last_seen),
+            "state": self.state,
+            "version": self.version,
+            "log_dir": self.log_dir,
+            "group": self.group,
+        }
+
+
+@dataclass(slots=True)
+class RemoteOutput:
+    """What a worker said of a run's output: the redacted tail of its last outcome event
+    (empty while it runs), which worker, and where the full log is on that worker."""
+
+    tail: str
+    worker: str
+    log_path: str | None = None
 
 
 @dataclass(slots=True)

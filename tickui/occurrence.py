@@ -158,7 +158,7 @@ def apply_event(occ: Progress, event: RuntimeEvent) -> tuple[Progress, Change]:
         ):
             state = "running"
             fields["started_at"] = event.at
-            for key in ("pid", "pgid", "pid_start", "log_path"):
+            for key in ("pid", "pgid", "pid_start", "log_path", "worker"):
                 if key in payload:
                     fields[key] = payload[key]
         moved = Progress(occ.id, state or occ.state, occ.command_id, run_id, event.seq)

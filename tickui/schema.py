@@ -176,6 +176,30 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX hook_deliveries_recent ON hook_deliveries(id)",
     ),
+    (  # 8: runs on workers (Kafka). An occurrence says which worker started it and, once
+        # handed to Kafka, the deadline after which no worker may start it (kept here so an
+        # engine restart still fails it DISPATCH_TIMEOUT). Events from workers carry an id:
+        # a redelivered one is stored once. Workers heard from, by their heartbeats.
+        "ALTER TABLE occurrences ADD COLUMN worker TEXT",
+        "ALTER TABLE occurrences ADD COLUMN deadline INTEGER",
+        """CREATE INDEX occurrences_remote ON occurrences(id)
+            WHERE deadline IS NOT NULL AND state IN ('claimed', 'accepted', 'running')""",
+        "ALTER TABLE events ADD COLUMN event_id TEXT",
+        "CREATE UNIQUE INDEX events_event_id ON events(event_id) WHERE event_id IS NOT NULL",
+        """CREATE TABLE workers (
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            slots INTEGER NOT NULL,
+            running TEXT NOT NULL DEFAULT '[]',
+            version TEXT,
+            state TEXT NOT NULL,
+            last_seen INTEGER NOT NULL,
+            first_seen INTEGER NOT NULL,
+            log_dir TEXT,
+            grp TEXT,
+            lost_at INTEGER
+        )""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)

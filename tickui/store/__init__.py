@@ -23,11 +23,13 @@ from tickui.store.events import EventLog
 from tickui.store.hooks import HookQueries
 from tickui.store.queue import QueueQueries
 from tickui.store.tasks import SyncReport, TaskQueries, default_anchor
+from tickui.store.workers import Beat, WorkerQueries
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "DEFAULT_KEEP",
     "SQLITE_MAGIC",
+    "Beat",
     "LeaseLost",
     "NewEvent",
     "Store",
@@ -38,6 +40,13 @@ __all__ = [
 
 
 class Store(
-    TaskQueries, ClaimQueries, QueueQueries, EventLog, Coordination, HookQueries, StoreBase
+    TaskQueries,
+    ClaimQueries,
+    QueueQueries,
+    EventLog,
+    Coordination,
+    HookQueries,
+    WorkerQueries,
+    StoreBase,
 ):
     """One connection to one tickui database file, with every query group."""

@@ -31,7 +31,7 @@ _OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
 _ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
 
 
-OLDEST_READABLE = 7  # read-only commands read every column (attempt, retry_of, ...) from 7 on
+OLDEST_READABLE = 8  # read-only commands read every column (worker, deadline, ...) from 8 on
 
 
 async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
@@ -52,6 +52,7 @@ class NewEvent:
     run_id: str | None
     payload: dict[str, Any] = field(default_factory=dict)
     causation_id: str | None = None  # ksadk's runtime names the command here
+    event_id: str | None = None  # a worker's id for the event: a second copy is dropped
 
 
 def inspect_file(path: Path) -> int | None:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from tickui.models import RemoteOutput
 from tickui.occurrence import RUN_TRANSITION, Change, Progress, RuntimeEvent
 from tickui.store.base import _ACTIVE_SQL, NewEvent, StoreBase
 from tickui.store.queue import after_settling, watch_settling
@@ -18,17 +19,54 @@ class EventLog(StoreBase):
 
     # ---- runtime events and reconcile -------------------------------------------------
 
-    async def append_events(self, events: Sequence[NewEvent]) -> None:
+    async def append_events(self, events: Sequence[NewEvent]) -> int:
+        """Append events; one whose event_id is stored already is dropped (a redelivery).
+        Returns how many were stored."""
         if not events:
-            return
+            return 0
         async with self._write():
+            before = self._conn.total_changes
             await self._conn.executemany(
-                "INSERT INTO events (at, command_id, run_id, type, payload, causation_id)"
-                " VALUES (?,?,?,?,?,?)",
+                "INSERT OR IGNORE INTO events"
+                " (at, command_id, run_id, type, payload, causation_id, event_id)"
+                " VALUES (?,?,?,?,?,?,?)",
                 [_row(e) for e in events],
             )
-        for listener in list(self._listeners):
-            listener()
+            stored = self._conn.total_changes - before
+        if stored:
+            for listener in list(self._listeners):
+                listener()
+        return stored
+
+    async def remote_output(self, occurrence_id: int) -> RemoteOutput | None:
+        """What the worker that ran an occurrence reported of its output: the tail from
+        its last outcome event (empty while it runs) and its log path. None when no worker
+        reported on it (a local run, or not started yet)."""
+        row = await self._one(
+            "SELECT command_id, worker, log_path FROM occurrences WHERE id = ?", (occurrence_id,)
+        )
+        if row is None or not row[0]:
+            return None
+        events = await self._all(
+            "SELECT type, payload FROM events WHERE command_id = ? AND event_id IS NOT NULL"
+            " ORDER BY seq",
+            (row[0],),
+        )
+        worker, log_path, tail, found = row[1], row[2], "", False
+        for kind, text in events:
+            payload = _payload(text)
+            named = payload.get("worker")
+            if isinstance(named, str) and named:
+                worker, found = worker or named, True
+            if kind == RUN_TRANSITION:
+                path = payload.get("log_path")
+                if isinstance(path, str) and path:
+                    log_path = path
+            elif isinstance(payload.get("tail"), str):
+                tail, found = payload["tail"], True
+        if not found and not row[1]:
+            return None
+        return RemoteOutput(tail=tail, worker=worker or "?", log_path=log_path)
 
     async def unreconciled(
         self, after_id: int = 0, limit: int = 500
@@ -119,7 +157,15 @@ def _row(e: NewEvent) -> tuple[Any, ...]:
     payload = e.payload if isinstance(e.payload, dict) else {}
     run_id = _id(e.run_id) or _id(payload.get("run_id"))
     causation_id = _id(e.causation_id) or _id(payload.get("causation_id"))
-    return (e.at, _id(e.command_id), run_id, e.type, _dumps(e.payload), causation_id)
+    return (
+        e.at,
+        _id(e.command_id),
+        run_id,
+        e.type,
+        _dumps(e.payload),
+        causation_id,
+        e.event_id or None,
+    )
 
 
 def _id(value: Any) -> str | None:

@@ -1,0 +1,164 @@
+"""Workers (Kafka dispatch) as their heartbeats left them, and the occurrences handed to
+them: the reads `tickui workers` and the dashboard use, and the engine's bookkeeping of
+deadlines and lost workers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tickui.models import Occurrence, WorkerInfo, occurrence_from_row
+from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _chunks
+
+
+@dataclass(slots=True)
+class Beat:
+    """One heartbeat as the engine stores it; `seen` is the engine clock at receipt."""
+
+    worker: str
+    host: str
+    slots: int
+    running: Sequence[str]
+    version: str | None
+    state: str
+    seen: int
+    log_dir: str | None = None
+    group: str | None = None
+
+
+_WORKER_COLS = "id, host, slots, running, last_seen, state, version, log_dir, grp, first_seen"
+
+
+def _worker(row) -> WorkerInfo:
+    try:
+        running = json.loads(row[3])
+    except ValueError:
+        running = []
+    if not isinstance(running, list):
+        running = []
+    return WorkerInfo(
+        id=row[0],
+        host=row[1],
+        slots=row[2],
+        running=[str(c) for c in running],
+        last_seen=row[4],
+        state=row[5],
+        version=row[6],
+        log_dir=row[7],
+        group=row[8],
+        first_seen=row[9],
+    )
+
+
+class WorkerQueries(StoreBase):
+    """The workers table and the remote occurrences' deadlines."""
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Every worker heard from, alive ones first, then by id."""
+        rows = await self._all(
+            f"SELECT {_WORKER_COLS} FROM workers"
+            " ORDER BY CASE state WHEN 'alive' THEN 0 WHEN 'draining' THEN 1"
+            " WHEN 'lost' THEN 2 ELSE 3 END, id"
+        )
+        return [_worker(row) for row in rows]
+
+    async def record_heartbeats(self, beats: Sequence[Beat]) -> list[str]:
+        """Upsert each worker from its heartbeat (last one wins). Returns the ids of
+        workers that were `lost` and speak again."""
+        if not beats:
+            return []
+        latest: dict[str, Beat] = {}
+        for beat in beats:
+            latest[beat.worker] = beat
+        async with self._write():
+            marks = ",".join("?" * len(latest))
+            back = [
+                row[0]
+                for row in await self._all(
+                    f"SELECT id FROM workers WHERE state = 'lost' AND id IN ({marks})",
+                    list(latest),
+                )
+            ]
+            await self._conn.executemany(
+                "INSERT INTO workers (id, host, slots, running, version, state, last_seen,"
+                " first_seen, log_dir, grp) VALUES (?,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(id) DO UPDATE SET host = excluded.host, slots = excluded.slots,"
+                " running = excluded.running, version = excluded.version,"
+                " state = excluded.state, last_seen = excluded.last_seen,"
+                " log_dir = excluded.log_dir, grp = excluded.grp,"
+                " lost_at = CASE WHEN excluded.state = 'lost' THEN lost_at END",
+                [
+                    (
+                        b.worker,
+                        b.host,
+                        b.slots,
+                        json.dumps(list(b.running)),
+                        b.version,
+                        b.state,
+                        b.seen,
+                        b.seen,
+                        b.log_dir,
+                        b.group,
+                    )
+                    for b in latest.values()
+                ],
+            )
+        return back
+
+    async def silent_workers(self, before: int) -> list[WorkerInfo]:
+        """Workers alive or draining whose last heartbeat arrived before `before`."""
+        rows = await self._all(
+            f"SELECT {_WORKER_COLS} FROM workers"
+            " WHERE state IN ('alive', 'draining') AND last_seen < ? ORDER BY id",
+            (before,),
+        )
+        return [_worker(row) for row in rows]
+
+    async def mark_workers_lost(self, ids: Sequence[str], now: int) -> None:
+        if not ids:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "UPDATE workers SET state = 'lost', lost_at = ? WHERE id = ?"
+                " AND state IN ('alive', 'draining')",
+                [(now, worker) for worker in ids],
+            )
+
+    async def remote_active(self) -> list[Occurrence]:
+        """Active occurrences handed to workers (they have a dispatch deadline)."""
+        rows = await self._all(
+            f"{_OCC_SELECT} WHERE deadline IS NOT NULL AND state IN {_ACTIVE_SQL} ORDER BY id"
+        )
+        return [occurrence_from_row(row) for row in rows]
+
+    async def set_deadlines(self, items: Sequence[tuple[int, int]]) -> None:
+        """(occurrence id, deadline): handed to workers, none may start it after then."""
+        if not items:
+            return
+        async with self._write():
+            for chunk in _chunks(list(items), 900):
+                await self._conn.executemany(
+                    "UPDATE occurrences SET deadline = ? WHERE id = ?",
+                    [(deadline, occ_id) for occ_id, deadline in chunk],
+                )
+
+    async def set_workers(self, items: Sequence[tuple[int, str]]) -> None:
+        """(occurrence id, worker id) from run transitions, for rows not yet naming one."""
+        if not items:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "UPDATE occurrences SET worker = ? WHERE id = ? AND worker IS NULL",
+                [(worker, occ_id) for occ_id, worker in items],
+            )
+
+    async def occurrences_by_command(self, command_ids: Sequence[str]) -> dict[str, Occurrence]:
+        found: dict[str, Occurrence] = {}
+        for chunk in _chunks(list(command_ids), 900):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._all(f"{_OCC_SELECT} WHERE command_id IN ({marks})", chunk)
+            for row in rows:
+                occ = occurrence_from_row(row)
+                found[occ.command_id or ""] = occ
+        return found
