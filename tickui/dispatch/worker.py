@@ -1,0 +1,593 @@
+"""`tickui worker`: runs the commands the engine publishes on Kafka, with the local
+dispatcher's process runner, and reports each run on the events topic.
+
+At most once: a command's offset is committed only after its `control.run_transition` is
+acknowledged, and the command itself waits behind its start gate until then. A command
+already started (by this worker id, per its journal, or by any worker, per the events
+topic read up to its end) is never started again. Events the broker cannot take wait in
+an outbox, retried with backoff; topics are created again after a failure (a restarted
+Tansu is empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tickui import __version__
+from tickui.dispatch import messages as m
+from tickui.dispatch.output import read_tail, visible
+from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
+from tickui.dispatch.worker_state import Bounded, Journal, file_name
+from tickui.errors import BadInput
+from tickui.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
+from tickui.redact import redact
+from tickui.timeutil import MICROS, iso
+
+log = logging.getLogger("tickui.worker")
+
+LOOKBACK_S = 15 * 60  # the events topic is read from this long ago at start
+CHECK_WAIT_S = 5.0  # how long a start waits for the events topic to be read to its end
+SEND_TIMEOUT_S = 3.0
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    bootstrap: str
+    group: str = m.DEFAULT_GROUP
+    slots: int = 4
+    worker_id: str = ""
+    duration: float | None = None
+    stop_grace: float = 10.0
+    log_dir: Path = Path(".")
+    session_timeout_ms: int = 4000
+
+
+def _describe(exc: BaseException) -> str:
+    return redact(visible(f"{type(exc).__name__}: {exc}"))[:300]
+
+
+class Worker:
+    """One worker process: four Kafka clients, its runs, its outbox and its heartbeat."""
+
+    def __init__(self, opts: WorkerOptions) -> None:
+        self.opts = opts
+        self.id = opts.worker_id
+        self.host = socket.gethostname()
+        self.runner = ProcessRunner(kill_grace=3.0)
+        self.journal = Journal(opts.log_dir / "journal" / f"{file_name(self.id)}.started")
+        self.running: dict[str, ProcessRun] = {}
+        self.started_by: Bounded[str, str] = Bounded(200_000)  # from the events topic
+        self.finished: Bounded[str, None] = Bounded(200_000)
+        self.cancelled: Bounded[str, str] = Bounded(10_000)
+        self.outcomes: Bounded[str, m.RunEvent] = Bounded(1000)
+        self.outbox: list[m.RunEvent] = []
+        self.state = "alive"
+        self.stopping = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._progress = asyncio.Event()  # pulsed each time the events reader moves on
+        self._keys = itertools.count(1)
+        self._topics_ok = False
+        self._outage: str | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._committed_once: set[Any] = set()
+        self.producer: Any = None
+        self.runs: Any = None
+        self.events: Any = None
+        self.control: Any = None
+        self.event_tps: list[Any] = []
+        self.ready = False
+
+    # ---- clients -------------------------------------------------------------------------
+
+    async def _ensure_topics(self) -> None:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.opts.bootstrap, request_timeout_ms=3000)
+        try:
+            await asyncio.wait_for(admin.start(), 5)
+            new = [NewTopic(t, m.DEFAULT_PARTITIONS, 1) for t in m.TOPICS]
+            response = await asyncio.wait_for(admin.create_topics(new), 5)
+            for topic, code, *_ in getattr(response, "topic_errors", []):
+                if code not in (0, 36):  # 36: it exists already
+                    raise RuntimeError(f"creating topic {topic} failed (error {code})")
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(admin.close(), 3)
+        self._topics_ok = True
+
+    async def start(self) -> None:
+        """Connect, create the topics, catch up; a broker that does not answer is bad input."""
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+        where = f"kafka {self.opts.bootstrap}"
+        try:
+            await self._ensure_topics()
+        except Exception as exc:
+            reason = "no broker answered within 5s" if isinstance(exc, TimeoutError) else None
+            raise BadInput("--kafka", f"{where}: {reason or _describe(exc)}") from None
+        common = {"bootstrap_servers": self.opts.bootstrap, "request_timeout_ms": 3000}
+        self.producer = AIOKafkaProducer(
+            **common, acks="all", enable_idempotence=False, linger_ms=0, retry_backoff_ms=100
+        )
+        await self.producer.start()
+        self.events = AIOKafkaConsumer(
+            **common, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=20
+        )
+        self.control = AIOKafkaConsumer(
+            **common, enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100
+        )
+        await self.events.start()
+        await self.control.start()
+        for consumer, topic in ((self.events, m.EVENTS_TOPIC), (self.control, m.CONTROL_TOPIC)):
+            await consumer.topics()
+            parts = consumer.partitions_for_topic(topic) or range(m.DEFAULT_PARTITIONS)
+            tps = [TopicPartition(topic, p) for p in sorted(parts)]
+            consumer.assign(tps)
+            if consumer is self.control:
+                await consumer.seek_to_end(*tps)
+                for tp in tps:
+                    await consumer.position(tp)  # resolved now: later controls are seen
+            else:
+                self.event_tps = tps
+                await self._seek_back(tps)
+        heartbeat_ms = max(100, self.opts.session_timeout_ms // 6)
+        self.runs = AIOKafkaConsumer(
+            m.RUNS_TOPIC,
+            bootstrap_servers=self.opts.bootstrap,
+            group_id=self.opts.group,
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            fetch_max_wait_ms=20,
+            session_timeout_ms=self.opts.session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_ms,
+            request_timeout_ms=max(3000, self.opts.session_timeout_ms + 1000),
+            max_poll_records=self.opts.slots,
+        )
+        await self.runs.start()
+
+    async def _seek_back(self, tps: list[Any]) -> None:
+        """Read the events topic from LOOKBACK_S ago (from its start if times are refused)."""
+        since = int((time.time() - LOOKBACK_S) * 1000)
+        try:
+            found = await self.events.offsets_for_times(dict.fromkeys(tps, since))
+        except Exception:
+            found = {}
+        for tp in tps:
+            hit = found.get(tp)
+            if hit is not None and hit.offset >= 0:
+                self.events.seek(tp, hit.offset)
+            elif tp in found:  # nothing that recent: the end
+                await self.events.seek_to_end(tp)
+            else:
+                await self.events.seek_to_beginning(tp)
+
+    # ---- publishing ----------------------------------------------------------------------
+
+    async def _send(self, topic: str, key: str, value: bytes) -> None:
+        if not self._topics_ok:
+            await self._ensure_topics()
+        try:
+            await asyncio.wait_for(
+                self.producer.send_and_wait(topic, value, key=key.encode()), SEND_TIMEOUT_S
+            )
+        except BaseException:
+            self._topics_ok = False
+            raise
+
+    async def emit(self, event: m.RunEvent) -> None:
+        """Publish a run event now, or keep it (in order) for the retrying sender."""
+        if event.type != RUN_TRANSITION:
+            self.outcomes.put(event.command_id, event)
+        if not self.outbox:
+            try:
+                await self._send(m.EVENTS_TOPIC, event.command_id, event.encode())
+                return
+            except Exception as exc:
+                self._outage_began(exc)
+        self.outbox.append(event)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="tickui-worker-outbox")
+
+    def _outage_began(self, exc: BaseException) -> None:
+        if self._outage is None:
+            self._outage = _describe(exc)
+            log.warning("cannot publish run events (%s); keeping them and retrying", self._outage)
+
+    async def _flush(self) -> None:
+        delay = 0.1
+        while self.outbox:
+            await asyncio.sleep(delay)
+            event = self.outbox[0]
+            try:
+                await self._send(m.EVENTS_TOPIC, event.command_id, event.encode())
+            except Exception as exc:
+                self._outage_began(exc)
+                delay = min(2.0, delay * 2)
+                continue
+            self.outbox.pop(0)
+            delay = 0.0
+        if self._outage is not None:
+            log.warning("run events are published again")
+            self._outage = None
+
+    def _event(self, kind: str, command_id: str, run_id: str | None, **payload: Any) -> m.RunEvent:
+        return m.RunEvent(
+            m.new_event_id(), kind, command_id, run_id, self.id, now_micros(), payload
+        )
+
+    async def heartbeat(self) -> None:
+        beat = m.Heartbeat(
+            worker=self.id,
+            host=self.host,
+            slots=self.opts.slots,
+            running=tuple(self.running),
+            version=__version__,
+            at=now_micros(),
+            state=self.state,
+            group=self.opts.group,
+            log_dir=str(self.opts.log_dir),
+        )
+        try:
+            await self._send(m.WORKERS_TOPIC, self.id, beat.encode())
+        except Exception as exc:
+            log.debug("heartbeat not sent: %s", _describe(exc))
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await self.heartbeat()
+            await asyncio.sleep(m.HEARTBEAT_EVERY_S)
+
+    # ---- the events topic: who started what ------------------------------------------------
+
+    async def _read_events(self) -> None:
+        while True:
+            try:
+                batch = await self.events.getmany(timeout_ms=500)
+            except Exception as exc:
+                log.debug("reading events failed: %s", _describe(exc))
+                await asyncio.sleep(0.5)
+                continue
+            for records in batch.values():
+                for record in records:
+                    try:
+                        event = m.RunEvent.decode(record.value)
+                    except m.BadMessage:
+                        continue  # the engine logs those; not this worker's business
+                    if event.type == RUN_TRANSITION:
+                        self.started_by.put(event.command_id, event.worker)
+                    else:
+                        self.finished.put(event.command_id, None)
+            progress, self._progress = self._progress, asyncio.Event()
+            progress.set()
+
+    async def _read_to_end(self) -> bool:
+        """Wait until the events topic is read up to its end as of now; False if unknown."""
+        try:
+            ends = await asyncio.wait_for(self.events.end_offsets(self.event_tps), 3)
+        except Exception as exc:
+            log.warning("cannot read the end of %s: %s", m.EVENTS_TOPIC, _describe(exc))
+            return False
+        deadline = time.monotonic() + CHECK_WAIT_S
+        while True:
+            progress = self._progress
+            behind = False
+            for tp, end in ends.items():
+                with contextlib.suppress(Exception):
+                    if await self.events.position(tp) < end:
+                        behind = True
+                        break
+            if not behind:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("the events topic was not read to its end within %ss", CHECK_WAIT_S)
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress.wait(), left)
+
+    # ---- control: cancel and resend ----------------------------------------------------------
+
+    async def _read_control(self) -> None:
+        while True:
+            try:
+                batch = await self.control.getmany(timeout_ms=500)
+            except Exception as exc:
+                log.debug("reading control failed: %s", _describe(exc))
+                await asyncio.sleep(0.5)
+                continue
+            for records in batch.values():
+                for record in records:
+                    try:
+                        control = m.Control.decode(record.value)
+                    except m.BadMessage as exc:
+                        log.warning("skipped a control message: %s", exc)
+                        continue
+                    if control.worker in (None, self.id):
+                        await self._on_control(control)
+
+    async def _on_control(self, control: m.Control) -> None:
+        cid = control.command_id
+        if control.type == "cancel":
+            run = self.running.get(cid)
+            reason = control.reason or "cancelled"
+            if run is not None:
+                self._spawn_task(self.runner.cancel(run, reason))
+            elif cid not in self.outcomes:
+                self.cancelled.put(cid, reason)
+            return
+        if control.worker != self.id or cid in self.running:
+            return
+        known = self.outcomes.get(cid)
+        if known is not None:
+            await self._send_again(known)
+        else:
+            await self.emit(self._event(RUN_INTERRUPTED, cid, None, detail="worker has no record"))
+
+    async def _send_again(self, event: m.RunEvent) -> None:
+        if self.outbox:
+            return  # still waiting to go out
+        try:
+            await self._send(m.EVENTS_TOPIC, event.command_id, event.encode())
+        except Exception as exc:
+            self._outage_began(exc)
+            self.outbox.append(event)
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush())
+
+    def _spawn_task(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- commands ----------------------------------------------------------------------------
+
+    async def _commit(self, tp: Any, offset: int) -> None:
+        try:
+            await asyncio.wait_for(self.runs.commit({tp: offset}), 3)
+        except Exception as exc:
+            log.warning(
+                "cannot commit %s[%d]@%d: %s", tp.topic, tp.partition, offset, _describe(exc)
+            )
+
+    async def _commit_new_assignment(self) -> None:
+        """Give every newly assigned partition a committed offset at once, so a rebalance
+        never resets one to its end past commands nobody took (the reset is `latest`)."""
+        assigned = set(self.runs.assignment())
+        for tp in assigned - self._committed_once:
+            with contextlib.suppress(Exception):
+                if await self.runs.committed(tp) is None:
+                    await self._commit(tp, await self.runs.position(tp))
+        self._committed_once = assigned
+        if assigned and not self.ready:
+            self.ready = True
+            log.info(
+                "worker %s ready: group %s, %d slots, logs in %s",
+                self.id, self.opts.group, self.opts.slots, self.opts.log_dir,
+            )  # fmt: skip
+            self._spawn_task(self.heartbeat())
+
+    async def _consume(self) -> None:
+        while not self.stopping.is_set():
+            free = self.opts.slots - len(self.running)
+            if free <= 0:
+                parts = self.runs.assignment()
+                self.runs.pause(*parts)
+                self._slot_freed.clear()
+                stop = asyncio.ensure_future(self.stopping.wait())
+                freed = asyncio.ensure_future(self._slot_freed.wait())
+                await asyncio.wait({stop, freed}, return_when=asyncio.FIRST_COMPLETED)
+                stop.cancel()
+                freed.cancel()
+                self.runs.resume(*self.runs.assignment())
+                continue
+            try:
+                batch = await self.runs.getmany(timeout_ms=200, max_records=free)
+                await self._commit_new_assignment()
+            except Exception as exc:
+                log.warning("reading run commands failed: %s", _describe(exc))
+                await asyncio.sleep(0.5)
+                continue
+            checked = False
+            for tp, records in batch.items():
+                for record in records:
+                    if self.stopping.is_set():
+                        return  # not committed: redelivered to another worker
+                    if not checked:  # once a batch: read events to their end as of now
+                        if not await self._read_to_end():
+                            self.runs.seek(tp, record.offset)
+                            await asyncio.sleep(0.5)
+                            break
+                        checked = True
+                    if not await self._handle(tp, record):
+                        self.runs.seek(tp, record.offset)  # again, once the broker is back
+                        await asyncio.sleep(0.5)
+                        break
+
+    async def _handle(self, tp: Any, record: Any) -> bool:
+        """Answer or start one command; False: nothing done, read it again later."""
+        try:
+            command = m.RunCommand.decode(record.value)
+        except m.BadMessage as exc:
+            log.warning("skipped %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, exc)
+            await self._commit(tp, record.offset + 1)
+            return True
+        cid = command.command_id
+        answer: m.RunEvent | None = None
+        started_by = self.started_by.get(cid)
+        if cid in self.running or cid in self.finished or cid in self.outcomes:
+            pass  # running here now, or over: nothing to say
+        elif cid in self.journal or started_by == self.id:
+            answer = self._event(RUN_INTERRUPTED, cid, None, detail="worker restarted")
+        elif started_by is not None:
+            pass  # another worker has it
+        elif cid in self.cancelled:
+            answer = self._event(RUN_CANCELED, cid, None, detail=self.cancelled.pop(cid))
+        elif command.deadline <= now_micros():
+            late = (now_micros() - command.deadline) / MICROS
+            detail = f"deadline {iso(command.deadline)} passed {late:.1f}s before a worker got it"
+            answer = self._event(RUN_FAILED, cid, None, exit_code=None, error_code=m.DEADLINE,
+                                 detail=detail)  # fmt: skip
+        else:
+            return await self._start(tp, record.offset, command)
+        if answer is not None:
+            await self.emit(answer)
+        await self._commit(tp, record.offset + 1)
+        return True
+
+    def _env(self, command: m.RunCommand) -> tuple[dict[str, str], dict[str, str]]:
+        marker = {
+            "TICKUI_OCCURRENCE_ID": str(command.occurrence_id),
+            "TICKUI_SCHEDULED_FOR": iso(command.scheduled_for) or "",
+            "TICKUI_ENGINE": command.owner,
+            "TICKUI_COMMAND_ID": command.command_id,
+        }
+        env = dict(os.environ)
+        env.update(command.env)
+        env.update(TICKUI_TASK=command.task, TICKUI_KIND=command.kind, TICKUI_WORKER=self.id)
+        env.update(marker)
+        return env, marker
+
+    async def _start(self, tp: Any, offset: int, command: m.RunCommand) -> bool:
+        cid = command.command_id
+        env, marker = self._env(command)
+        log_path = self.opts.log_dir / f"{file_name(cid)}.log"
+        try:
+            run = await self.runner.spawn(
+                next(self._keys), command.argv, cwd=command.cwd, env=env, log_path=log_path,
+                gated=True, tag=command,
+            )  # fmt: skip
+        except Exception as exc:
+            argv0 = visible(command.argv[0])[:200]
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _describe(exc)
+            detail = str(bound(redact(f"{argv0}: {reason}")))
+            await self.emit(self._event(RUN_FAILED, cid, None, exit_code=None,
+                                        error_code="DISPATCH_FAILED", detail=detail))  # fmt: skip
+            await self._commit(tp, offset + 1)
+            return True
+        self.running[cid] = run
+        self.runner.track(run, marker)
+        transition = self._event(
+            RUN_TRANSITION, cid, run.run_id, state="running", worker=self.id, host=self.host,
+            pid=run.process.pid, log_path=str(log_path),
+        )  # fmt: skip
+        try:
+            if self.outbox:
+                raise RuntimeError("the broker has not taken earlier events yet")
+            await self._send(m.EVENTS_TOPIC, cid, transition.encode())
+        except Exception as exc:
+            log.warning("command %s not started: %s", redact(cid), _describe(exc))
+            self._outage_began(exc)
+            with contextlib.suppress(Exception):
+                await self.runner.abort(run)
+            self.running.pop(cid, None)
+            return False
+        self.journal.add(cid)
+        self.started_by.put(cid, self.id)
+        await self._commit(tp, offset + 1)
+        with contextlib.suppress(OSError):  # cancelled meanwhile: the watcher reports it
+            open_gate(run)
+        self._spawn_task(self._watch(run, command))
+        return True
+
+    async def _watch(self, run: ProcessRun, command: m.RunCommand) -> None:
+        cid = command.command_id
+        timeout = int(command.timeout_s * MICROS) if command.timeout_s else None
+        try:
+            timed_out = await self.runner.wait(run, timeout)
+            await self.runner.finish_output(run)
+            kind, payload = self.runner.outcome(run, timeout, timed_out)
+        except Exception as exc:
+            log.exception("watching command %s failed", redact(cid))
+            with contextlib.suppress(Exception):
+                await self.runner.terminate(run)
+            kind = RUN_FAILED
+            payload = {"exit_code": run.process.returncode, "error_code": "DISPATCH_FAILED",
+                       "detail": bound(f"watching the run failed: {_describe(exc)}")}  # fmt: skip
+        finally:
+            await self.runner.finish_output(run)
+            await self.runner.end_rest(run)
+        payload.setdefault("error_code", None)
+        payload.setdefault("detail", None)
+        tail = read_tail(run.log_path, m.TAIL_MAX_BYTES)
+        payload["tail"] = redact(tail)[-m.TAIL_MAX_BYTES :]
+        payload["log_path"] = str(run.log_path)
+        try:
+            await self.emit(self._event(kind, cid, run.run_id, **payload))
+        finally:
+            self.running.pop(cid, None)
+            run.done.set()
+            self._slot_freed.set()
+
+    # ---- the whole life ------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        background = [
+            asyncio.create_task(self._read_events()),
+            asyncio.create_task(self._read_control()),
+            asyncio.create_task(self._heartbeats()),
+        ]
+        consume = asyncio.create_task(self._consume())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), self.opts.duration)
+        self.stopping.set()
+        await self.drain(consume, background)
+        return 0
+
+    async def drain(self, consume: asyncio.Task[None], background: list[asyncio.Task[Any]]) -> None:
+        """No new commands; running ones get the stop grace, then are cancelled; outcomes
+        and a last `drained` heartbeat go out; then the clients close."""
+        self.state = "draining"
+        log.info("worker %s draining: %d running", self.id, len(self.running))
+        try:
+            await asyncio.wait_for(consume, 5)
+        except (TimeoutError, Exception):
+            consume.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.runs.stop(), 5)  # leaves the group: others take over
+        self._spawn_task(self.heartbeat())
+        runs = list(self.running.values())
+        if runs:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*(r.done.wait() for r in runs)), self.opts.stop_grace
+                )
+        left = [r for r in runs if not r.done.is_set()]
+        await asyncio.gather(*(self.runner.cancel(r, "worker stopped") for r in left))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(r.done.wait() for r in left)), 10)
+        if self._flusher is not None and not self._flusher.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._flusher), 5)
+            except (TimeoutError, Exception):
+                log.error("%d run event(s) could not be published (%s)", len(self.outbox),
+                          self._outage)  # fmt: skip
+        self.state = "drained"
+        await self.heartbeat()
+        for task in background + list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        for client in (self.events, self.control, self.producer):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.stop(), 3)
+        await self.runner.shutdown()
+        self.journal.close()
+        log.info("worker %s drained", self.id)
