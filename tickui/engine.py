@@ -145,6 +145,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         for attribute, what in (
             ("recording_problem", "run events not recorded"),
             ("output_problem", "run output not written"),
+            ("dispatch_problem", "runs not handed to workers"),
         ):
             problem = getattr(self.dispatcher, attribute, None)
             if isinstance(problem, str):
@@ -158,6 +159,9 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             return
         self._running = True
         await self.store.list_tasks(with_stats=False)  # parses every definition once, up front
+        starter = getattr(self.dispatcher, "start", None)
+        if callable(starter):  # a remote dispatcher connects (in the background)
+            await starter()
         self._reconciler = asyncio.create_task(self._reconcile_loop(), name="tickui-reconcile")
         await self.tick(self.clock.now())
 
@@ -202,6 +206,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
                         self._worked = False
                         await self.store.checkpoint()
                     await self._maybe_prune(now)
+                    await self._tend(now)
                     self._set_result(now, "ok", None)
                 else:
                     holder = self._lease.seen
@@ -217,6 +222,13 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             self._wake_after_scan = False
             self._wake.set()
         self._notify(EngineChange(status=True))
+
+    async def _tend(self, now: int) -> None:
+        """A remote dispatcher settles, on this clock, what its workers will not report
+        (a deadline passed, a worker gone silent)."""
+        tend = getattr(self.dispatcher, "tend", None)
+        if callable(tend):
+            await tend(now)
 
     def _set_result(self, now: int, result: str, detail: str | None) -> None:
         self._scan.at, self._scan.result, self._scan.detail = now, result, detail

@@ -26,10 +26,14 @@ class Recovery:
         # a wall-clock step, and no one else took it) are not orphans: its dispatcher
         # still watches them and records how they end. Only claims it never started
         # (their outcome could not be written) are left to recover.
+        # Runs handed to workers (a dispatch deadline) live on: their events, a lost
+        # worker or their deadline settle them, when this engine dispatches to workers too.
+        remote = getattr(self.dispatcher, "mode", "local") == "kafka"
         orphans = [
             occ
             for occ in await self.store.foreign_active(self._lease.token)
-            if occ.owner != self.owner or occ.state == "claimed"
+            if (occ.owner != self.owner or occ.state == "claimed")
+            and not (remote and occ.deadline is not None)
         ]
         failed = []
         for occ in orphans:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tickui.models import Occurrence, WorkerInfo, occurrence_from_row
+from tickui.occurrence import RUN_TRANSITION
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _chunks
 
 
@@ -132,16 +133,30 @@ class WorkerQueries(StoreBase):
         )
         return [occurrence_from_row(row) for row in rows]
 
-    async def set_deadlines(self, items: Sequence[tuple[int, int]]) -> None:
-        """(occurrence id, deadline): handed to workers, none may start it after then."""
+    async def set_deadlines(self, items: Sequence[tuple[int, int, str]]) -> None:
+        """(occurrence id, deadline, command id): handed to workers under this command id,
+        none may start it after the deadline. Written before the command is sent."""
         if not items:
             return
         async with self._write():
             for chunk in _chunks(list(items), 900):
                 await self._conn.executemany(
-                    "UPDATE occurrences SET deadline = ? WHERE id = ?",
-                    [(deadline, occ_id) for occ_id, deadline in chunk],
+                    "UPDATE occurrences SET deadline = ?, command_id = ? WHERE id = ?",
+                    [(deadline, command_id, occ_id) for occ_id, deadline, command_id in chunk],
                 )
+
+    async def started_commands(self, command_ids: Sequence[str]) -> set[str]:
+        """Those of `command_ids` a run transition in the event log names."""
+        found: set[str] = set()
+        for chunk in _chunks([c for c in command_ids if c], 900):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._all(
+                f"SELECT DISTINCT command_id FROM events WHERE command_id IN ({marks})"
+                f" AND type = '{RUN_TRANSITION}'",
+                chunk,
+            )
+            found.update(row[0] for row in rows)
+        return found
 
     async def set_workers(self, items: Sequence[tuple[int, str]]) -> None:
         """(occurrence id, worker id) from run transitions, for rows not yet naming one."""

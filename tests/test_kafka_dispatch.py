@@ -1,0 +1,304 @@
+"""The Kafka dispatcher against a real Tansu broker and a real SQLite file, with the
+engine on a manual clock. A small in-test "worker" reads the commands and answers with
+run events and heartbeats, as `tickui worker` does."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import asynccontextmanager
+
+import pytest
+
+from helpers import T0, wait_for
+from tickui.clock import ManualClock
+from tickui.dispatch import SubprocessDispatcher
+from tickui.dispatch.kafka import KafkaDispatcher
+from tickui.dispatch.kafka_link import KafkaLink, quietly_stop
+from tickui.dispatch.messages import (
+    CONTROL_TOPIC,
+    EVENTS_TOPIC,
+    RUNS_TOPIC,
+    WORKERS_TOPIC,
+    Control,
+    Heartbeat,
+    RunCommand,
+    RunEvent,
+    new_event_id,
+)
+from tickui.engine import EngineConfig, SchedulerEngine
+from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION
+from tickui.spec import build_spec
+from tickui.store import Store
+from tickui.timeutil import MICROS
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FakeWorker:
+    """Reads RunCommands and control messages (from the end, no group) and publishes
+    events and heartbeats for them."""
+
+    def __init__(self, bootstrap: str, name: str) -> None:
+        self.bootstrap = bootstrap
+        self.name = name
+        self.producer = None
+        self.consumer = None
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+        await KafkaLink(self.bootstrap).ready()  # the topics, on a fresh broker
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, enable_idempotence=False, acks="all"
+        )
+        await self.producer.start()
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False
+        )
+        await self.consumer.start()
+        tps = []
+        for topic in (RUNS_TOPIC, CONTROL_TOPIC):
+            await wait_for(lambda t=topic: self.consumer.partitions_for_topic(t), what=topic)
+            tps += [TopicPartition(topic, p) for p in self.consumer.partitions_for_topic(topic)]
+        self.consumer.assign(tps)
+        await self.consumer.seek_to_end(*tps)
+        for tp in tps:
+            await self.consumer.position(tp)
+
+    async def stop(self) -> None:
+        await quietly_stop(self.consumer)
+        await quietly_stop(self.producer)
+
+    async def read(self, topic: str, command_ids: set[str], count: int = 1, timeout=10.0):
+        """The next `count` messages of `topic` naming one of `command_ids`."""
+        found = []
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while len(found) < count:
+            assert loop.time() < end, f"no {topic} message for {command_ids}"
+            batches = await self.consumer.getmany(timeout_ms=200)
+            for tp, messages in batches.items():
+                if tp.topic != topic:
+                    continue
+                for m in messages:
+                    if topic == RUNS_TOPIC:
+                        item = RunCommand.decode(m.value)
+                    else:
+                        item = Control.decode(m.value)
+                    if item.command_id in command_ids:
+                        found.append((m.key, item))
+        return found
+
+    async def event(self, kind: str, command_id: str, payload: dict, event_id=None) -> str:
+        event_id = event_id or new_event_id()
+        event = RunEvent(event_id, kind, command_id, f"run-{command_id}", self.name, T0, payload)
+        await self.producer.send_and_wait(EVENTS_TOPIC, event.encode(), key=command_id.encode())
+        return event_id
+
+    async def raw(self, topic: str, value: bytes) -> None:
+        await self.producer.send_and_wait(topic, value, key=b"x")
+
+    async def heartbeat(self, running=(), state="alive", at=T0) -> None:
+        beat = Heartbeat(self.name, "host-x", 2, tuple(running), "t", at, state, "g", "/wl")
+        await self.producer.send_and_wait(WORKERS_TOPIC, beat.encode(), key=self.name.encode())
+
+
+class Rig:
+    def __init__(self, store, clock, engine, dispatcher) -> None:
+        self.store, self.clock, self.engine, self.dispatcher = store, clock, engine, dispatcher
+
+    async def add(self, name: str, **fields) -> None:
+        fields.setdefault("command", ["echo", "hi"])
+        fields.setdefault("every", "1m")
+        await self.store.add_task(build_spec({"name": name, **fields}, T0), T0)
+
+    async def tick(self, seconds: float = 0) -> None:
+        self.clock.advance(seconds)
+        await self.engine.tick(self.clock.now())
+
+    async def occ(self, name: str):
+        return (await self.store.history(name, limit=1))[0]
+
+    async def state(self, name: str, want: str, timeout=10.0):
+        async def check():
+            await self.engine.reconcile()
+            occ = await self.occ(name)
+            return occ if occ.state == want else None
+
+        return await wait_for(check, timeout, f"{name} {want}")
+
+
+@asynccontextmanager
+async def kafka_rig(db, bootstrap: str, start_timeout: float = 30.0, owner: str | None = None):
+    store = await Store.open(db)
+    clock = ManualClock(T0)
+    dispatcher = KafkaDispatcher(
+        store, clock, bootstrap, start_timeout=start_timeout, worker_timeout=10.0
+    )
+    engine = SchedulerEngine(store, dispatcher, clock, EngineConfig(owner=owner))
+    try:
+        await engine.start()
+        yield Rig(store, clock, engine, dispatcher)
+    finally:
+        await engine.stop(grace=0.5)
+        await store.close()
+
+
+@pytest.fixture
+async def worker(kafka_bootstrap):
+    w = FakeWorker(kafka_bootstrap, f"w-{uuid.uuid4().hex[:8]}")
+    await w.start()
+    yield w
+    await w.stop()
+
+
+async def test_command_goes_out_and_events_settle_the_run(tmp_db, kafka_bootstrap, worker):
+    async with kafka_rig(tmp_db, kafka_bootstrap) as r:
+        await r.add("a", env={"X": "1"}, cwd="/tmp", timeout="5s")
+        await r.tick()
+        occ = await r.occ("a")
+        assert occ.state == "accepted" and occ.deadline == T0 + 30 * MICROS
+        assert occ.command_id.startswith(f"cmd-{occ.id}-")
+        [(key, command)] = await worker.read(RUNS_TOPIC, {occ.command_id})
+        assert key == b"a"
+        assert (command.occurrence_id, command.task, command.argv) == (occ.id, "a", ("echo", "hi"))
+        assert command.env == {"X": "1", "TICKUI_TASK": "a", "TICKUI_KIND": "scheduled"}
+        assert (command.cwd, command.timeout_s, command.attempt) == ("/tmp", 5.0, 1)
+        assert (command.scheduled_for, command.deadline) == (T0, T0 + 30 * MICROS)
+        assert command.owner == r.engine.owner and command.lease_token == 1
+
+        # malformed messages on both topics are skipped; what follows still counts
+        await worker.raw(EVENTS_TOPIC, b"{not json")
+        await worker.raw(EVENTS_TOPIC, b'{"type": "run.completed"}')
+        await worker.raw(WORKERS_TOPIC, b"[]")
+        started = {"state": "running", "pid": 42, "log_path": "/wl/a.log", "host": "host-x"}
+        await worker.event(RUN_TRANSITION, command.command_id, started)
+        running = await r.state("a", "running")
+        assert running.worker == worker.name
+        done = {"exit_code": 0, "tail": "hi\n"}
+        first = await worker.event(RUN_COMPLETED, command.command_id, done)
+        await worker.event(RUN_COMPLETED, command.command_id, done, event_id=first)  # again
+        settled = await r.state("a", "succeeded")
+        assert (settled.exit_code, settled.worker) == (0, worker.name)
+        assert settled.to_json()["worker"] == worker.name
+        out = await r.store.remote_output(settled.id)
+        assert (out.tail, out.worker, out.log_path) == ("hi\n", worker.name, "/wl/a.log")
+        count = await r.store._one(
+            "SELECT count(*) FROM events WHERE command_id = ?", (command.command_id,)
+        )
+        assert count[0] == 2  # the transition and one completion: the copy was dropped
+        assert r.engine.status().warning is None
+
+
+async def test_silent_worker_is_lost_and_its_run_fails(tmp_db, kafka_bootstrap, worker):
+    async with kafka_rig(tmp_db, kafka_bootstrap) as r:
+        await r.add("a", retries=1, retry_on="interrupted")
+        await r.tick()
+        occ = await r.occ("a")
+        await worker.heartbeat()
+        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
+        await r.state("a", "running")
+
+        async def seen():
+            return [w for w in await r.store.list_workers() if w.id == worker.name]
+
+        [info] = await wait_for(seen, what="the heartbeat")
+        assert (info.state, info.host, info.slots, info.log_dir) == ("alive", "host-x", 2, "/wl")
+        await r.tick(10)  # silent for 10 s: not yet
+        assert (await r.store.get_occurrence(occ.id)).state == "running"
+        await r.tick(2)
+        lost = await r.store.get_occurrence(occ.id)
+        await r.engine.reconcile()
+        lost = await r.store.get_occurrence(occ.id)
+        assert (lost.state, lost.error_code) == ("failed", "WORKER_LOST")
+        assert lost.detail == f"worker {worker.name} silent for 12s"
+        assert {w.id: w.state for w in await r.store.list_workers()}[worker.name] == "lost"
+        # retried as any interrupted run; the worker speaks again: alive
+        assert (await r.store.history("a"))[0].state == "queued"
+        await worker.heartbeat()
+
+        async def alive():
+            return {w.id: w.state for w in await r.store.list_workers()}[worker.name] == "alive"
+
+        await wait_for(alive, what="the worker alive again")
+        assert (await r.store.get_occurrence(occ.id)).state == "failed"
+
+
+async def test_no_worker_by_the_deadline_fails_dispatch_timeout(tmp_db, kafka_bootstrap, worker):
+    async with kafka_rig(tmp_db, kafka_bootstrap, start_timeout=5) as r:
+        await r.add("a")
+        await r.tick()
+        occ = await r.occ("a")
+        await worker.read(RUNS_TOPIC, {occ.command_id})
+        await r.tick(6)  # past the deadline, within its 2 s grace
+        assert (await r.store.get_occurrence(occ.id)).state == "accepted"
+        await r.tick(2)
+        failed = await r.state("a", "failed")
+        assert failed.error_code == "DISPATCH_TIMEOUT"
+        assert failed.detail == "no worker started it within 5s"
+        [(_, cancel)] = await worker.read(CONTROL_TOPIC, {occ.command_id})
+        assert (cancel.type, cancel.worker) == ("cancel", None)
+
+
+async def test_broker_down_runs_wait_then_fail_with_the_reason(tmp_db):
+    async with kafka_rig(tmp_db, "127.0.0.1:9", start_timeout=5) as r:
+        await r.add("a")
+        await r.tick()
+        occ = await r.occ("a")
+        assert occ.state == "accepted"
+        warning = r.engine.status().warning
+        assert warning and "kafka 127.0.0.1:9: broker down since" in warning
+        await r.tick(8)
+        failed = await r.state("a", "failed")
+        assert failed.error_code == "DISPATCH_TIMEOUT"
+        assert failed.detail.startswith("broker down: kafka 127.0.0.1:9:")
+
+
+async def test_cancel_reaches_the_worker_or_ends_an_unstarted_run(tmp_db, kafka_bootstrap, worker):
+    async with kafka_rig(tmp_db, kafka_bootstrap) as r:
+        await r.add("a")
+        await r.add("b")
+        await r.tick()
+        a, b = await r.occ("a"), await r.occ("b")
+        await worker.event(RUN_TRANSITION, a.command_id, {"state": "running"})
+        await r.state("a", "running")
+        assert await r.engine.cancel(a.id)
+        [(key, control)] = await worker.read(CONTROL_TOPIC, {a.command_id})
+        assert (key, control.type, control.worker) == (worker.name.encode(), "cancel", worker.name)
+        assert control.reason == "cancelled_by_user"
+        assert (await r.store.get_occurrence(a.id)).state == "running"  # until the worker says
+        await worker.event(RUN_CANCELED, a.command_id, {"detail": "cancelled_by_user"})
+        await r.state("a", "cancelled")
+        # not started by any worker: cancelled now, and no worker may start it
+        assert await r.engine.cancel(b.id)
+        assert (await r.store.get_occurrence(b.id)).state == "cancelled"
+        [(_, control)] = await worker.read(CONTROL_TOPIC, {b.command_id})
+        assert (control.type, control.worker) == ("cancel", None)
+
+
+async def test_new_engine_does_not_fail_runs_that_live_on_workers(tmp_db, kafka_bootstrap, worker):
+    async with kafka_rig(tmp_db, kafka_bootstrap, owner="one") as r:
+        await r.add("a")
+        await r.add("b")
+        await r.tick()
+        a = await r.occ("a")
+        await worker.event(RUN_TRANSITION, a.command_id, {"state": "running"})
+        await r.state("a", "running")
+    # the engine stopped: the remote runs were not cancelled
+    async with kafka_rig(tmp_db, kafka_bootstrap, owner="two") as r:
+        assert (await r.occ("a")).state == "running"
+        assert (await r.occ("b")).state == "accepted"
+        await worker.event(RUN_COMPLETED, a.command_id, {"exit_code": 0, "tail": ""})
+        await r.state("a", "succeeded")
+    # an engine that runs commands itself cannot follow them: they end INTERRUPTED
+    store = await Store.open(tmp_db)
+    clock = ManualClock(T0)
+    local = SchedulerEngine(store, SubprocessDispatcher(store, clock), clock, EngineConfig())
+    try:
+        await local.start()
+        b = (await store.history("b", limit=1))[0]
+        assert (b.state, b.error_code) == ("failed", "INTERRUPTED")
+    finally:
+        await local.stop(grace=0)
+        await store.close()

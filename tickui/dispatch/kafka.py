@@ -1,0 +1,353 @@
+"""The Kafka dispatcher: runs go to `tickui worker` processes as RunCommands, and come
+back as run events the engine appends to its event log (reconcile settles them as any
+run's). What no worker reports on is settled here, on the engine's clock: a command no
+worker started by its deadline (DISPATCH_TIMEOUT), a run whose worker went silent
+(WORKER_LOST). A broker that is down delays commands (an outbox), never the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tickui import procs
+from tickui.dispatch.base import DispatchFailure, Fence, Job, NotStarted, Receipt
+from tickui.dispatch.kafka_feeds import EventFeed, HeartbeatFeed
+from tickui.dispatch.kafka_link import KafkaLink, LinkDown
+from tickui.dispatch.messages import (
+    CONTROL_TOPIC,
+    DEFAULT_PARTITIONS,
+    DISPATCH_TIMEOUT,
+    RUNS_TOPIC,
+    WORKER_LOST,
+    WORKER_TIMEOUT_S,
+    Control,
+    Heartbeat,
+    RunCommand,
+)
+from tickui.occurrence import RUN_CANCELED, RUN_FAILED
+from tickui.store import Beat, NewEvent, Store
+from tickui.timeutil import MICROS
+
+log = logging.getLogger("tickui.dispatch.kafka")
+
+GRACE = 2 * MICROS  # after a deadline, before DISPATCH_TIMEOUT (a transition in flight)
+RESEND_AFTER = 2  # heartbeats of its worker not naming a running command: ask again
+FLUSH_EVERY_S = 0.5
+
+
+@dataclass
+class _Pending:
+    """A message the broker has not taken yet; dropped once `until` (engine clock) passed."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    until: int | None
+    command_id: str
+
+
+class KafkaDispatcher:
+    """Dispatcher over Kafka (see the module doc). `tend(now)` is called on every engine
+    tick while it holds the lease."""
+
+    mode = "kafka"
+
+    def __init__(
+        self,
+        store: Store,
+        clock,
+        bootstrap: str,
+        *,
+        partitions: int = DEFAULT_PARTITIONS,
+        start_timeout: float = 30.0,
+        worker_timeout: float = WORKER_TIMEOUT_S,
+        group: str | None = None,
+        request_timeout: float = 2.0,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.bootstrap = bootstrap
+        self.start_timeout = int(start_timeout * MICROS)
+        self.worker_timeout = int(worker_timeout * MICROS)
+        self.link = KafkaLink(bootstrap, partitions, request_timeout)
+        timeout_ms = self.link.request_timeout_ms
+        self.events = EventFeed(bootstrap, self._ours, self._record_events, timeout_ms)
+        self.heartbeats = HeartbeatFeed(bootstrap, self._record_beats, group, timeout_ms)
+        self._outbox: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._misses: dict[str, int] = {}  # command id -> heartbeats of its worker without it
+        self._started = False
+
+    # ---- what the engine reads ---------------------------------------------------------
+
+    @property
+    def dispatch_problem(self) -> str | None:
+        problem = self.link.problem
+        if problem is None and self._outbox:
+            problem = f"kafka {self.bootstrap}: {len(self._outbox)} message(s) waiting to be sent"
+        return problem
+
+    def active(self) -> int:
+        return 0  # runs live on workers: nothing here to wait for at shutdown
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Begin reading events and heartbeats and sending what waits; never waits for
+        the broker (a broker that is down is retried in the background)."""
+        if self._started:
+            return
+        self._started = True
+        self.events.start()
+        self.heartbeats.start()
+        self._flusher = asyncio.create_task(self._flush_loop(), name="tickui-kafka-outbox")
+
+    async def shutdown(self, grace: float) -> None:
+        """Runs go on on their workers (their events are read by the next engine). What
+        waits in the outbox gets up to `grace` seconds (bounded) to be sent."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._flush(), max(0.1, min(grace, 5.0)))
+        if self._outbox:
+            log.warning("%d kafka message(s) not sent at shutdown", len(self._outbox))
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._flusher
+            self._flusher = None
+        await self.events.stop()
+        await self.heartbeats.stop()
+        await self.link.close()
+        self._started = False
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    async def dispatch(
+        self, jobs: Sequence[Job], may_start: Fence | None = None
+    ) -> list[Receipt | DispatchFailure | NotStarted]:
+        """One RunCommand per job, after the fence says yes for it. Its command id and
+        deadline are stored before it is sent, so an engine restart still knows it; a
+        broker that does not take it leaves it in the outbox until its deadline."""
+        if not self._started:
+            await self.start()
+        results: list[Receipt | DispatchFailure | NotStarted] = []
+        commands: list[tuple[int, RunCommand]] = []
+        fenced: NotStarted | None = None
+        now = self.clock.now()
+        for job in jobs:
+            if fenced is None and may_start is not None:
+                fenced = await _fence(may_start)
+            if fenced is not None:
+                results.append(fenced)
+                continue
+            command = self._command(job, now)
+            commands.append((len(results), command))
+            results.append(Receipt(command.command_id, None))
+        if commands:
+            await self.store.set_deadlines(
+                [(c.occurrence_id, c.deadline, c.command_id) for _, c in commands]
+            )
+            pending = [
+                _Pending(RUNS_TOPIC, c.task.encode(), c.encode(), c.deadline, c.command_id)
+                for _, c in commands
+            ]
+            await self._send(pending)
+        return results
+
+    def _command(self, job: Job, now: int) -> RunCommand:
+        occ, spec = job.occurrence, job.task.spec
+        env = {**spec.env, "TICKUI_TASK": occ.task, "TICKUI_KIND": occ.kind}
+        return RunCommand(
+            command_id=f"cmd-{occ.id}-{uuid.uuid4().hex[:12]}",
+            occurrence_id=occ.id,
+            task=occ.task,
+            argv=tuple(spec.command),
+            env=env,
+            cwd=spec.cwd or None,
+            timeout_s=spec.timeout / MICROS if spec.timeout else None,
+            scheduled_for=occ.scheduled_for,
+            attempt=occ.attempt,
+            deadline=now + self.start_timeout,
+            owner=occ.owner or f"tickui-{procs.host()}",
+            lease_token=occ.lease_token or 0,
+            kind=occ.kind,
+        )
+
+    async def _send(self, pending: list[_Pending]) -> None:
+        """Send now; what the broker does not take waits in the outbox."""
+        try:
+            errors = await self.link.send_all([(p.topic, p.key, p.value) for p in pending])
+        except LinkDown:
+            errors = ["down"] * len(pending)
+        left = [p for p, error in zip(pending, errors, strict=True) if error is not None]
+        if left:
+            self._outbox.extend(left)
+            self._wake.set()
+
+    async def _flush(self) -> None:
+        """Send what waits, dropping what is past its deadline (tend() fails those)."""
+        now = self.clock.now()
+        waiting = [p for p in self._outbox if p.until is None or p.until > now]
+        self._outbox = []
+        if waiting:
+            await self._send(waiting)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._outbox:
+                await asyncio.sleep(FLUSH_EVERY_S)
+                with contextlib.suppress(Exception):
+                    await self._flush()
+
+    # ---- cancel --------------------------------------------------------------------------
+
+    async def cancel(self, occurrence_id: int, reason: str) -> bool:
+        """Ask the worker running it to stop (it reports run.canceled). One no worker has
+        started yet ends cancelled now, and the cancel keeps any worker from starting it."""
+        found = await self.store.occurrences_by_id([occurrence_id])
+        if not found or not found[0].active or found[0].deadline is None:
+            return False
+        occ = found[0]
+        command_id = occ.command_id or ""
+        started = await self.store.started_commands([command_id])
+        if occ.worker is None and command_id not in started:
+            await self.store.append_events(
+                [
+                    NewEvent(
+                        self.clock.now(),
+                        RUN_CANCELED,
+                        command_id,
+                        None,
+                        {"error_code": reason, "detail": f"{reason}: not started by a worker"},
+                        event_id=f"{command_id}:cancel",
+                    )
+                ]
+            )
+        await self._control("cancel", command_id, occ.worker, reason)
+        return True
+
+    async def _control(self, kind: str, command_id: str, worker: str | None, reason: str) -> None:
+        message = Control(kind, command_id, worker, reason, self.clock.now())
+        key = (worker or command_id).encode()
+        until = self.clock.now() + self.start_timeout + self.worker_timeout
+        await self._send([_Pending(CONTROL_TOPIC, key, message.encode(), until, command_id)])
+
+    # ---- what workers say -----------------------------------------------------------------
+
+    async def _ours(self, command_ids: list[str]) -> set[str]:
+        return set(await self.store.occurrences_by_command(command_ids))
+
+    async def _record_events(self, events: list[NewEvent]) -> None:
+        await self.store.append_events(events)
+
+    async def _record_beats(self, beats: list[Heartbeat]) -> None:
+        now = self.clock.now()
+        back = await self.store.record_heartbeats(
+            [
+                Beat(
+                    b.worker,
+                    b.host,
+                    b.slots,
+                    b.running,
+                    b.version,
+                    b.state,
+                    now,
+                    b.log_dir,
+                    b.group,
+                )
+                for b in beats
+            ]
+        )
+        for worker in back:
+            log.warning("worker %s is heard again", worker)
+        await self._check_running(beats)
+
+    async def _check_running(self, beats: list[Heartbeat]) -> None:
+        """A run its worker no longer lists, with no outcome heard: after RESEND_AFTER
+        heartbeats, ask that worker for the outcome again (lost with a broker restart)."""
+        alive = {b.worker: b for b in beats if b.state in ("alive", "draining")}
+        if not alive:
+            return
+        for occ in await self.store.remote_active():
+            beat = alive.get(occ.worker or "")
+            command_id = occ.command_id or ""
+            if beat is None or occ.state != "running" or not command_id:
+                continue
+            if command_id in beat.running or (occ.started_at or 0) >= beat.at:
+                self._misses.pop(command_id, None)
+                continue
+            misses = self._misses.get(command_id, 0) + 1
+            self._misses[command_id] = misses
+            if misses >= RESEND_AFTER:
+                self._misses[command_id] = 0
+                log.warning("asking worker %s to resend the outcome of %s", beat.worker, command_id)
+                await self._control("resend", command_id, beat.worker, "no outcome heard")
+
+    # ---- on each tick --------------------------------------------------------------------
+
+    async def tend(self, now: int) -> None:
+        """Settle what no worker will report: commands past their deadline that no worker
+        started, and runs of workers silent for longer than worker_timeout."""
+        silent = await self.store.silent_workers(now - self.worker_timeout)
+        if silent:
+            await self.store.mark_workers_lost([w.id for w in silent], now)
+            for worker in silent:
+                log.warning(
+                    "worker %s lost: silent for %ds", worker.id, (now - worker.last_seen) // MICROS
+                )
+        remote = await self.store.remote_active()
+        if not remote:
+            self._misses.clear()
+            return
+        lost = {w.id: w for w in await self.store.list_workers() if w.state == "lost"}
+        late = [o for o in remote if o.worker is None and o.deadline + GRACE < now]
+        started = await self.store.started_commands([o.command_id or "" for o in late])
+        events: list[NewEvent] = []
+        for occ in late:
+            command_id = occ.command_id or ""
+            if command_id in started:
+                continue  # its transition is in the log: reconcile moves it
+            events.append(self._failed(now, command_id, DISPATCH_TIMEOUT, self._why_late()))
+            await self._control("cancel", command_id, None, DISPATCH_TIMEOUT)
+        for occ in remote:
+            worker = lost.get(occ.worker or "")
+            if worker is not None:
+                silent_for = (now - worker.last_seen) // MICROS
+                detail = f"worker {worker.id} silent for {silent_for}s"
+                events.append(self._failed(now, occ.command_id or "", WORKER_LOST, detail))
+        if events:
+            await self.store.append_events(events)
+        active = {o.command_id for o in remote}
+        for command_id in [c for c in self._misses if c not in active]:
+            del self._misses[command_id]
+
+    def _why_late(self) -> str:
+        if self.link.problem is not None:
+            return f"broker down: {self.link.error}"
+        return f"no worker started it within {self.start_timeout // MICROS}s"
+
+    @staticmethod
+    def _failed(now: int, command_id: str, code: str, detail: str) -> NewEvent:
+        return NewEvent(
+            now,
+            RUN_FAILED,
+            command_id,
+            None,
+            {"error_code": code, "detail": detail},
+            event_id=f"{command_id}:{code}",
+        )
+
+
+async def _fence(may_start: Fence) -> NotStarted | None:
+    try:
+        if await may_start():
+            return None
+    except Exception as exc:
+        return NotStarted(f"lease check failed: {type(exc).__name__}")
+    return NotStarted("lease lost")

@@ -1,0 +1,149 @@
+"""The engine's connection to Kafka: one producer, its topics made when missing (again
+after any failure: a restarted Tansu is empty), and what went wrong since when."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from tickui.dispatch.messages import DEFAULT_PARTITIONS, RUNS_TOPIC, TOPICS
+from tickui.redact import redact
+
+log = logging.getLogger("tickui.dispatch.kafka")
+
+
+class LinkDown(Exception):
+    """Kafka did not take a message; the text is one redacted line."""
+
+
+def describe(bootstrap: str, exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return redact(f"kafka {bootstrap}: {type(exc).__name__}: {text}")[:300]
+
+
+class KafkaLink:
+    """A producer (acks all, no idempotence: Tansu refuses it) and the four topics."""
+
+    def __init__(
+        self, bootstrap: str, partitions: int = DEFAULT_PARTITIONS, request_timeout: float = 2.0
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self.request_timeout_ms = max(500, int(request_timeout * 1000))
+        self._producer = None
+        self._topics_ready = False
+        self._lock = asyncio.Lock()
+        self.down_since: float | None = None  # wall clock of the first failure
+        self.error: str | None = None
+
+    @property
+    def problem(self) -> str | None:
+        if self.down_since is None:
+            return None
+        since = time.strftime("%H:%M:%S", time.localtime(self.down_since))
+        return f"kafka {self.bootstrap}: broker down since {since} ({self.error})"
+
+    def _failed(self, exc: BaseException) -> LinkDown:
+        text = describe(self.bootstrap, exc)
+        if self.down_since is None:
+            self.down_since = time.time()
+            log.warning("%s (runs wait until it answers)", text)
+        self.error = text
+        self._topics_ready = False
+        return LinkDown(text)
+
+    def _ok(self) -> None:
+        if self.down_since is not None:
+            log.warning("kafka %s answers again", self.bootstrap)
+        self.down_since = self.error = None
+
+    async def ready(self) -> None:
+        """Connect and make the topics if not done yet; LinkDown when the broker is down."""
+        if self._producer is not None and self._topics_ready:
+            return
+        async with self._lock:
+            try:
+                if self._producer is None:
+                    await self._start_producer()
+                if not self._topics_ready:
+                    await self._make_topics()
+                    self._topics_ready = True
+            except LinkDown:
+                raise
+            except Exception as exc:
+                raise self._failed(exc) from None
+
+    async def _start_producer(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks="all",
+            enable_idempotence=False,
+            request_timeout_ms=self.request_timeout_ms,
+            retry_backoff_ms=100,
+            linger_ms=0,
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            await quietly_stop(producer)
+            raise
+        self._producer = producer
+
+    async def _make_topics(self) -> None:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap, request_timeout_ms=self.request_timeout_ms
+        )
+        try:
+            await admin.start()
+            wanted = [
+                NewTopic(t, self.partitions if t == RUNS_TOPIC else DEFAULT_PARTITIONS, 1)
+                for t in TOPICS
+            ]
+            response = await admin.create_topics(wanted)
+            for topic, code, *_ in getattr(response, "topic_errors", []):
+                if code not in (0, 36):  # 36: it exists already
+                    raise LinkDown(f"kafka: creating topic {topic} failed (error {code})")
+        finally:
+            await quietly_stop(admin, "close")
+
+    async def send_all(self, messages: list[tuple[str, bytes, bytes]]) -> list[str | None]:
+        """Send (topic, key, value) messages at once and wait for each; per message None
+        (taken, acks all) or why not. The broker down: every one fails with LinkDown."""
+        if not messages:
+            return []
+        await self.ready()
+        assert self._producer is not None
+        try:
+            futures = [
+                await self._producer.send(topic, value, key=key) for topic, key, value in messages
+            ]
+        except Exception as exc:
+            raise self._failed(exc) from None
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        errors = [
+            describe(self.bootstrap, r) if isinstance(r, BaseException) else None for r in results
+        ]
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            self._failed(failed[0])
+        else:
+            self._ok()
+        return errors
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await quietly_stop(producer)
+
+
+async def quietly_stop(client, method: str = "stop", timeout: float = 3.0) -> None:
+    """Stop a Kafka client, bounded (a stop can hang while the broker is down)."""
+    try:
+        await asyncio.wait_for(getattr(client, method)(), timeout)
+    except Exception:
+        log.debug("stopping a kafka client failed", exc_info=True)
