@@ -99,7 +99,7 @@ def layout_columns(
     spare = width - used(widths)
     for target in (need, {i: preferred(i) for i in chosen}):
         for i in sorted(chosen, key=lambda i: (columns[i].priority, i)):
-            grow = min(spare, max(0, target[i] - widths[i]))
+            grow = max(0, min(spare, target[i] - widths[i]))  # never below the minimum
             widths[i] += grow
             spare -= grow
     while spare > 0:
@@ -313,6 +313,17 @@ class RowTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self.sync_size()
+
+    def set_columns(self, columns: list[Column]) -> None:
+        """Show another set of columns (the source's cells follow the same list): laid out
+        and measured again, every line repainted."""
+        if columns == self.columns:
+            return
+        self.columns = columns
+        self._wanted = {}
+        self._laid_for = None
+        self._painted = {}
+        self.refresh()
 
     def _columns_for(self, width: int) -> list[tuple[int, int]]:
         sort = self.source.sort
