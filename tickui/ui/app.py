@@ -48,6 +48,7 @@ from tickui.ui.rows import OccurrenceRows, TaskRows
 from tickui.ui.table import RowTable
 from tickui.ui.task_actions import TaskActions
 from tickui.ui.viewing import ViewChoices
+from tickui.ui.workers import WorkersView
 
 DRAIN_EVERY = 0.05  # drains (repaints of what changed): on average at most this often
 DRAIN_DELAY = 0.01  # a drain waits this long after the first mark, to gather a burst
@@ -61,7 +62,7 @@ DETAIL_APP_ACTIONS = frozenset(
 )  # the app keys that mean something on a task's detail (its own r, c, esc too)
 
 
-class TickuiApp(TaskActions, ViewChoices, App[int]):
+class TickuiApp(TaskActions, ViewChoices, WorkersView, App[int]):
     CSS_PATH = "tickui.tcss"
     TITLE = "tickui"
     BINDINGS = [
@@ -124,8 +125,9 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         """An occurrence's cells, its times in its task's zone when the view says so."""
         task = self.task_rows.by_id.get(occ.task_id)
         if task is None:
-            return occurrence_cells(occ, now, view)
-        return occurrence_cells(occ, now, view, task.spec.tz, task.spec.retries)
+            return self.worker_cells(occ, occurrence_cells(occ, now, view))
+        cells = occurrence_cells(occ, now, view, task.spec.tz, task.spec.retries)
+        return self.worker_cells(occ, cells)
 
     def _apply_prefs_to_rows(self) -> None:
         prefs = self.prefs
@@ -165,6 +167,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         host.engine.subscribe(self._on_engine_change)
         host.ticker.on_change(self._on_ticker_change)
         await self.load_all()
+        await self.read_workers()
         self._titles()
         await host.start()
         # the screen's own pace: paused while ticks come each second and beat it instead
@@ -192,6 +195,8 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         filter changed); the cursor stays on the same occurrence when it is still shown."""
         rows = self.occ_rows
         rows.load(await self.host.store.newest_occurrences(rows.window, **rows.query()))
+        for occ in rows.by_id.values():
+            self.note_worker(occ)
         self.occ_table.sync_size()
 
     # ---- settings -----------------------------------------------------------------------
@@ -295,6 +300,8 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
                 old = self.occ_rows.by_id.get(occ.id)
                 self._tell_failure(old, occ)
                 kept = self.occ_rows.upsert(occ)
+                if kept:
+                    self.note_worker(occ)
                 # rows came or went (a new run, or one a state filter now hides): resize
                 rows_moved |= (old is None) == kept
                 task_ids.add(occ.task_id)
@@ -369,6 +376,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
             )
             self.mark(changed, [o.id for o in newer] + self.occ_rows.active_ids())
             self._status_dirty = True
+            self.workers_due(committed=True)
         except Exception as exc:
             self.notify(redact(f"could not read the database: {exc}"), severity="error")
 
@@ -416,6 +424,7 @@ class TickuiApp(TaskActions, ViewChoices, App[int]):
         self.occ_table.refresh_changed()
         self.show_status()
         self._titles()  # "↑ N newer above" follows the Occurrences pane's scroll
+        self.workers_due()  # "2s ago", and the heartbeats the engine recorded
 
     def show_status(self) -> None:
         """The header, on the dashboard even while a dialog is over it. Tells the user when

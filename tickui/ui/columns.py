@@ -38,6 +38,14 @@ OCCURRENCE_COLUMNS = [
     # free text, read whole in the run view: spare width only, never pushes a column out
     Column("DETAIL", 6, 8, priority=2, flex=True),
 ]
+# Runs on workers (Kafka dispatch): which one, before DETAIL; dropped first when narrow.
+WORKER_COLUMN = Column("WORKER", 6, 14, priority=7, flex=True)
+WORKER_AT = 9
+OCCURRENCE_COLUMNS_WITH_WORKER = [
+    *OCCURRENCE_COLUMNS[:WORKER_AT],
+    WORKER_COLUMN,
+    *OCCURRENCE_COLUMNS[WORKER_AT:],
+]
 
 
 class CellSource(RowSource):

@@ -1,4 +1,5 @@
-"""The main screen: header, Tasks and Occurrences, Ticks and breaker, filter box, keys."""
+"""The main screen: header, Tasks and Occurrences, Ticks, breaker and workers, filter box,
+keys."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from textual.widgets import Input
 from tickui.ui.keys import rank
 from tickui.ui.panes import Banner, BreakerPane, KeyFooter, StatusLine, TablePane, TicksPane
 from tickui.ui.table import RowTable
+from tickui.ui.workers import WorkersPane
 
 NARROW = 110  # below this width the side panes move under the tables
 SHORT = 30  # below this height the narrow layout drops the sparkline
@@ -35,6 +37,7 @@ class Dashboard(Screen[None]):
             with Vertical(id="side"):
                 yield TicksPane(id="ticks")
                 yield BreakerPane(id="breaker")
+                yield WorkersPane(id="workers")  # shown when runs go to workers (app.py)
         yield Input(placeholder="filter by task name (enter keeps, esc clears)", id="filter")
         yield KeyFooter(rank, id="footer")
 
