@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from tickui.dispatch import read_tail
-from tickui.models import Occurrence, Task
+from tickui.models import Occurrence, RemoteOutput, Task
 from tickui.redact import safe_text
 from tickui.schedules import preview
 from tickui.timeutil import MICROS, format_duration
@@ -38,6 +38,7 @@ from tickui.ui.panes import KeyFooter
 BARS = "▁▂▃▄▅▆▇█"
 SPARK_RUNS = 40  # runs read for the sparkline; the table shows the newest RUNS_SHOWN
 RUNS_SHOWN = 12
+WORKER_WIDTH = 16  # the runs table's WORKER column at most
 UTC_VIEW = TimeView("utc")
 
 
@@ -55,6 +56,7 @@ class DetailSource:
     open_run: Callable[[Occurrence], None] | None = None
     view: Callable[[], TimeView] | None = None
     reasons: Callable[[int], Awaitable[dict[str, tuple[int, int]]]] | None = None
+    remote: Callable[[int], Awaitable[RemoteOutput | None]] | None = None  # a worker's report
 
 
 class DetailScreen(Screen[None]):
@@ -77,6 +79,8 @@ class DetailScreen(Screen[None]):
         self.picked = 0
         self.reasons: dict[str, tuple[int, int]] = {}
         self.reasons_for: tuple[int, int, int] | None = None  # (task id, missed, skipped)
+        self.remote: RemoteOutput | None = None  # the picked run's worker report
+        self.remote_for: tuple[int, str] | None = None  # (run id, state) it was read for
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="detail-top"):
@@ -106,7 +110,19 @@ class DetailScreen(Screen[None]):
         if source.reasons is not None and key != self.reasons_for:  # read when counts move
             self.reasons = await source.reasons(self.task_row.id)
             self.reasons_for = key
+        await self._read_remote()
         self.render_all(source.now())
+
+    async def _read_remote(self) -> None:
+        """The picked run's worker report, read again only when the pick or its state moved."""
+        occ = self.recent[self.picked] if self.recent else None
+        if occ is None or not occ.worker or self.source.remote is None:
+            self.remote, self.remote_for = None, None
+            return
+        key = (occ.id, occ.state)
+        if key != self.remote_for:
+            self.remote = await self.source.remote(occ.id)
+            self.remote_for = key
 
     def zone(self) -> tzinfo:
         view = self.source.view() if self.source.view is not None else UTC_VIEW
@@ -135,13 +151,21 @@ class DetailScreen(Screen[None]):
         if occ is None:
             output.update(Text("no runs yet", "bright_black"))
             return
-        output.border_title = f"Output of run {occ.id} ({occ.state})"
-        tail = [safe_text(line) for line in read_tail(occ.log_path, 4000).splitlines()[-12:]]
-        output.update(Text("\n".join(tail) or "(no output)", "" if tail else "bright_black"))
+        if occ.worker:
+            output.border_title = f"Output of run {occ.id} ({occ.state}, on {occ.worker})"
+            reported = self.remote.tail if self.remote is not None else ""
+            empty = "(no output reported yet)" if occ.active else "(no output reported)"
+        else:
+            output.border_title = f"Output of run {occ.id} ({occ.state})"
+            reported = read_tail(occ.log_path, 4000)
+            empty = "(no output)"
+        tail = [safe_text(line) for line in reported.splitlines()[-12:]]
+        output.update(Text("\n".join(tail) or empty, "" if tail else "bright_black"))
 
-    def action_pick(self, step: int) -> None:
+    async def action_pick(self, step: int) -> None:
         if self.recent:
             self.picked = max(0, min(len(self.recent) - 1, self.picked + step))
+            await self._read_remote()
             self.render_all(self.source.now())
 
     def action_open_selected(self) -> None:
@@ -232,10 +256,13 @@ def runs_table(recent: list[Occurrence], picked: int, now: int, zone: tzinfo) ->
     for title in ("ID", "STATE", "KIND", "SCHEDULED", "LATE", "TOOK", "CODE"):
         widest = max([len(title)] + [len(cell) for cell in _column(recent, title, now, zone)])
         table.add_column(title, no_wrap=True, min_width=widest)
+    workers = any(occ.worker for occ in recent)
+    if workers:  # runs on workers (Kafka): which one; cut before anything else is
+        table.add_column("WORKER", no_wrap=True, overflow="ellipsis", max_width=WORKER_WIDTH)
     table.add_column("DETAIL", no_wrap=True, overflow="ellipsis", ratio=1, min_width=0)
     for index, occ in enumerate(recent):
         code = outcome_code(occ)
-        table.add_row(
+        cells = [
             str(occ.id),
             Text(occ.state, STATE_STYLE.get(occ.state, "")),
             kind_word(occ),
@@ -243,9 +270,10 @@ def runs_table(recent: list[Occurrence], picked: int, now: int, zone: tzinfo) ->
             lateness(occ),
             duration(occ, now),
             Text(code or "-", CODE_STYLE.get(code, "red")),
-            detail_text(occ),
-            style="reverse" if index == picked else None,
-        )
+        ]
+        if workers:
+            cells.append(Text(safe_text(occ.worker or "-"), "bright_black"))
+        table.add_row(*cells, detail_text(occ), style="reverse" if index == picked else None)
     return table
 
 

@@ -18,6 +18,7 @@ import os
 import shlex
 import shutil
 import stat
+import tempfile
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
@@ -43,7 +44,7 @@ from textual.strip import Strip
 from textual.widgets import Footer, Input, Static
 
 from tickui.dispatch.output import human_bytes
-from tickui.models import Occurrence
+from tickui.models import Occurrence, RemoteOutput
 from tickui.redact import safe_text
 from tickui.ui.cells import (
     STATE_STYLE,
@@ -393,10 +394,14 @@ class RunSource:
     label: Callable[[str], str] = str
     zone: Callable[[Occurrence], tzinfo] | None = None  # the dashboard's zone choice; UTC
     retries: Callable[[Occurrence], int | None] | None = None  # how many its task allows
+    # what a worker reported of a run it ran (Kafka dispatch): Store.remote_output
+    remote: Callable[[int], Awaitable[RemoteOutput | None]] | None = None
 
 
 class RunScreen(Screen[None]):
-    """One run: state, times, code and reason, and its whole output."""
+    """One run: state, times, code and reason, and its whole output. A run a worker ran
+    (Kafka dispatch) has its output on that worker: the view shows the tail the worker
+    reported with its outcome, and the facts say which worker and where its log is."""
 
     DEFAULT_CSS = """
     RunScreen #run-facts {
@@ -445,6 +450,8 @@ class RunScreen(Screen[None]):
         self.to_end = False  # `G` pressed before the index was complete
         self._ticks = 0
         self._top = -1
+        self.remote: RemoteOutput | None = None  # what the worker reported, once read
+        self._remote_final = False  # its outcome's tail is shown: nothing more will come
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-facts")
@@ -462,10 +469,61 @@ class RunScreen(Screen[None]):
         ).border_title = f"Run {self.occ.id} of {safe_text(self.occ.task)}"
         if self.app.is_headless:
             self.query_one(Input).cursor_blink = False
-        self._open()
+        if self.on_worker:
+            self.problem = self._remote_wait()
+            self.read_remote()
+        else:
+            self._open()
         self.render_facts()
         self.view.focus()
         self.set_interval(POLL, self.poll)
+        self.index_more()
+
+    @property
+    def on_worker(self) -> str | None:
+        """The worker that ran (or runs) this run, None for a local one."""
+        return getattr(self.occ, "worker", None) or None
+
+    def _remote_wait(self) -> str:
+        worker = safe_text(self.on_worker or "?")
+        if self.occ.active:
+            return f"runs on worker {worker}: its output tail comes with its end"
+        return f"ran on worker {worker}: reading what it reported…"
+
+    @work(exclusive=True, group="remote")
+    async def read_remote(self) -> None:
+        """The worker's report: its tail shown as the log (kept in an unnamed temporary
+        file, so the view, search and pager work on it as on a local log)."""
+        if self.source.remote is None:
+            self.problem = f"ran on worker {safe_text(self.on_worker or '?')}: no report here"
+            self.render_facts()
+            return
+        active = self.occ.active
+        try:
+            found = await self.source.remote(self.occ.id)
+        except Exception as exc:  # the store went away: said, the next poll tries again
+            self.problem = safe_text(f"cannot read the worker's report: {exc}")
+            self.render_facts()
+            return
+        self.remote = found
+        if found is None or (not found.tail and active):
+            self.problem = self._remote_wait()
+            self.render_facts()
+            return
+        try:
+            fd = await asyncio.to_thread(_tail_file, found.tail)
+        except OSError as exc:
+            self.problem = f"cannot hold the tail: {exc.strerror or exc}"
+            self.render_facts()
+            return
+        old, self.fd = self.fd, fd
+        if old is not None:
+            os.close(old)
+        self._remote_final = not active
+        self.problem = None
+        self.indexed = False
+        self.view.set_index(LineIndex(fd))
+        self.render_facts()
         self.index_more()
 
     def on_unmount(self) -> None:
@@ -537,11 +595,18 @@ class RunScreen(Screen[None]):
             attempt += f" (retry of run {occ.retry_of})"
         table.add_row("attempt", attempt, "output", self._log_state())
         # the log path on a line of its own: it is the longest fact and the one to copy
-        path = safe_text(self.source.label(occ.log_path)) if occ.log_path else "-"
         log = Table.grid(padding=(0, 1), expand=True)
         log.add_column(style="bright_black", no_wrap=True, min_width=9)
         log.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
-        log.add_row("log", path)
+        worker = self.on_worker
+        if worker is not None:  # the whole log is on the worker's machine
+            remote = self.remote
+            path = remote.log_path if remote is not None and remote.log_path else occ.log_path
+            log.add_row("worker", Text(safe_text(worker), "bold"))
+            log.add_row("log", f"{safe_text(path)} (on {safe_text(worker)})" if path else "-")
+        else:
+            path = safe_text(self.source.label(occ.log_path)) if occ.log_path else "-"
+            log.add_row("log", path)
         self.query_one("#run-facts", Static).update(Group(table, log))
         self._title()
 
@@ -551,6 +616,8 @@ class RunScreen(Screen[None]):
         index = self.view.index
         assert index is not None
         text = f"{human_bytes(index.size)}, {index.lines:,} line{'' if index.lines == 1 else 's'}"
+        if self.on_worker is not None:
+            text = f"tail the worker reported: {text}"
         if not self.indexed:
             text += " (reading…)"
         return Text(text)
@@ -616,6 +683,10 @@ class RunScreen(Screen[None]):
             fresh = await self.source.occurrence(self.occ.id)
             if fresh is not None:
                 self.occ = fresh
+            if self.on_worker is not None and not self.occ.active:
+                self.read_remote()  # it ended: its worker's tail came with the outcome
+            elif self.on_worker is not None and self.fd is None:
+                self.problem = self._remote_wait()  # it started on a worker meanwhile
             self.render_facts()
         elif self.view.scroll_offset.y != self._top:
             self._title()
@@ -700,6 +771,12 @@ class RunScreen(Screen[None]):
         redacted and with control characters escaped, so neither a secret nor a job's
         escape sequences reach the terminal through the pager."""
         path = self.occ.log_path
+        if self.on_worker is not None:
+            fd = self.fd
+            if fd is None:
+                self.notify("the worker has not reported this run's output yet", severity="warning")
+                return
+            path = f"/dev/fd/{fd}"  # the tail the worker reported, as the view shows it
         if not path or not os.path.isfile(path):
             self.notify("no log file to open", severity="warning")
             return
@@ -724,6 +801,14 @@ class RunScreen(Screen[None]):
             await _page(argv, path)  # tests: nothing to hand the terminal to
         except OSError as exc:
             self.notify(safe_text(f"pager {argv[0]} failed: {exc}"), severity="error")
+
+
+def _tail_file(tail: str) -> int:
+    """A descriptor of an unnamed temporary file holding `tail` (gone when closed)."""
+    with tempfile.TemporaryFile() as handle:
+        handle.write(tail.encode("utf-8", "replace"))
+        handle.flush()
+        return os.dup(handle.fileno())
 
 
 def exit_text(code: str, reason: str) -> str:

@@ -115,6 +115,7 @@ class TaskActions:
             open_run=self.open_run,
             view=lambda: self.view,
             reasons=self.host.store.miss_reasons,
+            remote=getattr(self.host.store, "remote_output", None),
         )
 
     def open_run(self, occ: Occurrence) -> None:
@@ -134,7 +135,8 @@ class TaskActions:
             task = self.task_rows.by_id.get(run.task_id)
             return task.spec.retries if task is not None else None
 
-        source = RunSource(occurrence, self._now, short_path, zone, retries)
+        remote = getattr(store, "remote_output", None)  # what workers reported (Kafka)
+        source = RunSource(occurrence, self._now, short_path, zone, retries, remote)
         self.push_screen(RunScreen(occ, source))
 
     def action_add_task(self) -> None:
