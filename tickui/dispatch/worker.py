@@ -27,6 +27,7 @@ from tickui import __version__
 from tickui.dispatch import messages as m
 from tickui.dispatch.output import read_tail, visible
 from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
+from tickui.dispatch.worker_events import EventsView
 from tickui.dispatch.worker_state import Bounded, Journal, file_name
 from tickui.errors import BadInput
 from tickui.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
@@ -35,8 +36,6 @@ from tickui.timeutil import MICROS, iso
 
 log = logging.getLogger("tickui.worker")
 
-LOOKBACK_S = 15 * 60  # the events topic is read from this long ago at start
-CHECK_WAIT_S = 5.0  # how long a start waits for the events topic to be read to its end
 SEND_TIMEOUT_S = 3.0
 
 
@@ -70,15 +69,12 @@ class Worker:
         self.runner = ProcessRunner(kill_grace=3.0)
         self.journal = Journal(opts.log_dir / "journal" / f"{file_name(self.id)}.started")
         self.running: dict[str, ProcessRun] = {}
-        self.started_by: Bounded[str, str] = Bounded(200_000)  # from the events topic
-        self.finished: Bounded[str, None] = Bounded(200_000)
         self.cancelled: Bounded[str, str] = Bounded(10_000)
         self.outcomes: Bounded[str, m.RunEvent] = Bounded(1000)
         self.outbox: list[m.RunEvent] = []
         self.state = "alive"
         self.stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._progress = asyncio.Event()  # pulsed each time the events reader moves on
         self._keys = itertools.count(1)
         self._topics_ok = False
         self._outage: str | None = None
@@ -88,8 +84,9 @@ class Worker:
         self.producer: Any = None
         self.runs: Any = None
         self.events: Any = None
+        self.probe: Any = None
+        self.view: EventsView | None = None
         self.control: Any = None
-        self.event_tps: list[Any] = []
         self.ready = False
 
     # ---- clients -------------------------------------------------------------------------
@@ -126,25 +123,24 @@ class Worker:
         )
         await self.producer.start()
         self.events = AIOKafkaConsumer(
-            **common, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=20
+            **common, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=10
         )
         self.control = AIOKafkaConsumer(
             **common, enable_auto_commit=False, auto_offset_reset="latest", fetch_max_wait_ms=100
         )
+        self.probe = AIOKafkaConsumer(**common, enable_auto_commit=False)
         await self.events.start()
         await self.control.start()
-        for consumer, topic in ((self.events, m.EVENTS_TOPIC), (self.control, m.CONTROL_TOPIC)):
-            await consumer.topics()
-            parts = consumer.partitions_for_topic(topic) or range(m.DEFAULT_PARTITIONS)
-            tps = [TopicPartition(topic, p) for p in sorted(parts)]
-            consumer.assign(tps)
-            if consumer is self.control:
-                await consumer.seek_to_end(*tps)
-                for tp in tps:
-                    await consumer.position(tp)  # resolved now: later controls are seen
-            else:
-                self.event_tps = tps
-                await self._seek_back(tps)
+        await self.probe.start()
+        self.view = EventsView(self.events, self.probe)
+        await self.view.start()
+        await self.control.topics()
+        parts = self.control.partitions_for_topic(m.CONTROL_TOPIC) or range(m.DEFAULT_PARTITIONS)
+        tps = [TopicPartition(m.CONTROL_TOPIC, p) for p in sorted(parts)]
+        self.control.assign(tps)
+        await self.control.seek_to_end(*tps)
+        for tp in tps:
+            await self.control.position(tp)  # resolved now: later controls are seen
         heartbeat_ms = max(100, self.opts.session_timeout_ms // 6)
         self.runs = AIOKafkaConsumer(
             m.RUNS_TOPIC,
@@ -152,7 +148,7 @@ class Worker:
             group_id=self.opts.group,
             enable_auto_commit=False,
             auto_offset_reset="latest",
-            fetch_max_wait_ms=20,
+            fetch_max_wait_ms=10,
             session_timeout_ms=self.opts.session_timeout_ms,
             heartbeat_interval_ms=heartbeat_ms,
             request_timeout_ms=max(3000, self.opts.session_timeout_ms + 1000),
@@ -160,34 +156,20 @@ class Worker:
         )
         await self.runs.start()
 
-    async def _seek_back(self, tps: list[Any]) -> None:
-        """Read the events topic from LOOKBACK_S ago (from its start if times are refused)."""
-        since = int((time.time() - LOOKBACK_S) * 1000)
-        try:
-            found = await self.events.offsets_for_times(dict.fromkeys(tps, since))
-        except Exception:
-            found = {}
-        for tp in tps:
-            hit = found.get(tp)
-            if hit is not None and hit.offset >= 0:
-                self.events.seek(tp, hit.offset)
-            elif tp in found:  # nothing that recent: the end
-                await self.events.seek_to_end(tp)
-            else:
-                await self.events.seek_to_beginning(tp)
-
     # ---- publishing ----------------------------------------------------------------------
 
     async def _send(self, topic: str, key: str, value: bytes) -> None:
         if not self._topics_ok:
             await self._ensure_topics()
         try:
-            await asyncio.wait_for(
+            meta = await asyncio.wait_for(
                 self.producer.send_and_wait(topic, value, key=key.encode()), SEND_TIMEOUT_S
             )
         except BaseException:
             self._topics_ok = False
             raise
+        if topic == m.EVENTS_TOPIC and self.view is not None:
+            self.view.sent(meta.partition, meta.offset)
 
     async def emit(self, event: m.RunEvent) -> None:
         """Publish a run event now, or keep it (in order) for the retrying sender."""
@@ -252,55 +234,7 @@ class Worker:
             await self.heartbeat()
             await asyncio.sleep(m.HEARTBEAT_EVERY_S)
 
-    # ---- the events topic: who started what ------------------------------------------------
-
-    async def _read_events(self) -> None:
-        while True:
-            try:
-                batch = await self.events.getmany(timeout_ms=500)
-            except Exception as exc:
-                log.debug("reading events failed: %s", _describe(exc))
-                await asyncio.sleep(0.5)
-                continue
-            for records in batch.values():
-                for record in records:
-                    try:
-                        event = m.RunEvent.decode(record.value)
-                    except m.BadMessage:
-                        continue  # the engine logs those; not this worker's business
-                    if event.type == RUN_TRANSITION:
-                        self.started_by.put(event.command_id, event.worker)
-                    else:
-                        self.finished.put(event.command_id, None)
-            progress, self._progress = self._progress, asyncio.Event()
-            progress.set()
-
-    async def _read_to_end(self) -> bool:
-        """Wait until the events topic is read up to its end as of now; False if unknown."""
-        try:
-            ends = await asyncio.wait_for(self.events.end_offsets(self.event_tps), 3)
-        except Exception as exc:
-            log.warning("cannot read the end of %s: %s", m.EVENTS_TOPIC, _describe(exc))
-            return False
-        deadline = time.monotonic() + CHECK_WAIT_S
-        while True:
-            progress = self._progress
-            behind = False
-            for tp, end in ends.items():
-                with contextlib.suppress(Exception):
-                    if await self.events.position(tp) < end:
-                        behind = True
-                        break
-            if not behind:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                log.warning("the events topic was not read to its end within %ss", CHECK_WAIT_S)
-                return False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(progress.wait(), left)
-
-    # ---- control: cancel and resend ----------------------------------------------------------
+        # ---- control: cancel and resend ----------------------------------------------------------
 
     async def _read_control(self) -> None:
         while True:
@@ -408,7 +342,7 @@ class Worker:
                     if self.stopping.is_set():
                         return  # not committed: redelivered to another worker
                     if not checked:  # once a batch: read events to their end as of now
-                        if not await self._read_to_end():
+                        if not await self.view.read_to_end():
                             self.runs.seek(tp, record.offset)
                             await asyncio.sleep(0.5)
                             break
@@ -428,8 +362,8 @@ class Worker:
             return True
         cid = command.command_id
         answer: m.RunEvent | None = None
-        started_by = self.started_by.get(cid)
-        if cid in self.running or cid in self.finished or cid in self.outcomes:
+        started_by = self.view.started_by.get(cid)
+        if cid in self.running or cid in self.view.finished or cid in self.outcomes:
             pass  # running here now, or over: nothing to say
         elif cid in self.journal or started_by == self.id:
             answer = self._event(RUN_INTERRUPTED, cid, None, detail="worker restarted")
@@ -497,7 +431,7 @@ class Worker:
             self.running.pop(cid, None)
             return False
         self.journal.add(cid)
-        self.started_by.put(cid, self.id)
+        self.view.started_by.put(cid, self.id)
         await self._commit(tp, offset + 1)
         with contextlib.suppress(OSError):  # cancelled meanwhile: the watcher reports it
             open_gate(run)
@@ -541,7 +475,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         background = [
-            asyncio.create_task(self._read_events()),
+            asyncio.create_task(self.view.read()),
             asyncio.create_task(self._read_control()),
             asyncio.create_task(self._heartbeats()),
         ]
@@ -585,7 +519,7 @@ class Worker:
         for task in background + list(self._tasks):
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        for client in (self.events, self.control, self.producer):
+        for client in (self.events, self.control, self.probe, self.producer):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.stop(), 3)
         await self.runner.shutdown()

@@ -1,0 +1,116 @@
+"""A worker's view of the events topic: which commands some worker started or finished.
+Read from LOOKBACK_S ago with a group-less consumer kept running, so "already started"
+holds across workers: before a start the view is read up to the topic's end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from tickui.dispatch import messages as m
+from tickui.dispatch.worker_state import Bounded
+from tickui.occurrence import RUN_TRANSITION
+
+log = logging.getLogger("tickui.worker")
+
+LOOKBACK_S = 15 * 60  # the events topic is read from this long ago at start
+CHECK_WAIT_S = 5.0  # how long a start waits for the events topic to be read to its end
+OWN_SPAN = 64  # a lag of at most this many records, all this worker's own, is no lag
+
+
+class EventsView:
+    """`consumer` reads the topic; `probe`, a client with nothing assigned, asks for its end
+    offsets (asked on the reader's connection, they would queue behind its fetch wait)."""
+
+    def __init__(self, consumer: Any, probe: Any) -> None:
+        self.consumer = consumer
+        self.probe = probe
+        self.tps: list[Any] = []
+        self.started_by: Bounded[str, str] = Bounded(200_000)
+        self.finished: Bounded[str, None] = Bounded(200_000)
+        self._own: dict[int, set[int]] = {}  # partition -> offsets of events sent here
+        self._progress = asyncio.Event()  # pulsed each time the reader moves on
+
+    async def start(self) -> None:
+        from aiokafka import TopicPartition
+
+        await self.consumer.topics()
+        parts = self.consumer.partitions_for_topic(m.EVENTS_TOPIC) or range(m.DEFAULT_PARTITIONS)
+        self.tps = [TopicPartition(m.EVENTS_TOPIC, p) for p in sorted(parts)]
+        self.consumer.assign(self.tps)
+        since = int((time.time() - LOOKBACK_S) * 1000)
+        try:
+            found = await self.consumer.offsets_for_times(dict.fromkeys(self.tps, since))
+        except Exception:
+            found = {}
+        for tp in self.tps:
+            hit = found.get(tp)
+            if hit is not None and hit.offset >= 0:
+                self.consumer.seek(tp, hit.offset)
+            elif tp in found:  # nothing that recent: the end
+                await self.consumer.seek_to_end(tp)
+            else:  # times refused: all of it
+                await self.consumer.seek_to_beginning(tp)
+
+    def sent(self, partition: int, offset: int) -> None:
+        """An event this worker sent: known here already, never worth waiting for."""
+        self._own.setdefault(partition, set()).add(offset)
+
+    async def read(self) -> None:
+        """Forever: note transitions and outcomes (malformed events are the engine's to log)."""
+        while True:
+            try:
+                batch = await self.consumer.getmany(timeout_ms=500)
+            except Exception as exc:
+                log.debug("reading events failed: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for tp, records in batch.items():
+                for record in records:
+                    try:
+                        event = m.RunEvent.decode(record.value)
+                    except m.BadMessage:
+                        continue
+                    if event.type == RUN_TRANSITION:
+                        self.started_by.put(event.command_id, event.worker)
+                    else:
+                        self.finished.put(event.command_id, None)
+                own = self._own.get(tp.partition)
+                if own and records:
+                    done = records[-1].offset
+                    self._own[tp.partition] = {o for o in own if o > done}
+            progress, self._progress = self._progress, asyncio.Event()
+            progress.set()
+
+    async def _behind(self, ends: dict[Any, int]) -> bool:
+        for tp, end in ends.items():
+            with contextlib.suppress(Exception):
+                position = await self.consumer.position(tp)
+                if position >= end:
+                    continue
+                own = self._own.get(tp.partition, set())
+                if end - position > OWN_SPAN or any(o not in own for o in range(position, end)):
+                    return True
+        return False
+
+    async def read_to_end(self) -> bool:
+        """Wait until the topic is read up to its end as of now; False if that is unknown."""
+        try:
+            ends = await asyncio.wait_for(self.probe.end_offsets(self.tps), 3)
+        except Exception as exc:
+            log.warning("cannot read the end of %s: %s", m.EVENTS_TOPIC, exc)
+            return False
+        deadline = time.monotonic() + CHECK_WAIT_S
+        while True:
+            progress = self._progress
+            if not await self._behind(ends):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("the events topic was not read to its end within %ss", CHECK_WAIT_S)
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress.wait(), left)
