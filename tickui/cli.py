@@ -83,7 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=arg_duration("--tick-interval", 10_000, 60_000_000),
         metavar="DURATION",
     )
-    run.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP", help="publish ticks to Kafka")
+    run.add_argument(
+        "--kafka", type=kafka, metavar="BOOTSTRAP", help="publish ticks (and runs) to Kafka"
+    )
+    run.add_argument(
+        "--dispatch",
+        choices=config_mod.DISPATCH_MODES,
+        metavar="local|kafka",
+        help="where runs execute: here (local) or on tickui workers (kafka)",
+    )
     run.add_argument("--topic", metavar="NAME", help="tick topic (default: the wire's)")
     wires = {"choices": WIRES, "metavar": "bare|envelope"}
     run.add_argument("--wire", **wires, help="tick format on Kafka (bare: the seed's)")
@@ -232,6 +240,10 @@ def run(argv: Sequence[str]) -> int:
 
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
+        if args.command is None:  # its engine dispatches as the settings say
+            from tickui.runner import check_dispatch
+
+            check_dispatch(settings.dispatch, settings.ticker.kafka_bootstrap)
         return run_dashboard(args, settings, path, demo=args.command == "demo")
     if args.command == "run":
         from tickui.runner import run_headless

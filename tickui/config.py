@@ -22,7 +22,9 @@ from tickui.ticker_config import build as build_ticker
 from tickui.timeutil import MICROS
 
 DEFAULT_CONFIG = Path("tickui.toml")
-TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook")
+TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook", "dispatch")
+DISPATCH_KEYS = {"mode", "partitions", "start_timeout", "worker_timeout", "group"}
+DISPATCH_MODES = ("local", "kafka")
 ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep", "log_head", "log_tail"}
 MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
 SECOND = MICROS
@@ -53,6 +55,48 @@ class UiSettings:
 
 
 @dataclass(frozen=True)
+class DispatchSettings:
+    """[dispatch]: where runs execute. `local`: child processes of the engine; `kafka`:
+    `tickui worker` processes, through Kafka (the bootstrap is [kafka] bootstrap)."""
+
+    mode: str = "local"
+    partitions: int = 12  # of tickui.runs.v1: how many workers can share the work
+    start_timeout: int = 30 * MICROS  # a command no worker started by then: DISPATCH_TIMEOUT
+    worker_timeout: int = 10 * MICROS  # a worker silent for longer: lost, its runs failed
+    group: str | None = None  # only heartbeats of this worker group count (None: any)
+
+
+def dispatch_settings(raw: Any, env: dict[str, str]) -> DispatchSettings:
+    """[dispatch], then TICKUI_DISPATCH for the mode; each value within its bounds."""
+    if not isinstance(raw, dict):
+        raise BadInput("dispatch", "must be a [dispatch] table")
+    for key in raw:
+        if key not in DISPATCH_KEYS:
+            raise BadInput(key, "unknown field")
+    mode_name, mode = "mode", raw.get("mode", "local")
+    if env.get("TICKUI_DISPATCH"):
+        mode_name, mode = "TICKUI_DISPATCH", env["TICKUI_DISPATCH"]
+    if mode not in DISPATCH_MODES:
+        raise BadInput(mode_name, f"{checks.shown(mode)} is not local or kafka")
+    group = raw.get("group")
+    if group is not None and (not isinstance(group, str) or not group.strip()):
+        raise BadInput("group", f"{checks.shown(group)} is not a group name")
+    return DispatchSettings(
+        mode=mode,
+        partitions=int(
+            checks.number(raw.get("partitions", 12), "partitions", 1, 1000, integer=True)
+        ),
+        start_timeout=checks.duration(
+            raw.get("start_timeout", "30s"), "start_timeout", SECOND, HOUR
+        ),
+        worker_timeout=checks.duration(
+            raw.get("worker_timeout", "10s"), "worker_timeout", SECOND, HOUR
+        ),
+        group=group,
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     path: Path | None = None
     db: Path | None = None
@@ -63,6 +107,7 @@ class Settings:
     env: dict[str, str] = field(default_factory=dict)
     ui: UiSettings = field(default_factory=UiSettings)
     hooks: tuple[HookConfig, ...] = ()  # [[hook]] entries
+    dispatch: DispatchSettings = field(default_factory=DispatchSettings)
 
 
 def default_db() -> Path:
@@ -145,7 +190,12 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     if not exists:
         if explicit:
             raise ConfigError("config", f"{path} does not exist")
-        return Settings(engine=_engine({}, env), ticker=build_ticker({}, env), env=env)
+        return Settings(
+            engine=_engine({}, env),
+            ticker=build_ticker({}, env),
+            env=env,
+            dispatch=dispatch_settings({}, env),
+        )
     try:
         if not path.is_file():
             raise ConfigError("config", f"{path} is not a regular file")
@@ -181,6 +231,12 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     ui = _ui(path, text, data.get("ui", {}))
     hooks = _hooks(path, text, data.get("hook", []))
     try:
+        dispatch = dispatch_settings(data.get("dispatch", {}), env)
+    except BadInput as exc:
+        if exc.field.startswith("TICKUI_") or exc.field == "dispatch":
+            raise
+        raise _fail(path, text, "dispatch", 0, exc, "dispatch.") from None
+    try:
         ticker = build_ticker(data, env)
     except BadInput as exc:
         table, _, key = exc.field.partition(".")
@@ -200,6 +256,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         env=env,
         ui=ui,
         hooks=hooks,
+        dispatch=dispatch,
     )
 
 

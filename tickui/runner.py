@@ -9,13 +9,14 @@ import json
 import logging
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tickui.bus import KafkaBus, MemoryBus
 from tickui.clock import Clock, ScaledClock, SystemClock
-from tickui.config import Settings
+from tickui.config import DispatchSettings, Settings
 from tickui.dispatch import Dispatcher, SubprocessDispatcher
+from tickui.dispatch.kafka import KafkaDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.errors import BadInput
 from tickui.hooks import attach as attach_hooks
@@ -40,6 +41,17 @@ class RunOptions:
     stop_grace: int
     ticker: TickerConfig
     real_commands: bool = False
+    dispatch: DispatchSettings = field(default_factory=DispatchSettings)
+
+
+def check_dispatch(dispatch: DispatchSettings, bootstrap: str | None) -> None:
+    """Kafka dispatch needs a broker to name (exit 2 before anything starts)."""
+    if dispatch.mode == "kafka" and not bootstrap:
+        raise BadInput(
+            "dispatch",
+            "kafka dispatch needs a broker: --kafka BOOTSTRAP, [kafka] bootstrap"
+            " or TICKUI_KAFKA_BOOTSTRAP",
+        )
 
 
 def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
@@ -62,7 +74,11 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
     if args.stop_grace:
         grace = parse_duration(args.stop_grace, "stop-grace")
     real = bool(getattr(args, "real_commands", False))
-    return RunOptions(args.duration, args.time_scale, grace, ticker, real)
+    dispatch = settings.dispatch
+    if getattr(args, "dispatch", None):
+        dispatch = dataclasses.replace(dispatch, mode=args.dispatch)
+    check_dispatch(dispatch, ticker.kafka_bootstrap)
+    return RunOptions(args.duration, args.time_scale, grace, ticker, real, dispatch)
 
 
 def setup_logging() -> None:
@@ -90,8 +106,30 @@ def build_engine(
     settings: Settings,
     tick: int,
     dispatcher: Dispatcher | None = None,
+    *,
+    dispatch: DispatchSettings | None = None,
+    bootstrap: str | None = None,
 ) -> SchedulerEngine:
+    """The engine with its dispatcher: the one given, else workers over Kafka when
+    dispatch says so (never under time-lapse: its clock is not the workers'), else
+    child processes."""
     engine = settings.engine
+    dispatch = dispatch or getattr(settings, "dispatch", None) or DispatchSettings()
+    bootstrap = bootstrap or settings.ticker.kafka_bootstrap
+    if dispatcher is None and dispatch.mode == "kafka" and clock.scale != 1:
+        logging.getLogger("tickui.run").info("time-lapse: runs are local, not on workers")
+    elif dispatcher is None and dispatch.mode == "kafka":
+        check_dispatch(dispatch, bootstrap)
+        assert bootstrap is not None
+        dispatcher = KafkaDispatcher(
+            store,
+            clock,
+            bootstrap,
+            partitions=dispatch.partitions,
+            start_timeout=dispatch.start_timeout / MICROS,
+            worker_timeout=dispatch.worker_timeout / MICROS,
+            group=dispatch.group,
+        )
     config = EngineConfig(
         misfire_grace=engine.misfire_grace,
         lease_ttl=engine.lease_ttl,
@@ -195,6 +233,8 @@ async def _run(
             settings,
             round(tick_config.interval_ms * 1000 * opts.scale),
             dispatcher,
+            dispatch=opts.dispatch,
+            bootstrap=opts.ticker.kafka_bootstrap,
         )
         ticker = build_ticker_for(store, clock, tick_config)
 
@@ -214,6 +254,8 @@ async def _run(
         else:
             where = f"a copy of {lapse.source}" if lapse else db
             log.info("running on %s as %s", where, engine.owner)
+        if isinstance(engine.dispatcher, KafkaDispatcher):
+            log.info("runs go to workers through kafka %s", engine.dispatcher.bootstrap)
         try:
             await ticker.start()
             await stop.wait()

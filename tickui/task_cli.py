@@ -241,6 +241,10 @@ async def cmd_history(args: argparse.Namespace, path: Path) -> int:
         headers = [
             "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
         ]  # fmt: skip
+        if any(o.worker for o in occs):  # runs on workers (Kafka dispatch): which one
+            headers.insert(6, "WORKER")
+            for row, o in zip(rows, occs, strict=True):
+                row.insert(6, o.worker or "-")
         say(table(rows, headers) if rows else "no occurrences")
         return 0
 

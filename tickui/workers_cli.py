@@ -1,14 +1,58 @@
-"""`tickui workers`: the workers the engine has heard from (helper K builds it)."""
+"""`tickui workers`: the workers the engine has heard from (Kafka dispatch), read from the
+database read-only as `tickui history` does: host, slots, running, last heartbeat, state."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
+
+from tickui.cli_output import print_json, say, table, with_store
+from tickui.clock import SystemClock
+from tickui.redact import safe_text
+from tickui.store import Store
+from tickui.timeutil import MICROS, format_duration
+
+NONE = "no workers heard from (runs go to workers with tickui run --dispatch kafka)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="one JSON array")
+
+
+def ago(then: int, now: int) -> str:
+    """'3s ago'; a time ahead of now (another host's clock) reads 'just now'."""
+    seconds = (now - then) // MICROS
+    if seconds <= 0:
+        return "just now"
+    return f"{format_duration(seconds * MICROS)} ago"
 
 
 async def main(args: argparse.Namespace, path: Path) -> int:
-    raise NotImplementedError("tickui workers")
+    async def action(store: Store) -> int:
+        workers = await store.list_workers()
+        if args.json:
+            print_json([w.to_json() for w in workers])
+            return 0
+        if not workers:
+            say(NONE)
+            return 0
+        now = SystemClock().now()
+        rows = [
+            [
+                safe_text(w.id),
+                safe_text(w.host),
+                str(w.slots),
+                f"{len(w.running)}/{w.slots}",
+                ago(w.last_seen, now),
+                w.state,
+                safe_text(w.version or "-"),
+            ]
+            for w in workers
+        ]
+        headers = ["WORKER", "HOST", "SLOTS", "RUNNING", "LAST HEARTBEAT", "STATE", "VERSION"]
+        say(table(rows, headers), redacted=True)
+        return 0
+
+    empty = functools.partial(print_json, []) if args.json else functools.partial(say, NONE)
+    return await with_store(path, action, readonly=True, empty=empty)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tickui.bus import MemoryBus
 from tickui.clock import Clock
-from tickui.config import Settings
+from tickui.config import DispatchSettings, Settings
 from tickui.dispatch import Dispatcher
 from tickui.engine import SchedulerEngine
 from tickui.hooks import HookService
@@ -71,7 +71,9 @@ def build_host(
     to an in-process bus so the breaker (and `f`, simulated failures) still mean something."""
     config = real_ticker_config(ticker_config or settings.ticker, clock.scale)
     tick = round(config.interval_ms * 1000 * clock.scale)
-    engine = build_engine(store, clock, settings, tick, dispatcher)
+    # The demo's sample tasks run here; the dashboard's engine dispatches as settings say.
+    local = DispatchSettings() if flags.get("demo") else None
+    engine = build_engine(store, clock, settings, tick, dispatcher, dispatch=local)
     ticker = build_ticker_for(store, clock, config)
     if ticker.bus is None:
         ticker.bus = MemoryBus(keep=MEMORY_BUS_KEEP)
