@@ -169,8 +169,13 @@ async def test_the_workers_pane_follows_the_side_panes_layout_and_H(
 
 
 async def test_a_run_on_a_worker_shows_its_worker_in_the_tables_and_its_tail(
-    tmp_db: Path,
+    tmp_db: Path, tmp_path: Path, monkeypatch
 ) -> None:
+    paged = tmp_path / "paged"
+    pager = tmp_path / "pager.sh"
+    pager.write_text(f"#!/bin/sh\ncat > {paged}.part && mv {paged}.part {paged}\n")
+    pager.chmod(0o755)
+    monkeypatch.setenv("PAGER", str(pager))
     clock = ManualClock(T0)
     app = make_app(tmp_db, clock, prepare=kafka())
     async with app.run_test(size=(200, 50)) as pilot:
@@ -190,7 +195,10 @@ async def test_a_run_on_a_worker_shows_its_worker_in_the_tables_and_its_tail(
         text = screen_text(app)
         assert "line one" in text and "hunter2" not in text
         assert "w-east-1" in text and "/var/w/logs/7.log (on w-east-1)" in text
-        assert "tail the worker reported" in text
+        assert "worker's tail, 29 B, 2 lines" in text
+        await pilot.press("o")  # the pager gets the tail, as the view shows it
+        await until(pilot, paged.exists)
+        assert paged.read_text() == "line one\nsecret=*** done\n"
         await pilot.press("escape")
         # the task's detail: a WORKER column and the worker's tail as the output
         app.tasks_table.focus()

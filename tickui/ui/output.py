@@ -617,7 +617,7 @@ class RunScreen(Screen[None]):
         assert index is not None
         text = f"{human_bytes(index.size)}, {index.lines:,} line{'' if index.lines == 1 else 's'}"
         if self.on_worker is not None:
-            text = f"tail the worker reported: {text}"
+            text = f"worker's tail, {text}"
         if not self.indexed:
             text += " (reading…)"
         return Text(text)
