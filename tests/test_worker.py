@@ -18,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from services import private_tansu
 from tickui.dispatch import messages as m
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +48,9 @@ def command(argv, deadline_s=20.0, **kw) -> m.RunCommand:
 class Bus:
     """A test engine's view of the topics: publishes commands and control, reads events."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, from_start: bool = False) -> None:
         self.bootstrap = bootstrap
+        self.from_start = from_start
         self.events: list[m.RunEvent] = []
         self.beats: list[m.Heartbeat] = []
 
@@ -65,9 +67,17 @@ class Bus:
             bootstrap_servers=self.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
         )
         await self.consumer.start()
+        for _ in range(100):  # a broker just (re)started: its metadata must show the topics
+            known = await self.consumer.topics()
+            if {m.EVENTS_TOPIC, m.WORKERS_TOPIC} <= known:
+                break
+            await asyncio.sleep(0.05)
         tps = [TopicPartition(t, p) for t in (m.EVENTS_TOPIC, m.WORKERS_TOPIC) for p in range(12)]
         self.consumer.assign(tps)
-        await self.consumer.seek_to_end(*tps)
+        if self.from_start:
+            await self.consumer.seek_to_beginning(*tps)
+        else:
+            await self.consumer.seek_to_end(*tps)
         for tp in tps:
             await self.consumer.position(tp)
         self.reader = asyncio.create_task(self._read())
@@ -114,7 +124,16 @@ class Bus:
 class Worker:
     def __init__(self, bootstrap: str, tmp: Path, group: str, wid: str, *args: str) -> None:
         self.err = tmp / f"{wid}-{uuid.uuid4().hex[:6]}.err"
-        argv = [sys.executable, "-m", "tickui", "worker", "--kafka", bootstrap, "--group", group]
+        argv = [
+            sys.executable,
+            "-m",
+            "tickui",
+            "worker",
+            "--kafka",
+            bootstrap,
+            "--group",
+            group,
+        ]
         argv += ["--id", wid, "--log-dir", str(tmp / "logs"), "--session-timeout", "2s", *args]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(argv, stderr=open(self.err, "w"), env=env, cwd=tmp)  # noqa: SIM115
@@ -162,7 +181,7 @@ async def env(kafka_bootstrap, tmp_path):
 
 
 async def test_runs_a_command_and_reports_transition_then_one_outcome(env):
-    bus, start, tmp = env
+    bus, start, _tmp = env
     await start("w1", "--slots", "2").ready()
     ok = command(["sh", "-c", 'echo "hello $TICKUI_WORKER"; echo token=hunter2'])
     bad = command(["sh", "-c", "echo boom; exit 3"])
@@ -181,7 +200,7 @@ async def test_runs_a_command_and_reports_transition_then_one_outcome(env):
     timed = await bus.wait(slow.command_id)
     assert (timed.type, timed.payload["error_code"]) == ("run.failed", "TIMEOUT")
     for c in (ok, bad, slow):
-        assert [e.type for e in bus.of(c.command_id)][0] == "control.run_transition"
+        assert next(e.type for e in bus.of(c.command_id)) == "control.run_transition"
         assert len([e for e in bus.of(c.command_id) if e.type in m.OUTCOMES]) == 1
     assert any(b.worker == "w1" and b.state == "alive" for b in bus.beats)
 
@@ -248,7 +267,7 @@ async def test_redelivered_command_is_not_run_twice(env):
 
 
 async def test_sigterm_drains_and_cancels_after_the_grace(env):
-    bus, start, tmp = env
+    bus, start, _tmp = env
     worker = await start("wd", "--stop-grace", "500ms", "--slots", "2").ready()
     quick = command(["sh", "-c", "sleep 0.2; echo done"])
     stuck = command(["sleep", "30"])
@@ -280,3 +299,35 @@ async def test_bad_input_exits_2_with_one_line(tmp_path):
         assert done.returncode == 2, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "Traceback" not in done.stderr
+
+
+async def test_events_wait_in_the_outbox_while_the_broker_is_down(tmp_path):
+    """A run ends while the broker is away; the broker comes back empty (memory storage):
+    the worker creates the topics again and publishes the outcome it kept."""
+    with private_tansu() as broker:
+        async with Bus(broker.bootstrap) as bus:
+            worker = Worker(broker.bootstrap, tmp_path, "wt-outbox", "wb")
+            try:
+                await worker.ready()
+                go = tmp_path / "go"
+                script = f"while [ ! -e {go} ]; do sleep 0.05; done; echo survived"
+                cmd = command(["sh", "-c", script])
+                await bus.send(cmd)
+                await bus.wait(cmd.command_id, ("control.run_transition",))
+                await asyncio.wait_for(bus.consumer.stop(), 5)  # it may hang on a dead broker
+                bus.reader.cancel()
+                broker.kill()
+                go.touch()  # the run ends while the broker is away
+                await asyncio.sleep(1.5)
+                await asyncio.to_thread(broker.restart)
+                async with Bus(broker.bootstrap, from_start=True) as after:
+                    try:
+                        ev = await after.wait(cmd.command_id, timeout=15)
+                    except AssertionError as exc:
+                        raise AssertionError(worker.text()) from exc
+                    assert ev.type == "run.completed" and "survived" in ev.payload["tail"]
+                    assert [e.type for e in after.of(cmd.command_id)] == ["run.completed"]
+                worker.proc.send_signal(signal.SIGTERM)
+                assert await worker.exit() == 0, worker.text()
+            finally:
+                worker.stop()

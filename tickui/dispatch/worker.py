@@ -118,8 +118,16 @@ class Worker:
             reason = "no broker answered within 5s" if isinstance(exc, TimeoutError) else None
             raise BadInput("--kafka", f"{where}: {reason or _describe(exc)}") from None
         common = {"bootstrap_servers": self.opts.bootstrap, "request_timeout_ms": 3000}
+        # A send fails within a second of the broker going away: retried by aiokafka across
+        # a restart, it would land before the topics are created again (Tansu then keeps it
+        # where no consumer can read it); the outbox retries after creating them instead.
         self.producer = AIOKafkaProducer(
-            **common, acks="all", enable_idempotence=False, linger_ms=0, retry_backoff_ms=100
+            bootstrap_servers=self.opts.bootstrap,
+            request_timeout_ms=1000,
+            acks="all",
+            enable_idempotence=False,
+            linger_ms=0,
+            retry_backoff_ms=100,
         )
         await self.producer.start()
         self.events = AIOKafkaConsumer(
