@@ -48,7 +48,9 @@ class FakeWorker:
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-        await KafkaLink(self.bootstrap).ready()  # the topics, on a fresh broker
+        link = KafkaLink(self.bootstrap)
+        await link.ready()  # the topics, on a fresh broker
+        await link.close()
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, enable_idempotence=False, acks="all"
         )
@@ -139,6 +141,9 @@ async def kafka_rig(db, bootstrap: str, start_timeout: float = 30.0, owner: str 
     engine = SchedulerEngine(store, dispatcher, clock, EngineConfig(owner=owner))
     try:
         await engine.start()
+        if not bootstrap.endswith(":9"):  # reading from the end: positioned before we write
+            await asyncio.wait_for(dispatcher.heartbeats.caught_up.wait(), 15)
+            await asyncio.wait_for(dispatcher.events.caught_up.wait(), 15)
         yield Rig(store, clock, engine, dispatcher)
     finally:
         await engine.stop(grace=0.5)
@@ -302,3 +307,19 @@ async def test_new_engine_does_not_fail_runs_that_live_on_workers(tmp_db, kafka_
     finally:
         await local.stop(grace=0)
         await store.close()
+
+
+async def test_a_run_its_worker_forgot_is_asked_for_again(tmp_db, kafka_bootstrap, worker):
+    """The worker's heartbeats stop naming a running command and no outcome came (lost
+    with a broker restart): after two heartbeats the engine asks that worker to resend."""
+    async with kafka_rig(tmp_db, kafka_bootstrap) as r:
+        await r.add("a")
+        await r.tick()
+        occ = await r.occ("a")
+        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
+        await r.state("a", "running")
+        await worker.heartbeat(running=[occ.command_id], at=T0 + MICROS)
+        await worker.heartbeat(running=[], at=T0 + 3 * MICROS)
+        await worker.heartbeat(running=[], at=T0 + 5 * MICROS)
+        [(key, control)] = await worker.read(CONTROL_TOPIC, {occ.command_id})
+        assert (key, control.type, control.worker) == (worker.name.encode(), "resend", worker.name)

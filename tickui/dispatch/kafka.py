@@ -81,6 +81,7 @@ class KafkaDispatcher:
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._misses: dict[str, int] = {}  # command id -> heartbeats of its worker without it
+        self._timed_out: set[str] = set()  # command ids cancelled for DISPATCH_TIMEOUT
         self._started = False
 
     # ---- what the engine reads ---------------------------------------------------------
@@ -177,12 +178,16 @@ class KafkaDispatcher:
             kind=occ.kind,
         )
 
-    async def _send(self, pending: list[_Pending]) -> None:
-        """Send now; what the broker does not take waits in the outbox."""
-        try:
-            errors = await self.link.send_all([(p.topic, p.key, p.value) for p in pending])
-        except LinkDown:
-            errors = ["down"] * len(pending)
+    async def _send(self, pending: list[_Pending], wait: bool = False) -> None:
+        """Send now; what the broker does not take waits in the outbox. While the broker
+        is known to be down, nothing waits on it here (`wait`: the outbox's own retries)."""
+        if self.link.down_since is not None and not wait:
+            errors: list[str | None] = ["down"] * len(pending)
+        else:
+            try:
+                errors = await self.link.send_all([(p.topic, p.key, p.value) for p in pending])
+            except LinkDown:
+                errors = ["down"] * len(pending)
         left = [p for p, error in zip(pending, errors, strict=True) if error is not None]
         if left:
             self._outbox.extend(left)
@@ -194,16 +199,21 @@ class KafkaDispatcher:
         waiting = [p for p in self._outbox if p.until is None or p.until > now]
         self._outbox = []
         if waiting:
-            await self._send(waiting)
+            await self._send(waiting, wait=True)
 
     async def _flush_loop(self) -> None:
+        """Retry what waits; while the broker is down with nothing waiting, see whether it
+        is back (so the status stops saying it is down)."""
         while True:
-            await self._wake.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 1.0)
             self._wake.clear()
-            while self._outbox:
-                await asyncio.sleep(FLUSH_EVERY_S)
-                with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):
+                if self._outbox:
+                    await asyncio.sleep(FLUSH_EVERY_S)
                     await self._flush()
+                elif self.link.down_since is not None:
+                    await self.link.ready()
 
     # ---- cancel --------------------------------------------------------------------------
 
@@ -271,23 +281,27 @@ class KafkaDispatcher:
     async def _check_running(self, beats: list[Heartbeat]) -> None:
         """A run its worker no longer lists, with no outcome heard: after RESEND_AFTER
         heartbeats, ask that worker for the outcome again (lost with a broker restart)."""
-        alive = {b.worker: b for b in beats if b.state in ("alive", "draining")}
-        if not alive:
+        beats = [b for b in beats if b.state in ("alive", "draining")]
+        if not beats:
             return
+        by_worker: dict[str, list] = {}
         for occ in await self.store.remote_active():
-            beat = alive.get(occ.worker or "")
-            command_id = occ.command_id or ""
-            if beat is None or occ.state != "running" or not command_id:
-                continue
-            if command_id in beat.running or (occ.started_at or 0) >= beat.at:
-                self._misses.pop(command_id, None)
-                continue
-            misses = self._misses.get(command_id, 0) + 1
-            self._misses[command_id] = misses
-            if misses >= RESEND_AFTER:
-                self._misses[command_id] = 0
-                log.warning("asking worker %s to resend the outcome of %s", beat.worker, command_id)
-                await self._control("resend", command_id, beat.worker, "no outcome heard")
+            if occ.state == "running" and occ.worker and occ.command_id:
+                by_worker.setdefault(occ.worker, []).append(occ)
+        for beat in beats:  # in order: one batch may hold several of one worker's
+            for occ in by_worker.get(beat.worker, ()):
+                command_id = occ.command_id
+                if command_id in beat.running or (occ.started_at or 0) >= beat.at:
+                    self._misses.pop(command_id, None)
+                    continue
+                misses = self._misses.get(command_id, 0) + 1
+                self._misses[command_id] = misses
+                if misses >= RESEND_AFTER:
+                    self._misses[command_id] = 0
+                    log.warning(
+                        "asking worker %s to resend the outcome of %s", beat.worker, command_id
+                    )
+                    await self._control("resend", command_id, beat.worker, "no outcome heard")
 
     # ---- on each tick --------------------------------------------------------------------
 
@@ -304,6 +318,7 @@ class KafkaDispatcher:
         remote = await self.store.remote_active()
         if not remote:
             self._misses.clear()
+            self._timed_out.clear()
             return
         lost = {w.id: w for w in await self.store.list_workers() if w.state == "lost"}
         late = [o for o in remote if o.worker is None and o.deadline + GRACE < now]
@@ -314,7 +329,9 @@ class KafkaDispatcher:
             if command_id in started:
                 continue  # its transition is in the log: reconcile moves it
             events.append(self._failed(now, command_id, DISPATCH_TIMEOUT, self._why_late()))
-            await self._control("cancel", command_id, None, DISPATCH_TIMEOUT)
+            if command_id not in self._timed_out:  # so a late worker never starts it
+                self._timed_out.add(command_id)
+                await self._control("cancel", command_id, None, DISPATCH_TIMEOUT)
         for occ in remote:
             worker = lost.get(occ.worker or "")
             if worker is not None:
@@ -326,6 +343,7 @@ class KafkaDispatcher:
         active = {o.command_id for o in remote}
         for command_id in [c for c in self._misses if c not in active]:
             del self._misses[command_id]
+        self._timed_out &= active
 
     def _why_late(self) -> str:
         if self.link.problem is not None:

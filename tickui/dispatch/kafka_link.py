@@ -42,7 +42,8 @@ class KafkaLink:
         if self.down_since is None:
             return None
         since = time.strftime("%H:%M:%S", time.localtime(self.down_since))
-        return f"kafka {self.bootstrap}: broker down since {since} ({self.error})"
+        why = (self.error or "").removeprefix(f"kafka {self.bootstrap}: ")
+        return f"kafka {self.bootstrap}: broker down since {since} ({why})"
 
     def _failed(self, exc: BaseException) -> LinkDown:
         text = describe(self.bootstrap, exc)
@@ -69,6 +70,7 @@ class KafkaLink:
                 if not self._topics_ready:
                     await self._make_topics()
                     self._topics_ready = True
+                    self._ok()
             except LinkDown:
                 raise
             except Exception as exc:

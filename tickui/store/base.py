@@ -220,7 +220,10 @@ class StoreBase:
         """Copy the WAL's committed pages back into the database (PASSIVE: never waits
         for readers), at a quiet moment rather than inside a busy commit."""
         if not self.readonly:
-            await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+            # Not inside another task's write transaction on this connection (a Kafka
+            # feed's): SQLite answers "database table is locked" there.
+            async with self._lock:
+                await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def close(self) -> None:
         await self._conn.close()
