@@ -249,6 +249,10 @@ async def test_redelivered_command_is_not_run_twice(env):
     cmd = command(["sh", "-c", f"echo x >> {marks}; sleep 30"])
     await bus.send(cmd)
     await bus.wait(cmd.command_id, ("control.run_transition",))
+    end = time.monotonic() + 10
+    while not marks.exists():  # the gate opens right after the transition
+        assert time.monotonic() < end, worker.text()
+        await asyncio.sleep(0.02)
     worker.proc.send_signal(signal.SIGKILL)
     worker.proc.wait(5)
     # the offset may be committed already; a second delivery of the same command, as a

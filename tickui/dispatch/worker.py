@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiokafka import ConsumerRebalanceListener
+
 from tickui import __version__
 from tickui.dispatch import messages as m
 from tickui.dispatch.output import read_tail, visible
@@ -59,6 +61,19 @@ def _describe(exc: BaseException) -> str:
     return redact(visible(f"{type(exc).__name__}: {exc}"))[:300]
 
 
+class _Placing(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Places newly assigned partitions before anything is fetched from them."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        return None
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.worker._place(assigned)
+
+
 class Worker:
     """One worker process: four Kafka clients, its runs, its outbox and its heartbeat."""
 
@@ -80,7 +95,7 @@ class Worker:
         self._outage: str | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._committed_once: set[Any] = set()
+        self.started_at = time.time()
         self.producer: Any = None
         self.runs: Any = None
         self.events: Any = None
@@ -151,11 +166,10 @@ class Worker:
             await self.control.position(tp)  # resolved now: later controls are seen
         heartbeat_ms = max(100, self.opts.session_timeout_ms // 6)
         self.runs = AIOKafkaConsumer(
-            m.RUNS_TOPIC,
             bootstrap_servers=self.opts.bootstrap,
             group_id=self.opts.group,
             enable_auto_commit=False,
-            auto_offset_reset="latest",
+            auto_offset_reset="earliest",  # out of range: the broker restarted, topics anew
             fetch_max_wait_ms=10,
             session_timeout_ms=self.opts.session_timeout_ms,
             heartbeat_interval_ms=heartbeat_ms,
@@ -163,6 +177,7 @@ class Worker:
             max_poll_records=self.opts.slots,
         )
         await self.runs.start()
+        self.runs.subscribe([m.RUNS_TOPIC], listener=_Placing(self))
 
     # ---- publishing ----------------------------------------------------------------------
 
@@ -306,15 +321,29 @@ class Worker:
                 "cannot commit %s[%d]@%d: %s", tp.topic, tp.partition, offset, _describe(exc)
             )
 
-    async def _commit_new_assignment(self) -> None:
-        """Give every newly assigned partition a committed offset at once, so a rebalance
-        never resets one to its end past commands nobody took (the reset is `latest`)."""
-        assigned = set(self.runs.assignment())
-        for tp in assigned - self._committed_once:
+    async def _place(self, assigned: Any) -> None:
+        """A partition the group has no offset for (a new group; a broker restarted empty)
+        starts at the first command published since this worker started (less a margin
+        for clocks), and that offset is committed at once: a later rebalance never skips
+        past commands nobody took, and a new group never reads old history."""
+        fresh = []
+        for tp in assigned:
             with contextlib.suppress(Exception):
                 if await self.runs.committed(tp) is None:
-                    await self._commit(tp, await self.runs.position(tp))
-        self._committed_once = assigned
+                    fresh.append(tp)
+        if fresh:
+            since = int(self.started_at * 1000) - 5000
+            try:
+                found = await self.runs.offsets_for_times(dict.fromkeys(fresh, since))
+                ends = await self.runs.end_offsets(fresh)
+                offsets = {}
+                for tp in fresh:
+                    hit = found.get(tp)  # Tansu: timestamp -1 when nothing is that recent
+                    offsets[tp] = hit.offset if hit is not None and hit.timestamp >= 0 else ends[tp]
+                    self.runs.seek(tp, offsets[tp])
+                await asyncio.wait_for(self.runs.commit(offsets), 3)
+            except Exception as exc:
+                log.warning("cannot place the partitions given to this worker: %s", _describe(exc))
         if assigned and not self.ready:
             self.ready = True
             log.info(
@@ -339,7 +368,6 @@ class Worker:
                 continue
             try:
                 batch = await self.runs.getmany(timeout_ms=200, max_records=free)
-                await self._commit_new_assignment()
             except Exception as exc:
                 log.warning("reading run commands failed: %s", _describe(exc))
                 await asyncio.sleep(0.5)

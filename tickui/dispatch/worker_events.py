@@ -48,9 +48,9 @@ class EventsView:
             found = {}
         for tp in self.tps:
             hit = found.get(tp)
-            if hit is not None and hit.offset >= 0:
+            if hit is not None and hit.timestamp >= 0:
                 self.consumer.seek(tp, hit.offset)
-            elif tp in found:  # nothing that recent: the end
+            elif tp in found:  # nothing that recent (Tansu says timestamp -1): the end
                 await self.consumer.seek_to_end(tp)
             else:  # times refused: all of it
                 await self.consumer.seek_to_beginning(tp)
