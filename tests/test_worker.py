@@ -331,7 +331,30 @@ async def test_events_wait_in_the_outbox_while_the_broker_is_down(tmp_path):
                         raise AssertionError(worker.text()) from exc
                     assert ev.type == "run.completed" and "survived" in ev.payload["tail"]
                     assert [e.type for e in after.of(cmd.command_id)] == ["run.completed"]
+                    # the group is gone with the broker's memory: the worker joins again and
+                    # takes commands published on the new topics
+                    fresh = command(["echo", "again"])
+                    await after.send(fresh)
+                    ev = await after.wait(fresh.command_id, timeout=20)
+                    assert ev.type == "run.completed" and "again" in ev.payload["tail"]
                 worker.proc.send_signal(signal.SIGTERM)
                 assert await worker.exit() == 0, worker.text()
             finally:
                 worker.stop()
+
+
+async def test_two_workers_share_the_work_and_run_each_command_once(env):
+    bus, start, tmp = env
+    one, two = start("wa"), start("wb")
+    await one.ready()
+    await two.ready()
+    cmds = [
+        command(["sh", "-c", f"echo {i} >> {tmp / 'runs'}; sleep 0.3"], task=f"task{i}")
+        for i in range(16)
+    ]
+    for c in cmds:
+        await bus.send(c, key=c.task)
+    outcomes = [await bus.wait(c.command_id) for c in cmds]
+    assert {e.type for e in outcomes} == {"run.completed"}
+    assert {e.worker for e in outcomes} == {"wa", "wb"}
+    assert sorted((tmp / "runs").read_text().split(), key=int) == [str(i) for i in range(16)]
