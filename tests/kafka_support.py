@@ -122,6 +122,12 @@ class Worker(Proc):
         ]  # fmt: skip
         super().__init__(argv, tmp / f"worker-{worker_id}.log")
 
+    @property
+    def ready(self) -> bool:
+        """It said it holds partitions of the runs topic (a new group starts at the end of
+        the topic: commands sent before any member is assigned are never run)."""
+        return f"worker {self.id} ready" in self.output()
+
 
 def write_config(path: Path, start_timeout: str = "5s", worker_timeout: str = "4s") -> Path:
     path.write_text(
