@@ -30,6 +30,7 @@ from tickui.dispatch import messages as m
 from tickui.dispatch.output import read_tail, visible
 from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
 from tickui.dispatch.worker_events import EventsView
+from tickui.dispatch.worker_publish import Publisher, describe
 from tickui.dispatch.worker_state import Bounded, Journal, file_name
 from tickui.errors import BadInput
 from tickui.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
@@ -37,8 +38,6 @@ from tickui.redact import redact
 from tickui.timeutil import MICROS, iso
 
 log = logging.getLogger("tickui.worker")
-
-SEND_TIMEOUT_S = 3.0
 
 
 def now_micros() -> int:
@@ -55,10 +54,6 @@ class WorkerOptions:
     stop_grace: float = 10.0
     log_dir: Path = Path(".")
     session_timeout_ms: int = 4000
-
-
-def _describe(exc: BaseException) -> str:
-    return redact(visible(f"{type(exc).__name__}: {exc}"))[:300]
 
 
 class _Placing(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -86,17 +81,13 @@ class Worker:
         self.running: dict[str, ProcessRun] = {}
         self.cancelled: Bounded[str, str] = Bounded(10_000)
         self.outcomes: Bounded[str, m.RunEvent] = Bounded(1000)
-        self.outbox: list[m.RunEvent] = []
         self.state = "alive"
         self.stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._keys = itertools.count(1)
-        self._topics_ok = False
-        self._outage: str | None = None
-        self._flusher: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()
-        self.producer: Any = None
+        self.pub = Publisher(opts.bootstrap, self._event_sent)
         self.runs: Any = None
         self.events: Any = None
         self.probe: Any = None
@@ -106,45 +97,24 @@ class Worker:
 
     # ---- clients -------------------------------------------------------------------------
 
-    async def _ensure_topics(self) -> None:
-        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.opts.bootstrap, request_timeout_ms=3000)
-        try:
-            await asyncio.wait_for(admin.start(), 5)
-            new = [NewTopic(t, m.DEFAULT_PARTITIONS, 1) for t in m.TOPICS]
-            response = await asyncio.wait_for(admin.create_topics(new), 5)
-            for topic, code, *_ in getattr(response, "topic_errors", []):
-                if code not in (0, 36):  # 36: it exists already
-                    raise RuntimeError(f"creating topic {topic} failed (error {code})")
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(admin.close(), 3)
-        self._topics_ok = True
-
     async def start(self) -> None:
         """Connect, create the topics, catch up; a broker that does not answer is bad input."""
-        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka.errors import KafkaConnectionError
 
         where = f"kafka {self.opts.bootstrap}"
         try:
-            await self._ensure_topics()
+            await self.pub.ensure_topics()
         except Exception as exc:
-            reason = "no broker answered within 5s" if isinstance(exc, TimeoutError) else None
-            raise BadInput("--kafka", f"{where}: {reason or _describe(exc)}") from None
+            if isinstance(exc, TimeoutError):
+                reason = "no broker answered within 5s"
+            elif isinstance(exc, KafkaConnectionError):
+                reason = "no broker answers there"
+            else:
+                reason = describe(exc)
+            raise BadInput("--kafka", f"{where}: {reason}") from None
         common = {"bootstrap_servers": self.opts.bootstrap, "request_timeout_ms": 3000}
-        # A send fails within a second of the broker going away: retried by aiokafka across
-        # a restart, it would land before the topics are created again (Tansu then keeps it
-        # where no consumer can read it); the outbox retries after creating them instead.
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.opts.bootstrap,
-            request_timeout_ms=1000,
-            acks="all",
-            enable_idempotence=False,
-            linger_ms=0,
-            retry_backoff_ms=100,
-        )
-        await self.producer.start()
+        await self.pub.start()
         self.events = AIOKafkaConsumer(
             **common, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=10
         )
@@ -179,56 +149,14 @@ class Worker:
         await self.runs.start()
         self.runs.subscribe([m.RUNS_TOPIC], listener=_Placing(self))
 
-    # ---- publishing ----------------------------------------------------------------------
-
-    async def _send(self, topic: str, key: str, value: bytes) -> None:
-        if not self._topics_ok:
-            await self._ensure_topics()
-        try:
-            meta = await asyncio.wait_for(
-                self.producer.send_and_wait(topic, value, key=key.encode()), SEND_TIMEOUT_S
-            )
-        except BaseException:
-            self._topics_ok = False
-            raise
-        if topic == m.EVENTS_TOPIC and self.view is not None:
-            self.view.sent(meta.partition, meta.offset)
-
     async def emit(self, event: m.RunEvent) -> None:
-        """Publish a run event now, or keep it (in order) for the retrying sender."""
         if event.type != RUN_TRANSITION:
-            self.outcomes.put(event.command_id, event)
-        if not self.outbox:
-            try:
-                await self._send(m.EVENTS_TOPIC, event.command_id, event.encode())
-                return
-            except Exception as exc:
-                self._outage_began(exc)
-        self.outbox.append(event)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="tickui-worker-outbox")
+            self.outcomes.put(event.command_id, event)  # for a resend
+        await self.pub.emit(event)
 
-    def _outage_began(self, exc: BaseException) -> None:
-        if self._outage is None:
-            self._outage = _describe(exc)
-            log.warning("cannot publish run events (%s); keeping them and retrying", self._outage)
-
-    async def _flush(self) -> None:
-        delay = 0.1
-        while self.outbox:
-            await asyncio.sleep(delay)
-            event = self.outbox[0]
-            try:
-                await self._send(m.EVENTS_TOPIC, event.command_id, event.encode())
-            except Exception as exc:
-                self._outage_began(exc)
-                delay = min(2.0, delay * 2)
-                continue
-            self.outbox.pop(0)
-            delay = 0.0
-        if self._outage is not None:
-            log.warning("run events are published again")
-            self._outage = None
+    def _event_sent(self, partition: int, offset: int) -> None:
+        if self.view is not None:
+            self.view.sent(partition, offset)
 
     def _event(self, kind: str, command_id: str, run_id: str | None, **payload: Any) -> m.RunEvent:
         return m.RunEvent(
@@ -248,9 +176,9 @@ class Worker:
             log_dir=str(self.opts.log_dir),
         )
         try:
-            await self._send(m.WORKERS_TOPIC, self.id, beat.encode())
+            await self.pub.send(m.WORKERS_TOPIC, self.id, beat.encode())
         except Exception as exc:
-            log.debug("heartbeat not sent: %s", _describe(exc))
+            log.debug("heartbeat not sent: %s", describe(exc))
 
     async def _heartbeats(self) -> None:
         while True:
@@ -264,7 +192,7 @@ class Worker:
             try:
                 batch = await self.control.getmany(timeout_ms=500)
             except Exception as exc:
-                log.debug("reading control failed: %s", _describe(exc))
+                log.debug("reading control failed: %s", describe(exc))
                 await asyncio.sleep(0.5)
                 continue
             for records in batch.values():
@@ -291,20 +219,9 @@ class Worker:
             return
         known = self.outcomes.get(cid)
         if known is not None:
-            await self._send_again(known)
+            await self.pub.emit(known)
         else:
             await self.emit(self._event(RUN_INTERRUPTED, cid, None, detail="worker has no record"))
-
-    async def _send_again(self, event: m.RunEvent) -> None:
-        if self.outbox:
-            return  # still waiting to go out
-        try:
-            await self._send(m.EVENTS_TOPIC, event.command_id, event.encode())
-        except Exception as exc:
-            self._outage_began(exc)
-            self.outbox.append(event)
-            if self._flusher is None or self._flusher.done():
-                self._flusher = asyncio.create_task(self._flush())
 
     def _spawn_task(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -318,7 +235,7 @@ class Worker:
             await asyncio.wait_for(self.runs.commit({tp: offset}), 3)
         except Exception as exc:
             log.warning(
-                "cannot commit %s[%d]@%d: %s", tp.topic, tp.partition, offset, _describe(exc)
+                "cannot commit %s[%d]@%d: %s", tp.topic, tp.partition, offset, describe(exc)
             )
 
     async def _place(self, assigned: Any) -> None:
@@ -343,7 +260,7 @@ class Worker:
                     self.runs.seek(tp, offsets[tp])
                 await asyncio.wait_for(self.runs.commit(offsets), 3)
             except Exception as exc:
-                log.warning("cannot place the partitions given to this worker: %s", _describe(exc))
+                log.warning("cannot place the partitions given to this worker: %s", describe(exc))
         if assigned and not self.ready:
             self.ready = True
             log.info(
@@ -369,7 +286,7 @@ class Worker:
             try:
                 batch = await self.runs.getmany(timeout_ms=200, max_records=free)
             except Exception as exc:
-                log.warning("reading run commands failed: %s", _describe(exc))
+                log.warning("reading run commands failed: %s", describe(exc))
                 await asyncio.sleep(0.5)
                 continue
             checked = False
@@ -443,7 +360,7 @@ class Worker:
             )  # fmt: skip
         except Exception as exc:
             argv0 = visible(command.argv[0])[:200]
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _describe(exc)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else describe(exc)
             detail = str(bound(redact(f"{argv0}: {reason}")))
             await self.emit(self._event(RUN_FAILED, cid, None, exit_code=None,
                                         error_code="DISPATCH_FAILED", detail=detail))  # fmt: skip
@@ -456,12 +373,12 @@ class Worker:
             pid=run.process.pid, log_path=str(log_path),
         )  # fmt: skip
         try:
-            if self.outbox:
+            if self.pub.outbox:
                 raise RuntimeError("the broker has not taken earlier events yet")
-            await self._send(m.EVENTS_TOPIC, cid, transition.encode())
+            await self.pub.send(m.EVENTS_TOPIC, cid, transition.encode())
         except Exception as exc:
-            log.warning("command %s not started: %s", redact(cid), _describe(exc))
-            self._outage_began(exc)
+            log.warning("command %s not started: %s", redact(cid), describe(exc))
+            self.pub.outage_began(exc)
             with contextlib.suppress(Exception):
                 await self.runner.abort(run)
             self.running.pop(cid, None)
@@ -487,7 +404,7 @@ class Worker:
                 await self.runner.terminate(run)
             kind = RUN_FAILED
             payload = {"exit_code": run.process.returncode, "error_code": "DISPATCH_FAILED",
-                       "detail": bound(f"watching the run failed: {_describe(exc)}")}  # fmt: skip
+                       "detail": bound(f"watching the run failed: {describe(exc)}")}  # fmt: skip
         finally:
             await self.runner.finish_output(run)
             await self.runner.end_rest(run)
@@ -544,18 +461,14 @@ class Worker:
         await asyncio.gather(*(self.runner.cancel(r, "worker stopped") for r in left))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*(r.done.wait() for r in left)), 10)
-        if self._flusher is not None and not self._flusher.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self._flusher), 5)
-            except (TimeoutError, Exception):
-                log.error("%d run event(s) could not be published (%s)", len(self.outbox),
-                          self._outage)  # fmt: skip
+        await self.pub.drain(5)
         self.state = "drained"
         await self.heartbeat()
         for task in background + list(self._tasks):
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        for client in (self.events, self.control, self.probe, self.producer):
+        await self.pub.stop()
+        for client in (self.events, self.control, self.probe):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.stop(), 3)
         await self.runner.shutdown()

@@ -1,0 +1,132 @@
+"""A worker's producer: topics created when missing (again after any failure: a restarted
+Tansu is empty) and an outbox for run events the broker cannot take now, sent in order
+with backoff until they are taken."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from tickui.dispatch import messages as m
+from tickui.dispatch.output import visible
+from tickui.redact import redact
+
+log = logging.getLogger("tickui.worker")
+
+SEND_TIMEOUT_S = 3.0
+
+
+def describe(exc: BaseException) -> str:
+    return redact(visible(f"{type(exc).__name__}: {exc}"))[:300]
+
+
+class Publisher:
+    def __init__(self, bootstrap: str, on_event_sent: Callable[[int, int], None]) -> None:
+        self.bootstrap = bootstrap
+        self.on_event_sent = on_event_sent  # (partition, offset) of each run event sent
+        self.producer: Any = None
+        self.outbox: list[m.RunEvent] = []
+        self.outage: str | None = None
+        self.flusher: asyncio.Task[None] | None = None
+        self._topics_ok = False
+
+    async def ensure_topics(self) -> None:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=3000)
+        try:
+            await asyncio.wait_for(admin.start(), 5)
+            new = [NewTopic(t, m.DEFAULT_PARTITIONS, 1) for t in m.TOPICS]
+            response = await asyncio.wait_for(admin.create_topics(new), 5)
+            for topic, code, *_ in getattr(response, "topic_errors", []):
+                if code not in (0, 36):  # 36: it exists already
+                    raise RuntimeError(f"creating topic {topic} failed (error {code})")
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(admin.close(), 3)
+        self._topics_ok = True
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        # A send fails within a second of the broker going away: retried by aiokafka across
+        # a restart, it would land before the topics are created again (Tansu then keeps it
+        # where no consumer can read it); the outbox retries after creating them instead.
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            request_timeout_ms=1000,
+            acks="all",
+            enable_idempotence=False,
+            linger_ms=0,
+            retry_backoff_ms=100,
+        )
+        await self.producer.start()
+
+    async def send(self, topic: str, key: str, value: bytes) -> None:
+        """Send and wait for the broker's acknowledgement (all replicas); raises on failure."""
+        if not self._topics_ok:
+            await self.ensure_topics()
+        try:
+            meta = await asyncio.wait_for(
+                self.producer.send_and_wait(topic, value, key=key.encode()), SEND_TIMEOUT_S
+            )
+        except BaseException:
+            self._topics_ok = False
+            raise
+        if topic == m.EVENTS_TOPIC:
+            self.on_event_sent(meta.partition, meta.offset)
+
+    async def emit(self, event: m.RunEvent) -> None:
+        """Publish a run event now, or keep it (in order) for the retrying sender."""
+        if not self.outbox:
+            try:
+                await self.send(m.EVENTS_TOPIC, event.command_id, event.encode())
+                return
+            except Exception as exc:
+                self.outage_began(exc)
+        if event not in self.outbox:
+            self.outbox.append(event)
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.create_task(self._flush(), name="tickui-worker-outbox")
+
+    def outage_began(self, exc: BaseException) -> None:
+        if self.outage is None:
+            self.outage = describe(exc)
+            log.warning("cannot publish run events (%s); keeping them and retrying", self.outage)
+
+    async def _flush(self) -> None:
+        delay = 0.1
+        while self.outbox:
+            await asyncio.sleep(delay)
+            event = self.outbox[0]
+            try:
+                await self.send(m.EVENTS_TOPIC, event.command_id, event.encode())
+            except Exception as exc:
+                self.outage_began(exc)
+                delay = min(2.0, delay * 2)
+                continue
+            self.outbox.pop(0)
+            delay = 0.0
+        if self.outage is not None:
+            log.warning("run events are published again")
+            self.outage = None
+
+    async def drain(self, grace: float) -> None:
+        """Wait up to `grace` seconds for the outbox to be sent, then stop the producer."""
+        if self.flusher is not None and not self.flusher.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self.flusher), grace)
+            except (TimeoutError, Exception):
+                log.error(
+                    "%d run event(s) could not be published (%s)", len(self.outbox), self.outage
+                )
+
+    async def stop(self) -> None:
+        if self.flusher is not None:
+            self.flusher.cancel()
+        if self.producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.producer.stop(), 3)
