@@ -186,7 +186,8 @@ async def test_runs_a_command_and_reports_transition_then_one_outcome(env):
     ok = command(["sh", "-c", 'echo "hello $TICKUI_WORKER"; echo token=hunter2'])
     bad = command(["sh", "-c", "echo boom; exit 3"])
     slow = command(["sleep", "30"], timeout_s=0.3)
-    for c in (ok, bad, slow):
+    missing = command(["/nonexistent/tickui-test-prog"])
+    for c in (ok, bad, slow, missing):
         await bus.send(c)
     done = await bus.wait(ok.command_id)
     assert done.type == "run.completed" and done.worker == "w1"
@@ -199,6 +200,9 @@ async def test_runs_a_command_and_reports_transition_then_one_outcome(env):
     assert failed.payload["error_code"] == "EXIT_NONZERO" and "boom" in failed.payload["detail"]
     timed = await bus.wait(slow.command_id)
     assert (timed.type, timed.payload["error_code"]) == ("run.failed", "TIMEOUT")
+    gone = await bus.wait(missing.command_id)
+    assert (gone.type, gone.payload["error_code"]) == ("run.failed", "DISPATCH_FAILED")
+    assert "No such file" in gone.payload["detail"]
     for c in (ok, bad, slow):
         assert next(e.type for e in bus.of(c.command_id)) == "control.run_transition"
         assert len([e for e in bus.of(c.command_id) if e.type in m.OUTCOMES]) == 1

@@ -94,6 +94,7 @@ class Worker:
         self.view: EventsView | None = None
         self.control: Any = None
         self.ready = False
+        self._read_problem: str | None = None
 
     # ---- clients -------------------------------------------------------------------------
 
@@ -185,7 +186,7 @@ class Worker:
             await self.heartbeat()
             await asyncio.sleep(m.HEARTBEAT_EVERY_S)
 
-        # ---- control: cancel and resend ----------------------------------------------------------
+    # ---- control: cancel and resend ----------------------------------------------------------
 
     async def _read_control(self) -> None:
         while True:
@@ -286,9 +287,13 @@ class Worker:
             try:
                 batch = await self.runs.getmany(timeout_ms=200, max_records=free)
             except Exception as exc:
-                log.warning("reading run commands failed: %s", describe(exc))
+                problem = describe(exc)
+                if problem != self._read_problem:  # once per kind of trouble, not 2 a second
+                    log.warning("reading run commands failed: %s", problem)
+                self._read_problem = problem
                 await asyncio.sleep(0.5)
                 continue
+            self._read_problem = None
             checked = False
             for tp, records in batch.items():
                 for record in records:
