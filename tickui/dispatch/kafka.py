@@ -77,6 +77,10 @@ class KafkaDispatcher:
         timeout_ms = self.link.request_timeout_ms
         self.events = EventFeed(bootstrap, self._ours, self._record_events, timeout_ms)
         self.heartbeats = HeartbeatFeed(bootstrap, self._record_beats, group, timeout_ms)
+        self.events.prepare = self.heartbeats.prepare = self.link.ready
+        self.events.restarted = self.heartbeats.restarted = self.link.forget_topics
+        self.heartbeats.opened = self._hearing
+        self._heard_since: int | None = None  # engine clock: heartbeats read since then
         self._outbox: list[_Pending] = []
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
@@ -250,6 +254,9 @@ class KafkaDispatcher:
 
     # ---- what workers say -----------------------------------------------------------------
 
+    def _hearing(self) -> None:
+        self._heard_since = self.clock.now()
+
     async def _ours(self, command_ids: list[str]) -> set[str]:
         return set(await self.store.occurrences_by_command(command_ids))
 
@@ -308,7 +315,9 @@ class KafkaDispatcher:
     async def tend(self, now: int) -> None:
         """Settle what no worker will report: commands past their deadline that no worker
         started, and runs of workers silent for longer than worker_timeout."""
-        silent = await self.store.silent_workers(now - self.worker_timeout)
+        silent = []
+        if self._can_tell_lost(now):
+            silent = await self.store.silent_workers(now - self.worker_timeout)
         if silent:
             await self.store.mark_workers_lost([w.id for w in silent], now)
             for worker in silent:
@@ -344,6 +353,13 @@ class KafkaDispatcher:
         for command_id in [c for c in self._misses if c not in active]:
             del self._misses[command_id]
         self._timed_out &= active
+
+    def _can_tell_lost(self, now: int) -> bool:
+        """Silence means a lost worker only while heartbeats can be heard, and have been
+        for worker_timeout: a broker outage silences every worker at once."""
+        if self.heartbeats.error is not None or self.link.down_since is not None:
+            return False
+        return self._heard_since is not None and self._heard_since <= now - self.worker_timeout
 
     def _why_late(self) -> str:
         if self.link.problem is not None:

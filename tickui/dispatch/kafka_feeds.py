@@ -24,6 +24,13 @@ log = logging.getLogger("tickui.dispatch.kafka")
 
 LOOKBACK_S = 15 * 60  # an engine (re)starting reads the events of the last 15 minutes
 RETRY_S = 1.0
+CHECK_EVERY_S = 1.0  # how often a feed looks for a broker that restarted empty
+
+
+def _cancelling() -> bool:
+    """Whether this task was asked to stop (not a CancelledError aiokafka let out)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class Feed:
@@ -34,6 +41,9 @@ class Feed:
 
     def __init__(self, bootstrap: str, request_timeout_ms: int = 3000) -> None:
         self.bootstrap = bootstrap
+        self.prepare: Callable[[], Awaitable[None]] | None = None  # makes the topics
+        self.restarted: Callable[[], None] | None = None  # the broker came back empty
+        self.opened: Callable[[], None] | None = None  # reading (again) from now on
         self.request_timeout_ms = max(3000, request_timeout_ms)
         self._task: asyncio.Task[None] | None = None
         self._bad = 0  # malformed messages skipped
@@ -55,25 +65,38 @@ class Feed:
         while True:
             consumer = None
             try:
+                if self.prepare is not None:
+                    await self.prepare()
                 consumer = await self._open()
                 self.error = None
+                if self.opened is not None:
+                    self.opened()
+                checked = time.monotonic()
                 while True:
                     batches = await consumer.getmany(timeout_ms=200, max_records=500)
                     messages = [m for batch in batches.values() for m in batch]
                     if messages:
                         await self.handle([m.value for m in messages])
                     self.caught_up.set()
-            except asyncio.CancelledError:
-                raise
+                    if time.monotonic() - checked >= CHECK_EVERY_S:
+                        checked = time.monotonic()
+                        await self._check_restart(consumer)
+            except asyncio.CancelledError as exc:
+                if _cancelling():
+                    raise
+                self._failed(exc)  # aiokafka's own (a connection it closed), not ours
             except Exception as exc:
-                text = describe(self.bootstrap, exc)
-                if text != self.error:
-                    log.warning("reading %s: %s (trying again)", self.topic, text)
-                self.error = text
+                self._failed(exc)
             finally:
                 if consumer is not None:
                     await quietly_stop(consumer)
             await asyncio.sleep(RETRY_S)
+
+    def _failed(self, exc: BaseException) -> None:
+        text = describe(self.bootstrap, exc)
+        if text != self.error:
+            log.warning("reading %s: %s (trying again)", self.topic, text)
+        self.error = text
 
     async def _open(self):
         from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -97,6 +120,20 @@ class Feed:
             await quietly_stop(consumer)
             raise
         return consumer
+
+    async def _check_restart(self, consumer) -> None:
+        """A broker restarted empty (Tansu keeps topics in memory) starts its offsets at
+        0 again and does not say a position is out of range: it answers nothing until the
+        new log reaches it. A partition whose end is behind where we are is read anew."""
+        tps = list(consumer.assignment())
+        ends = await consumer.end_offsets(tps)
+        behind = [tp for tp in tps if ends.get(tp, 0) < await consumer.position(tp)]
+        if behind:
+            log.warning("%s: the broker was restarted empty; reading it from its start", self.topic)
+            for tp in behind:
+                consumer.seek(tp, 0)
+            if self.restarted is not None:
+                self.restarted()
 
     async def _partitions(self, consumer) -> set[int]:
         for _ in range(20):

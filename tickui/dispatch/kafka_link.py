@@ -59,6 +59,10 @@ class KafkaLink:
             log.warning("kafka %s answers again", self.bootstrap)
         self.down_since = self.error = None
 
+    def forget_topics(self) -> None:
+        """The broker came back empty: make the topics again before the next send."""
+        self._topics_ready = False
+
     async def ready(self) -> None:
         """Connect and make the topics if not done yet; LinkDown when the broker is down."""
         if self._producer is not None and self._topics_ready:
@@ -147,5 +151,10 @@ async def quietly_stop(client, method: str = "stop", timeout: float = 3.0) -> No
     """Stop a Kafka client, bounded (a stop can hang while the broker is down)."""
     try:
         await asyncio.wait_for(getattr(client, method)(), timeout)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.debug("stopping a kafka client was cut short", exc_info=True)
     except Exception:
         log.debug("stopping a kafka client failed", exc_info=True)
