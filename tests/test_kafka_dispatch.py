@@ -12,7 +12,6 @@ import pytest
 
 from helpers import T0, wait_for
 from tickui.clock import ManualClock
-from tickui.dispatch import SubprocessDispatcher
 from tickui.dispatch.kafka import KafkaDispatcher
 from tickui.dispatch.kafka_link import KafkaLink, quietly_stop
 from tickui.dispatch.messages import (
@@ -290,23 +289,17 @@ async def test_new_engine_does_not_fail_runs_that_live_on_workers(tmp_db, kafka_
         a = await r.occ("a")
         await worker.event(RUN_TRANSITION, a.command_id, {"state": "running"})
         await r.state("a", "running")
-    # the engine stopped: the remote runs were not cancelled
+    # the engine stopped: the remote runs were not cancelled; a new engine follows them
     async with kafka_rig(tmp_db, kafka_bootstrap, owner="two") as r:
         assert (await r.occ("a")).state == "running"
         assert (await r.occ("b")).state == "accepted"
         await worker.event(RUN_COMPLETED, a.command_id, {"exit_code": 0, "tail": ""})
         await r.state("a", "succeeded")
-    # an engine that runs commands itself cannot follow them: they end INTERRUPTED
-    store = await Store.open(tmp_db)
-    clock = ManualClock(T0)
-    local = SchedulerEngine(store, SubprocessDispatcher(store, clock), clock, EngineConfig())
-    try:
-        await local.start()
-        b = (await store.history("b", limit=1))[0]
-        assert (b.state, b.error_code) == ("failed", "INTERRUPTED")
-    finally:
-        await local.stop(grace=0)
-        await store.close()
+        await r.tick(31)  # b's deadline, stored by the first engine, still holds
+        assert (await r.occ("b")).state == "accepted"
+        await r.tick(2)
+        b = await r.state("b", "failed")
+        assert (b.error_code, b.detail) == ("DISPATCH_TIMEOUT", "no worker started it within 30s")
 
 
 async def test_a_run_its_worker_forgot_is_asked_for_again(tmp_db, kafka_bootstrap, worker):
