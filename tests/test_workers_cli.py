@@ -127,3 +127,16 @@ def test_run_on_a_worker_end_to_end(tmp_path, kafka_bootstrap):
         worker.terminate()
         worker.wait(20)
         worker_log.close()
+
+
+def test_run_with_the_broker_down_keeps_claiming_and_says_so(tmp_path):
+    db = tmp_path / "t.db"
+    added = cli("task", "add", "a", "--every", "1s", "--concurrency", "allow", "--", "true", db=db)
+    assert added.returncode == 0, added.stderr
+    result = cli("run", "--dispatch", "kafka", "--kafka", "127.0.0.1:9", "--for", "2.5", db=db)
+    assert result.returncode == 0, result.stderr
+    assert "kafka 127.0.0.1:9" in result.stderr and "runs wait until it answers" in result.stderr
+    status = json.loads(result.stderr.strip().splitlines()[-1])["engine"]
+    assert "runs not handed to workers (kafka 127.0.0.1:9: broker down since" in status["warning"]
+    rows = json.loads(cli("history", "a", "--json", db=db).stdout)
+    assert len(rows) >= 2 and {r["state"] for r in rows} == {"accepted"}
