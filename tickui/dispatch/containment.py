@@ -257,6 +257,7 @@ class Containment:
         self._watch: asyncio.Task[None] | None = None
         self._survey_task: asyncio.Future[Snapshot] | None = None
         self._survey_began = 0.0
+        self.spawning = 0  # runs being started (see _not_spawning)
         self.scans = 0
         self.scan_seconds = 0.0  # total, for measuring what tracking costs
         self.scan_max = 0.0
@@ -382,11 +383,27 @@ class Containment:
         roots = {t.pid for t in self._trees.values()}
         snap, linked, orphans, environ, pipes = await asyncio.to_thread(self._scan_sync, roots)
         roots = {t.pid for t in self._trees.values()}
+        if self.spawning:
+            orphans = self._not_spawning(orphans, environ)
         adopted = self._adopt(orphans, pipes)
         for key, tree in list(self._trees.items()):
             tree.collect(snap, linked, orphans, environ, roots, adopted.get(key, ()))
         self._reap(snap, roots)
         return snap
+
+    def _not_spawning(
+        self, orphans: list[Proc], environ: Mapping[tuple[int, int], frozenset[bytes]]
+    ) -> list[Proc]:
+        """While a run is being started, a child of ours that no tracked run's marker names
+        may be that run's process, not yet tracked (between fork and exec it even holds
+        every run's pipes): never adopt it into another run, whose end would kill it."""
+        markers = [t.marker for t in self._trees.values()]
+        return [
+            p
+            for p in orphans
+            if p.ppid != self._me
+            or any(mk <= environ.get((p.pid, p.start), frozenset()) for mk in markers)
+        ]
 
     def _reap(self, snap: Mapping[int, Proc], roots: set[int]) -> None:
         """Wait for zombies reparented to tickui from a tracked tree, by pid (never a root)."""

@@ -115,12 +115,34 @@ class ProcessRunner:
         log_path: Path,
         gated: bool = False,
         tag: Any = None,
+        marker: Mapping[str, str] | None = None,
     ) -> ProcessRun:
         """Start one process; on any failure nothing is left open and the error is raised.
 
         `gated`: the process is created, but waits (in a tiny `sh`, before it execs the
         command) until `open_gate` says go, so a check can come after the fork, right
-        before the command runs; `close_gate` instead ends it unrun."""
+        before the command runs; `close_gate` instead ends it unrun. `marker`: the
+        TICKUI_* entries of `env` that name this run; given, the run is tracked (its
+        descendants contained) before this returns."""
+        self.containment.spawning += 1
+        try:
+            run = await self._spawn(key, argv, cwd, env, log_path, gated, tag)
+            if marker is not None:
+                self.track(run, marker)
+            return run
+        finally:
+            self.containment.spawning -= 1
+
+    async def _spawn(
+        self,
+        key: int,
+        argv: Sequence[str],
+        cwd: str | None,
+        env: dict[str, str],
+        log_path: Path,
+        gated: bool,
+        tag: Any,
+    ) -> ProcessRun:
         log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         sink: BoundedLog | None = None
         read_end = write_end = gate_read = gate_write = -1

@@ -123,6 +123,7 @@ class SubprocessDispatcher:
             log_path=self.log_dir / f"{job.occurrence.id}.log",
             gated=gated,
             tag=job.occurrence,
+            marker=marker_for(job.occurrence),
         )
 
     async def dispatch(
@@ -146,9 +147,7 @@ class SubprocessDispatcher:
                 except Exception as exc:
                     results.append(DispatchFailure("DISPATCH_FAILED", _spawn_failure(job, exc)))
                     continue
-                self._runs[job.occurrence.id] = run
-                # the run has started: a tracking fault must not end the batch (never raises)
-                self.runner.track(run, marker_for(job.occurrence))
+                self._runs[job.occurrence.id] = run  # tracked by the runner already
                 if may_start is not None:
                     # The fork took time, and a pause (SIGSTOP, a suspend) may have fallen
                     # in it: ask again, then open the gate with no await in between.

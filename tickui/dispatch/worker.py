@@ -231,13 +231,15 @@ class Worker:
 
     # ---- commands ----------------------------------------------------------------------------
 
-    async def _commit(self, tp: Any, offset: int) -> None:
+    async def _commit(self, tp: Any, offset: int) -> str | None:
+        """Commit; the reason when that failed (logged), else None."""
         try:
             await asyncio.wait_for(self.runs.commit({tp: offset}), 3)
         except Exception as exc:
-            log.warning(
-                "cannot commit %s[%d]@%d: %s", tp.topic, tp.partition, offset, describe(exc)
-            )
+            reason = describe(exc)
+            log.warning("cannot commit %s[%d]@%d: %s", tp.topic, tp.partition, offset, reason)
+            return reason
+        return None
 
     async def _place(self, assigned: Any) -> None:
         """A partition the group has no offset for (a new group; a broker restarted empty)
@@ -361,7 +363,7 @@ class Worker:
         try:
             run = await self.runner.spawn(
                 next(self._keys), command.argv, cwd=command.cwd, env=env, log_path=log_path,
-                gated=True, tag=command,
+                gated=True, tag=command, marker=marker,
             )  # fmt: skip
         except Exception as exc:
             argv0 = visible(command.argv[0])[:200]
@@ -372,7 +374,6 @@ class Worker:
             await self._commit(tp, offset + 1)
             return True
         self.running[cid] = run
-        self.runner.track(run, marker)
         transition = self._event(
             RUN_TRANSITION, cid, run.run_id, state="running", worker=self.id, host=self.host,
             pid=run.process.pid, log_path=str(log_path),
@@ -390,7 +391,17 @@ class Worker:
             return False
         self.journal.add(cid)
         self.view.started_by.put(cid, self.id)
-        await self._commit(tp, offset + 1)
+        failed = await self._commit(tp, offset + 1)
+        if failed is not None:
+            # Another worker may get it now (a rebalance). Its check of the events topic
+            # should find the transition, but at most once must not hang on that: not run.
+            with contextlib.suppress(Exception):
+                await self.runner.abort(run)
+            self.running.pop(cid, None)
+            self._slot_freed.set()
+            detail = str(bound(f"not started: its offset could not be committed ({failed})"))
+            await self.emit(self._event(RUN_INTERRUPTED, cid, run.run_id, detail=detail))
+            return True
         with contextlib.suppress(OSError):  # cancelled meanwhile: the watcher reports it
             open_gate(run)
         self._spawn_task(self._watch(run, command))

@@ -33,6 +33,7 @@ class EventsView:
         self.finished: Bounded[str, None] = Bounded(200_000)
         self._own: dict[int, set[int]] = {}  # partition -> offsets of events sent here
         self._progress = asyncio.Event()  # pulsed each time the reader moves on
+        self._reset: dict[Any, float] = {}  # partition -> when it was last read from 0 again
 
     async def start(self) -> None:
         from aiokafka import TopicPartition
@@ -90,11 +91,27 @@ class EventsView:
             with contextlib.suppress(Exception):
                 position = await self.consumer.position(tp)
                 if position >= end:
+                    if position > end and await self._shorter(tp, position):
+                        return True
                     continue
                 own = self._own.get(tp.partition, set())
                 if end - position > OWN_SPAN or any(o not in own for o in range(position, end)):
                     return True
         return False
+
+    async def _shorter(self, tp: Any, position: int) -> bool:
+        """Read past the end: fine if the topic grew since, but an end below the position
+        read before it means a new topic (the broker restarted empty): read it from 0."""
+        fresh = (await self.probe.end_offsets([tp]))[tp]
+        # Tansu's end can stay one below what a fetch has returned: a gap of one is no sign
+        if fresh + 1 >= position or time.monotonic() - self._reset.get(tp, -60.0) < 10:
+            return False
+        self._reset[tp] = time.monotonic()
+        where = f"{tp.topic}[{tp.partition}]"
+        log.info("%s is new (end %d < %d): read from 0", where, fresh, position)
+        self.consumer.seek(tp, 0)
+        self._own.pop(tp.partition, None)
+        return True
 
     async def read_to_end(self) -> bool:
         """Wait until the topic is read up to its end as of now; False if that is unknown."""
