@@ -39,6 +39,8 @@ from tickui.timeutil import MICROS, iso
 
 log = logging.getLogger("tickui.worker")
 
+REPUBLISH_S = 600  # after a broker restart, run events this recent are sent again
+
 
 def now_micros() -> int:
     return time.time_ns() // 1000
@@ -81,13 +83,15 @@ class Worker:
         self.running: dict[str, ProcessRun] = {}
         self.cancelled: Bounded[str, str] = Bounded(10_000)
         self.outcomes: Bounded[str, m.RunEvent] = Bounded(1000)
+        self.transitions: Bounded[str, m.RunEvent] = Bounded(1000)
+        self._republished = 0.0
         self.state = "alive"
         self.stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._keys = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()
-        self.pub = Publisher(opts.bootstrap, self._event_sent)
+        self.pub = Publisher(opts.bootstrap, self._event_sent, self.broker_restarted)
         self.runs: Any = None
         self.events: Any = None
         self.probe: Any = None
@@ -126,7 +130,7 @@ class Worker:
         await self.events.start()
         await self.control.start()
         await self.probe.start()
-        self.view = EventsView(self.events, self.probe)
+        self.view = EventsView(self.events, self.probe, self.broker_restarted)
         await self.view.start()
         await self.control.topics()
         parts = self.control.partitions_for_topic(m.CONTROL_TOPIC) or range(m.DEFAULT_PARTITIONS)
@@ -154,6 +158,30 @@ class Worker:
         if event.type != RUN_TRANSITION:
             self.outcomes.put(event.command_id, event)  # for a resend
         await self.pub.emit(event)
+
+    def broker_restarted(self) -> None:
+        """The broker came back empty (memory storage): what it acknowledged is gone. Send
+        again (same event ids: the engine keeps one of each) the transitions and outcomes of
+        the last REPUBLISH_S, and read the new events topic from its start."""
+        if time.monotonic() - self._republished < 10:
+            return
+        self._republished = time.monotonic()
+        if self.view is not None:
+            self.view.topic_is_new()
+        since = now_micros() - REPUBLISH_S * MICROS
+        again = []
+        for cid, transition in self.transitions.items():
+            if transition.at >= since:
+                again.append(transition)
+                outcome = self.outcomes.get(cid)
+                if outcome is not None:
+                    again.append(outcome)
+        log.warning("the broker came back empty: sending %d recent run events again", len(again))
+        self._spawn_task(self._republish(again))
+
+    async def _republish(self, events: list[m.RunEvent]) -> None:
+        for event in events:
+            await self.pub.emit(event)
 
     def _event_sent(self, partition: int, offset: int) -> None:
         if self.view is not None:
@@ -391,6 +419,7 @@ class Worker:
             return False
         self.journal.add(cid)
         self.view.started_by.put(cid, self.id)
+        self.transitions.put(cid, transition)
         failed = await self._commit(tp, offset + 1)
         if failed is not None:
             # Another worker may get it now (a rebalance). Its check of the events topic

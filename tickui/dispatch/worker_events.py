@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tickui.dispatch import messages as m
@@ -25,9 +26,10 @@ class EventsView:
     """`consumer` reads the topic; `probe`, a client with nothing assigned, asks for its end
     offsets (asked on the reader's connection, they would queue behind its fetch wait)."""
 
-    def __init__(self, consumer: Any, probe: Any) -> None:
+    def __init__(self, consumer: Any, probe: Any, on_new: Callable[[], None]) -> None:
         self.consumer = consumer
         self.probe = probe
+        self.on_new = on_new  # called when the topic is found new (it calls topic_is_new)
         self.tps: list[Any] = []
         self.started_by: Bounded[str, str] = Bounded(200_000)
         self.finished: Bounded[str, None] = Bounded(200_000)
@@ -99,6 +101,14 @@ class EventsView:
                     return True
         return False
 
+    def topic_is_new(self) -> None:
+        """The broker restarted empty: read every partition from 0 again."""
+        for tp in self.tps:
+            with contextlib.suppress(Exception):
+                self.consumer.seek(tp, 0)
+            self._reset[tp] = time.monotonic()
+        self._own.clear()
+
     async def _shorter(self, tp: Any, position: int) -> bool:
         """Read past the end: fine if the topic grew since, but an end below the position
         read before it means a new topic (the broker restarted empty): read it from 0."""
@@ -111,6 +121,7 @@ class EventsView:
         log.info("%s is new (end %d < %d): read from 0", where, fresh, position)
         self.consumer.seek(tp, 0)
         self._own.pop(tp.partition, None)
+        self.on_new()
         return True
 
     async def read_to_end(self) -> bool:

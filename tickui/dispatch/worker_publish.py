@@ -24,9 +24,16 @@ def describe(exc: BaseException) -> str:
 
 
 class Publisher:
-    def __init__(self, bootstrap: str, on_event_sent: Callable[[int, int], None]) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        on_event_sent: Callable[[int, int], None],
+        on_new_topics: Callable[[], None] = lambda: None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.on_event_sent = on_event_sent  # (partition, offset) of each run event sent
+        self.on_new_topics = on_new_topics  # the events topic had to be created again
+        self._started = False
         self.producer: Any = None
         self.outbox: list[m.RunEvent] = []
         self.outage: str | None = None
@@ -41,13 +48,18 @@ class Publisher:
             await asyncio.wait_for(admin.start(), 5)
             new = [NewTopic(t, m.DEFAULT_PARTITIONS, 1) for t in m.TOPICS]
             response = await asyncio.wait_for(admin.create_topics(new), 5)
+            created = False
             for topic, code, *_ in getattr(response, "topic_errors", []):
                 if code not in (0, 36):  # 36: it exists already
                     raise RuntimeError(f"creating topic {topic} failed (error {code})")
+                created |= code == 0 and topic == m.EVENTS_TOPIC
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(admin.close(), 3)
         self._topics_ok = True
+        if created and self._started:  # a broker that came back empty: it lost events
+            self.on_new_topics()
+        self._started = True
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaProducer

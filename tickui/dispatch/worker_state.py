@@ -44,6 +44,10 @@ class Bounded(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def items(self) -> list[tuple[K, V]]:
+        """Oldest first."""
+        return list(self._items.items())
+
 
 def file_name(text: str) -> str:
     """`text` as a file name: itself when plain, else a digest (never a path)."""
