@@ -65,7 +65,11 @@ class _Placing(ConsumerRebalanceListener):  # type: ignore[misc]
         self.worker = worker
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        return None
+        """Let a start under way publish its transition and commit before the partition
+        moves (its next owner then sees the transition); bounded, a rebalance never hangs."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.worker.handling.acquire(), 3)
+            self.worker.handling.release()
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self.worker._place(assigned)
@@ -85,6 +89,7 @@ class Worker:
         self.outcomes: Bounded[str, m.RunEvent] = Bounded(1000)
         self.transitions: Bounded[str, m.RunEvent] = Bounded(1000)
         self._republished = 0.0
+        self.handling = asyncio.Lock()  # held while one command is answered or started
         self.state = "alive"
         self.stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -335,7 +340,11 @@ class Worker:
                             await asyncio.sleep(0.5)
                             break
                         checked = True
-                    if not await self._handle(tp, record):
+                    if tp not in self.runs.assignment():
+                        break  # revoked meanwhile: its new owner gets these
+                    async with self.handling:  # a revoke waits for this start to commit
+                        handled = await self._handle(tp, record)
+                    if not handled:
                         self.runs.seek(tp, record.offset)  # again, once the broker is back
                         await asyncio.sleep(0.5)
                         break

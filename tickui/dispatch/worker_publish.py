@@ -20,7 +20,8 @@ SEND_TIMEOUT_S = 3.0
 
 
 def describe(exc: BaseException) -> str:
-    return redact(visible(f"{type(exc).__name__}: {exc}"))[:300]
+    """One line: aiokafka's messages carry newlines and indentation."""
+    return redact(visible(" ".join(f"{type(exc).__name__}: {exc}".split())))[:300]
 
 
 class Publisher:
