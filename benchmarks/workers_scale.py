@@ -169,6 +169,7 @@ async def read_topics(bootstrap: str) -> tuple[dict[str, int], dict[str, dict]]:
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)
+
         async def behind() -> bool:
             for tp in parts:
                 if await consumer.position(tp) < ends[tp]:
@@ -354,6 +355,8 @@ def kafka_side(bootstrap: str, workers: int, slots: int, runs: int, idle_runs: i
     shutil.rmtree(tmp, ignore_errors=True)
     p50, p99 = _q(latencies)
     db50, db99 = _q(db_latencies)
+    refill50, refill99 = _q(refills([seen.get(o["command_id"], {}) for o in burst], slots))
+    first_sent = min((sent[o["command_id"]] for o in burst if o["command_id"] in sent), default=0)
     return {
         "workers": workers,
         "slots": workers * slots,
@@ -368,7 +371,29 @@ def kafka_side(bootstrap: str, workers: int, slots: int, runs: int, idle_runs: i
         "db_start_p50_ms": db50,
         "db_start_p99_ms": db99,
         "idle_measured": len(latencies),
+        "refill_p50_ms": refill50,
+        "refill_p99_ms": refill99,
+        "first_sent_ms": first_sent - due / 1000,
     }
+
+
+def refills(runs: list[dict], slots: int) -> list[float]:
+    """How long a slot stayed empty in the burst: on each worker, the (k + slots)-th start
+    after the k-th end (ms). What the worker's fetch-after-a-slot-frees costs."""
+    by_worker: dict[str, tuple[list[int], list[int]]] = {}
+    for run in runs:
+        if "started" in run and "ended" in run:
+            starts, ends = by_worker.setdefault(run.get("worker") or "?", ([], []))
+            starts.append(run["started"])
+            ends.append(run["ended"])
+    gaps = []
+    for starts, ends in by_worker.values():
+        starts.sort()
+        ends.sort()
+        for k, end in enumerate(ends):
+            if k + slots < len(starts):
+                gaps.append((starts[k + slots] - end) / 1000)
+    return gaps
 
 
 async def local_side(slots: int, runs: int, idle_runs: int) -> dict:
@@ -441,7 +466,9 @@ def main() -> None:
                 f"{k['per_worker']}); idle dispatch-to-start p50 {k['start_p50_ms']:.1f} ms "
                 f"p99 {k['start_p99_ms']:.1f} ms max {k['start_max_ms']:.1f} ms "
                 f"(db accepted->started p50 {k['db_start_p50_ms']:.1f} p99 "
-                f"{k['db_start_p99_ms']:.1f})",
+                f"{k['db_start_p99_ms']:.1f}); burst: first command sent "
+                f"{k['first_sent_ms']:.0f} ms after due, a freed slot refilled in p50 "
+                f"{k['refill_p50_ms']:.1f} ms p99 {k['refill_p99_ms']:.1f} ms",
                 flush=True,
             )
             loc = local[n] = asyncio.run(local_side(n * args.slots, args.runs, args.idle_runs))
