@@ -89,6 +89,8 @@ class Worker:
         self.outcomes: Bounded[str, m.RunEvent] = Bounded(1000)
         self.transitions: Bounded[str, m.RunEvent] = Bounded(1000)
         self._republished = 0.0
+        self._last_beat = -1  # offset of the last heartbeat the broker took
+        self._beating = asyncio.Lock()
         self.handling = asyncio.Lock()  # held while one command is answered or started
         self.state = "alive"
         self.stopping = asyncio.Event()
@@ -197,7 +199,7 @@ class Worker:
             m.new_event_id(), kind, command_id, run_id, self.id, now_micros(), payload
         )
 
-    async def heartbeat(self) -> None:
+    async def heartbeat(self) -> bool:
         beat = m.Heartbeat(
             worker=self.id,
             host=self.host,
@@ -210,14 +212,24 @@ class Worker:
             log_dir=str(self.opts.log_dir),
         )
         try:
-            await self.pub.send(m.WORKERS_TOPIC, self.id, beat.encode())
+            async with self._beating:  # one at a time: their offsets are compared
+                meta = await self.pub.send(m.WORKERS_TOPIC, self.id, beat.encode())
         except Exception as exc:
             log.debug("heartbeat not sent: %s", describe(exc))
+            return False
+        # Offsets only grow in a topic that lives: a heartbeat (always the same partition,
+        # its key is the worker id) below the last one means the broker came back empty.
+        if meta.offset < self._last_beat:
+            self.broker_restarted()
+        self._last_beat = meta.offset
+        return True
 
     async def _heartbeats(self) -> None:
+        """Every 2 s; every 0.5 s while the broker is away, so a broker back empty is seen
+        soon (its lost events are sent again before the engine gives up on them)."""
         while True:
-            await self.heartbeat()
-            await asyncio.sleep(m.HEARTBEAT_EVERY_S)
+            sent = await self.heartbeat()
+            await asyncio.sleep(m.HEARTBEAT_EVERY_S if sent else 0.5)
 
     # ---- control: cancel and resend ----------------------------------------------------------
 

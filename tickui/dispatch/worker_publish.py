@@ -78,7 +78,7 @@ class Publisher:
         )
         await self.producer.start()
 
-    async def send(self, topic: str, key: str, value: bytes) -> None:
+    async def send(self, topic: str, key: str, value: bytes) -> Any:
         """Send and wait for the broker's acknowledgement (all replicas); raises on failure."""
         if not self._topics_ok:
             await self.ensure_topics()
@@ -91,6 +91,7 @@ class Publisher:
             raise
         if topic == m.EVENTS_TOPIC:
             self.on_event_sent(meta.partition, meta.offset)
+        return meta
 
     async def emit(self, event: m.RunEvent) -> None:
         """Publish a run event now, or keep it (in order) for the retrying sender."""
@@ -119,7 +120,7 @@ class Publisher:
                 await self.send(m.EVENTS_TOPIC, event.command_id, event.encode())
             except Exception as exc:
                 self.outage_began(exc)
-                delay = min(2.0, delay * 2)
+                delay = min(1.0, delay * 2)
                 continue
             self.outbox.pop(0)
             delay = 0.0
