@@ -29,6 +29,7 @@ from tickui import __version__
 from tickui.dispatch import messages as m
 from tickui.dispatch.output import read_tail, visible
 from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
+from tickui.dispatch.worker_control import WorkerControl
 from tickui.dispatch.worker_events import EventsView
 from tickui.dispatch.worker_publish import Publisher, describe
 from tickui.dispatch.worker_state import Bounded, Journal, file_name
@@ -38,8 +39,6 @@ from tickui.redact import redact
 from tickui.timeutil import MICROS, iso
 
 log = logging.getLogger("tickui.worker")
-
-REPUBLISH_S = 600  # after a broker restart, run events this recent are sent again
 
 
 def now_micros() -> int:
@@ -75,7 +74,7 @@ class _Placing(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.worker._place(assigned)
 
 
-class Worker:
+class Worker(WorkerControl):
     """One worker process: four Kafka clients, its runs, its outbox and its heartbeat."""
 
     def __init__(self, opts: WorkerOptions) -> None:
@@ -166,30 +165,6 @@ class Worker:
             self.outcomes.put(event.command_id, event)  # for a resend
         await self.pub.emit(event)
 
-    def broker_restarted(self) -> None:
-        """The broker came back empty (memory storage): what it acknowledged is gone. Send
-        again (same event ids: the engine keeps one of each) the transitions and outcomes of
-        the last REPUBLISH_S, and read the new events topic from its start."""
-        if time.monotonic() - self._republished < 10:
-            return
-        self._republished = time.monotonic()
-        if self.view is not None:
-            self.view.topic_is_new()
-        since = now_micros() - REPUBLISH_S * MICROS
-        again = []
-        for cid, transition in self.transitions.items():
-            if transition.at >= since:
-                again.append(transition)
-                outcome = self.outcomes.get(cid)
-                if outcome is not None:
-                    again.append(outcome)
-        log.warning("the broker came back empty: sending %d recent run events again", len(again))
-        self._spawn_task(self._republish(again))
-
-    async def _republish(self, events: list[m.RunEvent]) -> None:
-        for event in events:
-            await self.pub.emit(event)
-
     def _event_sent(self, partition: int, offset: int) -> None:
         if self.view is not None:
             self.view.sent(partition, offset)
@@ -230,44 +205,6 @@ class Worker:
         while True:
             sent = await self.heartbeat()
             await asyncio.sleep(m.HEARTBEAT_EVERY_S if sent else 0.5)
-
-    # ---- control: cancel and resend ----------------------------------------------------------
-
-    async def _read_control(self) -> None:
-        while True:
-            try:
-                batch = await self.control.getmany(timeout_ms=500)
-            except Exception as exc:
-                log.debug("reading control failed: %s", describe(exc))
-                await asyncio.sleep(0.5)
-                continue
-            for records in batch.values():
-                for record in records:
-                    try:
-                        control = m.Control.decode(record.value)
-                    except m.BadMessage as exc:
-                        log.warning("skipped a control message: %s", exc)
-                        continue
-                    if control.worker in (None, self.id):
-                        await self._on_control(control)
-
-    async def _on_control(self, control: m.Control) -> None:
-        cid = control.command_id
-        if control.type == "cancel":
-            run = self.running.get(cid)
-            reason = control.reason or "cancelled"
-            if run is not None:
-                self._spawn_task(self.runner.cancel(run, reason))
-            elif cid not in self.outcomes:
-                self.cancelled.put(cid, reason)
-            return
-        if control.worker != self.id or cid in self.running:
-            return
-        known = self.outcomes.get(cid)
-        if known is not None:
-            await self.pub.emit(known)
-        else:
-            await self.emit(self._event(RUN_INTERRUPTED, cid, None, detail="worker has no record"))
 
     def _spawn_task(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
