@@ -386,7 +386,12 @@ class Worker(WorkerControl):
                 await self.runner.abort(run)
             self.running.pop(cid, None)
             self._slot_freed.set()
-            detail = str(bound(f"not started: its offset could not be committed ({failed})"))
+            why = (
+                "the group rebalanced before its offset was committed"
+                if "CommitFailedError" in failed
+                else f"its offset could not be committed ({failed})"
+            )
+            detail = str(bound(f"not started: {why}"))
             await self.emit(self._event(RUN_INTERRUPTED, cid, run.run_id, detail=detail))
             return True
         with contextlib.suppress(OSError):  # cancelled meanwhile: the watcher reports it

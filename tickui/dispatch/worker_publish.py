@@ -20,8 +20,12 @@ SEND_TIMEOUT_S = 3.0
 
 
 def describe(exc: BaseException) -> str:
-    """One line: aiokafka's messages carry newlines and indentation."""
-    return redact(visible(" ".join(f"{type(exc).__name__}: {exc}".split())))[:300]
+    """One line: aiokafka's messages carry newlines and indentation, and often start with
+    their class name already."""
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())
+    text = text if text.startswith(name) else f"{name}: {text}" if text else name
+    return redact(visible(text))[:300]
 
 
 class Publisher:
