@@ -229,6 +229,50 @@ async def test_silent_worker_is_lost_and_its_run_fails(tmp_db, kafka_bootstrap, 
         assert (await r.store.get_occurrence(occ.id)).state == "failed"
 
 
+async def test_a_run_of_a_worker_never_heard_from_is_lost(tmp_db, kafka_bootstrap, worker):
+    """A transition names a worker whose heartbeat never arrived (it died before its
+    first one reached the engine): the run fails WORKER_LOST after worker_timeout."""
+    async with kafka_rig(tmp_db, kafka_bootstrap) as r:
+        await r.add("a")
+        await r.tick()
+        occ = await r.occ("a")
+        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
+        await r.state("a", "running")
+        assert worker.name not in {w.id for w in await r.store.list_workers()}
+        await r.tick(10)  # not yet
+        await r.engine.reconcile()
+        assert (await r.store.get_occurrence(occ.id)).state == "running"
+        await r.tick(2)
+        lost = await r.state("a", "failed")
+        assert lost.error_code == "WORKER_LOST"
+        assert lost.detail.startswith(f"worker {worker.name} never heard from (")
+
+
+async def test_a_run_a_drained_worker_never_reported_is_lost(tmp_db, kafka_bootstrap, worker):
+    """The worker said it drained and stopped, but this run's end never came: once the
+    worker has been gone for worker_timeout the run fails WORKER_LOST, not running forever."""
+    async with kafka_rig(tmp_db, kafka_bootstrap) as r:
+        await r.add("a")
+        await r.tick()
+        occ = await r.occ("a")
+        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
+        await r.state("a", "running")
+        await worker.heartbeat(state="drained")
+
+        async def drained():
+            states = {w.id: w.state for w in await r.store.list_workers()}
+            return states.get(worker.name) == "drained"
+
+        await wait_for(drained, what="the drained heartbeat")
+        await r.tick(10)
+        await r.engine.reconcile()
+        assert (await r.store.get_occurrence(occ.id)).state == "running"
+        await r.tick(2)
+        lost = await r.state("a", "failed")
+        assert lost.error_code == "WORKER_LOST"
+        assert lost.detail == f"worker {worker.name} stopped 12s ago without reporting this run"
+
+
 async def test_no_worker_by_the_deadline_fails_dispatch_timeout(tmp_db, kafka_bootstrap, worker):
     async with kafka_rig(tmp_db, kafka_bootstrap, start_timeout=5) as r:
         await r.add("a")

@@ -28,6 +28,7 @@ from tickui.dispatch.messages import (
     Heartbeat,
     RunCommand,
 )
+from tickui.models import Occurrence, WorkerInfo
 from tickui.occurrence import RUN_CANCELED, RUN_FAILED
 from tickui.store import Beat, NewEvent, Store
 from tickui.timeutil import MICROS
@@ -329,7 +330,8 @@ class KafkaDispatcher:
             self._misses.clear()
             self._timed_out.clear()
             return
-        lost = {w.id: w for w in await self.store.list_workers() if w.state == "lost"}
+        workers = {w.id: w for w in await self.store.list_workers()}
+        can_tell = self._can_tell_lost(now)
         late = [o for o in remote if o.worker is None and o.deadline + GRACE < now]
         started = await self.store.started_commands([o.command_id or "" for o in late])
         events: list[NewEvent] = []
@@ -342,10 +344,8 @@ class KafkaDispatcher:
                 self._timed_out.add(command_id)
                 await self._control("cancel", command_id, None, DISPATCH_TIMEOUT)
         for occ in remote:
-            worker = lost.get(occ.worker or "")
-            if worker is not None:
-                silent_for = (now - worker.last_seen) // MICROS
-                detail = f"worker {worker.id} silent for {silent_for}s"
+            detail = self._lost_detail(occ, workers, now, can_tell)
+            if detail is not None:
                 events.append(self._failed(now, occ.command_id or "", WORKER_LOST, detail))
         if events:
             await self.store.append_events(events)
@@ -353,6 +353,29 @@ class KafkaDispatcher:
         for command_id in [c for c in self._misses if c not in active]:
             del self._misses[command_id]
         self._timed_out &= active
+
+    def _lost_detail(
+        self, occ: Occurrence, workers: dict[str, WorkerInfo], now: int, can_tell: bool
+    ) -> str | None:
+        """Why a run on a worker will never be reported, or None while it still may be:
+        its worker was declared lost; or, while heartbeats can be heard, its worker was
+        never heard from at all (a row older than worker_timeout), or it said it drained
+        and stopped more than worker_timeout ago without reporting this run."""
+        if occ.state != "running" or not occ.worker:
+            return None
+        worker = workers.get(occ.worker)
+        if worker is not None and worker.state == "lost":
+            return f"worker {worker.id} silent for {(now - worker.last_seen) // MICROS}s"
+        if not can_tell:
+            return None
+        if worker is None:
+            since = occ.started_at or occ.claimed_at
+            if since is not None and since < now - self.worker_timeout:
+                return f"worker {occ.worker} never heard from ({(now - since) // MICROS}s running)"
+        elif worker.state == "drained" and worker.last_seen < now - self.worker_timeout:
+            silent_for = (now - worker.last_seen) // MICROS
+            return f"worker {worker.id} stopped {silent_for}s ago without reporting this run"
+        return None
 
     def _can_tell_lost(self, now: int) -> bool:
         """Silence means a lost worker only while heartbeats can be heard, and have been
