@@ -70,3 +70,31 @@ def tmux():
 
     yield run
     run("kill-server")
+
+
+# ---- running in parallel (pytest-xdist, `make test` uses -n 2 --dist loadgroup) ---------------
+
+# Files whose tests must not run beside each other in two workers. Kafka dispatch uses fixed
+# topic names (tickui.runs.v1 ...) on the shared broker: a worker started by one test would take
+# the commands another test's engine sends. Snapshot files share syrupy's bookkeeping.
+SERIAL_GROUPS = {
+    "kafka-dispatch": (
+        "test_kafka_dispatch.py",
+        "test_kafka_workers.py",
+        "test_worker.py",
+        "test_workers_cli.py",
+        "test_ui_workers.py",
+    ),
+    "snapshots": ("test_ui_snapshots.py", "test_ui_output.py"),
+}
+_GROUP_OF = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Give each test of a SERIAL_GROUPS file its group's xdist_group mark (before xdist reads
+    the marks), so `--dist loadgroup` runs the group's tests one after another on one worker."""
+    for item in items:
+        group = _GROUP_OF.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -141,7 +141,8 @@ async def test_the_workers_pane_follows_the_side_panes_layout_and_H(
         await app.host.store.record_heartbeats(
             [beat(f"w{n}", "alive", clock.now()) for n in range(12)]
         )
-        await until(pilot, lambda: "w0" in screen_text(app), timeout=5)
+        # "w0 ", not "w0": under pytest-xdist the database path in the header holds "popen-gw0"
+        await until(pilot, lambda: "w0 " in screen_text(app), timeout=5)
         side = app.dashboard.query_one("#side")
         tables = app.dashboard.query_one("#tables")
         workers = pane(app).region
