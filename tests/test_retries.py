@@ -458,12 +458,12 @@ def test_toml_keys_are_taken(tmp_path):
 def test_history_and_show_say_the_attempt_and_the_pending_retry(tmp_path):
     db = tmp_path / "t.db"
     added = cli(
-        "task", "add", "flaky", "--at", iso((int(time.time()) + 2) * S),
+        "task", "add", "flaky", "--at", iso((int(time.time()) + 3) * S),
         "--retries", "3", "--retry-delay", "1m", "--", "false",
         db=db,
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
-    assert cli("run", "--for", "3.5", db=db).returncode == 0
+    assert cli("run", "--for", "4.5", db=db).returncode == 0
     first, pending = reversed(cli_json("history", "flaky", db=db))
     assert (first["state"], first["attempt"], first["retry_of"]) == ("failed", 1, None)
     assert (pending["state"], pending["attempt"], pending["retry_of"]) == ("queued", 2, first["id"])
@@ -512,7 +512,7 @@ def test_a_retry_pending_across_kill_9_runs_once_after_the_restart(tmp_path):
 
     db, out, marker = tmp_path / "t.db", tmp_path / "ran", tmp_path / "marker"
     script = f"echo $TICKUI_OCCURRENCE_ID >> {out}; [ -e {marker} ] || {{ touch {marker}; false; }}"
-    at = iso((int(time.time()) + 2) * S)
+    at = iso((int(time.time()) + 3) * S)
     _add(db, "once", "--at", at, "--retries", "2", "--retry-delay", "3s", "--", "sh", "-c", script)
     first = Engine(db, tmp_path / "first.err")
     try:
@@ -544,7 +544,7 @@ def test_two_engines_never_run_one_retry_twice(tmp_path):
 
     db, out = tmp_path / "t.db", tmp_path / "ran"
     script = f"echo $TICKUI_OCCURRENCE_ID >> {out}; sleep 0.2; exit 1"
-    anchor = iso((int(time.time()) + 2) * S)
+    anchor = iso((int(time.time()) + 3) * S)
     _add(
         db, "flaky", "--every", "2s", "--anchor", anchor, "--concurrency", "allow",
         "--retries", "3", "--retry-delay", "300ms", "--", "sh", "-c", script,
@@ -607,7 +607,7 @@ def test_a_run_interrupted_by_kill_9_is_retried_once_after_the_restart(tmp_path)
     script = (
         f"echo $TICKUI_OCCURRENCE_ID >> {out}; [ -e {marker} ] || {{ touch {marker}; sleep 60; }}"
     )
-    at = iso((int(time.time()) + 2) * S)
+    at = iso((int(time.time()) + 3) * S)
     _add(db, "once", "--at", at, "--retries", "1", "--retry-delay", "1s", "--", "sh", "-c", script)
     first = Engine(db, tmp_path / "first.err")
     try:
