@@ -132,6 +132,14 @@ def test_three_workers_run_every_slot_exactly_once_spread_over_all(
     problems = [o for o in occs if o["state"] != "succeeded" or not o.get("worker")]
     assert not problems, f"{len(problems)} not succeeded on a worker: {problems[:3]}"
     slots = Counter((o["task"], micros(o["scheduled_for"])) for o in occs)
+    missing = sorted({(t, s * MICROS) for t in tasks for s in window} - set(slots))
+    near = [
+        o
+        for o in history(db)
+        if missing and o["task"] == missing[0][0]
+        and abs(micros(o["scheduled_for"]) - missing[0][1]) <= 2 * MICROS
+    ]  # fmt: skip
+    assert not missing, f"{len(missing)} slots not recorded: {missing[:5]}; around: {near}"
     assert len(slots) == 40 * 20, f"{len(slots)} slots recorded, not 800"
     assert set(slots.values()) == {1}, "a slot recorded twice"
 
