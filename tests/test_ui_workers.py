@@ -211,6 +211,21 @@ async def test_a_run_on_a_worker_shows_its_worker_in_the_tables_and_its_tail(
         assert "WORKER" in text and "on w-east-1" in text
 
 
+async def test_at_120_columns_beside_the_side_panes_a_run_shows_its_worker(tmp_db: Path) -> None:
+    """The common 120-column terminal with ticks, breaker and workers shown: the WORKER
+    column gives way to KIND and LATE, not the other way round."""
+    clock = ManualClock(T0)
+    app = make_app(tmp_db, clock, prepare=kafka())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        await app.host.engine.tick(clock.now())  # the lease
+        await remote_run(app, "w-east-1", "done\n")
+        await until(pilot, lambda: "succeeded" in screen_text(app), timeout=5)
+        assert pane(app).display  # the side panes are shown
+        rows = [line for line in screen_text(app).splitlines() if "succeeded alpha" in line]
+        assert rows and "w-east-1" in rows[0], rows
+
+
 async def test_a_remote_run_still_running_says_its_tail_comes_with_its_end(
     tmp_db: Path,
 ) -> None:

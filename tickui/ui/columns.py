@@ -38,8 +38,10 @@ OCCURRENCE_COLUMNS = [
     # free text, read whole in the run view: spare width only, never pushes a column out
     Column("DETAIL", 6, 8, priority=2, flex=True),
 ]
-# Runs on workers (Kafka dispatch): which one, before DETAIL; dropped first when narrow.
-WORKER_COLUMN = Column("WORKER", 6, 14, priority=7, flex=True)
+# Runs on workers (Kafka dispatch): which one, before DETAIL. Kept over KIND, LATE and ID when
+# narrow (ID is in the run view and c's question), so at 120 columns beside the side panes it
+# shows; dropped before SCHED.
+WORKER_COLUMN = Column("WORKER", 6, 14, priority=3, flex=True)
 WORKER_AT = 9
 OCCURRENCE_COLUMNS_WITH_WORKER = [
     *OCCURRENCE_COLUMNS[:WORKER_AT],
