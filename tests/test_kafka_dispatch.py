@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from helpers import T0, wait_for
+from services import private_tansu
 from tickui.clock import ManualClock
 from tickui.dispatch.kafka import KafkaDispatcher
 from tickui.dispatch.kafka_link import KafkaLink, quietly_stop
@@ -301,6 +302,27 @@ async def test_broker_down_runs_wait_then_fail_with_the_reason(tmp_db):
         failed = await r.state("a", "failed")
         assert failed.error_code == "DISPATCH_TIMEOUT"
         assert failed.detail.startswith("broker down: kafka 127.0.0.1:9:")
+
+
+async def test_a_command_the_broker_never_took_says_so_after_the_broker_is_back(tmp_db):
+    """The broker went down before it took the command and came back after its deadline:
+    DISPATCH_TIMEOUT names what kept it (never sent), not 'no worker started it'."""
+    with private_tansu() as broker:
+        async with kafka_rig(tmp_db, broker.bootstrap, start_timeout=5) as r:
+            await r.add("a")
+            await asyncio.to_thread(broker.kill)
+            await r.tick()
+            occ = await r.occ("a")
+            assert occ.state == "accepted"
+            await wait_for(lambda: r.dispatcher.link.problem, 20, "the broker seen down")
+            r.clock.advance(6)  # past the deadline: the outbox drops it unsent
+            await wait_for(lambda: occ.command_id in r.dispatcher._unsent, 10, "dropped")
+            await asyncio.to_thread(broker.restart)
+            await wait_for(lambda: r.dispatcher.link.problem is None, 30, "the broker back")
+            await r.tick(2)
+            failed = await r.state("a", "failed")
+            assert failed.error_code == "DISPATCH_TIMEOUT"
+            assert failed.detail.startswith(f"never sent within 5s: kafka {broker.bootstrap}: ")
 
 
 async def test_cancel_reaches_the_worker_or_ends_an_unstarted_run(tmp_db, kafka_bootstrap, worker):

@@ -87,6 +87,8 @@ class KafkaDispatcher:
         self._flusher: asyncio.Task[None] | None = None
         self._misses: dict[str, int] = {}  # command id -> heartbeats of its worker without it
         self._timed_out: set[str] = set()  # command ids cancelled for DISPATCH_TIMEOUT
+        self._unsent: dict[str, str] = {}  # run commands dropped at their deadline -> why
+        self._send_error: str | None = None  # why the last send the broker refused failed
         self._started = False
 
     # ---- what the engine reads ---------------------------------------------------------
@@ -194,6 +196,9 @@ class KafkaDispatcher:
             except LinkDown:
                 errors = ["down"] * len(pending)
         left = [p for p, error in zip(pending, errors, strict=True) if error is not None]
+        refused = [e for e in errors if e is not None and e != "down"]
+        if refused or (left and self.link.error):
+            self._send_error = refused[0] if refused else self.link.error
         if left:
             self._outbox.extend(left)
             self._wake.set()
@@ -202,6 +207,9 @@ class KafkaDispatcher:
         """Send what waits, dropping what is past its deadline (tend() fails those)."""
         now = self.clock.now()
         waiting = [p for p in self._outbox if p.until is None or p.until > now]
+        for p in self._outbox:
+            if p.topic == RUNS_TOPIC and p.until is not None and p.until <= now:
+                self._unsent[p.command_id] = self._send_error or "the broker did not take it"
         self._outbox = []
         if waiting:
             await self._send(waiting, wait=True)
@@ -339,7 +347,9 @@ class KafkaDispatcher:
             command_id = occ.command_id or ""
             if command_id in started:
                 continue  # its transition is in the log: reconcile moves it
-            events.append(self._failed(now, command_id, DISPATCH_TIMEOUT, self._why_late()))
+            events.append(
+                self._failed(now, command_id, DISPATCH_TIMEOUT, self._why_late(command_id))
+            )
             if command_id not in self._timed_out:  # so a late worker never starts it
                 self._timed_out.add(command_id)
                 await self._control("cancel", command_id, None, DISPATCH_TIMEOUT)
@@ -353,6 +363,8 @@ class KafkaDispatcher:
         for command_id in [c for c in self._misses if c not in active]:
             del self._misses[command_id]
         self._timed_out &= active
+        for command_id in [c for c in self._unsent if c not in active]:
+            del self._unsent[command_id]
 
     def _lost_detail(
         self, occ: Occurrence, workers: dict[str, WorkerInfo], now: int, can_tell: bool
@@ -384,9 +396,19 @@ class KafkaDispatcher:
             return False
         return self._heard_since is not None and self._heard_since <= now - self.worker_timeout
 
-    def _why_late(self) -> str:
+    def _why_late(self, command_id: str) -> str:
+        """A broker down now; a command the broker never took before its deadline (the
+        broker may be back by now: the reason is what kept it, not the state today); or
+        a command sent that no worker started."""
         if self.link.problem is not None:
             return f"broker down: {self.link.error}"
+        why = self._unsent.get(command_id)
+        if why is None and any(
+            p.command_id == command_id and p.topic == RUNS_TOPIC for p in self._outbox
+        ):
+            why = self._send_error or "the broker did not take it"
+        if why is not None:
+            return f"never sent within {self.start_timeout // MICROS}s: {why}"
         return f"no worker started it within {self.start_timeout // MICROS}s"
 
     @staticmethod
