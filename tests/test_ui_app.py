@@ -85,6 +85,20 @@ async def test_a_corrupt_settings_file_is_one_toast_not_a_traceback(tmp_db: Path
         assert "alpha" in screen_text(app)
 
 
+async def test_the_seconds_paint_survives_a_dashboard_without_its_panes(tmp_db: Path) -> None:
+    """Mounted but not yet composed (start-up under load) or taken down (exit): the
+    per-second repaint skips what is not there instead of ending the app with NoMatches
+    (seen in CI: '#tasks-pane' not found in the first second)."""
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await app.dashboard.query_one("#tasks-pane").remove()
+        app._each_second()
+        app.show_ticker()
+        await pilot.pause()
+        assert app.is_running and app.return_code is None
+
+
 async def test_the_theme_is_remembered(tmp_db: Path) -> None:
     app = make_app(tmp_db, ManualClock(T0))
     async with app.run_test(size=SIZE) as pilot:

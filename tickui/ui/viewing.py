@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 
+from textual.css.query import NoMatches
 from textual.widgets import Input
 
 from tickui.ui.cells import MODES, TimeView
@@ -133,10 +134,11 @@ class ViewChoices:
 
     def _titles(self) -> None:
         """Filters and sort in the pane titles: what the panes leave out is never hidden."""
-        if not self.dashboard.is_mounted:
+        try:
+            tasks = self.dashboard.query_one("#tasks-pane")
+            occ = self.dashboard.query_one("#occ-pane")
+        except NoMatches:  # mounted but not composed yet, or being taken down: next second
             return
-        tasks = self.dashboard.query_one("#tasks-pane")
-        occ = self.dashboard.query_one("#occ-pane")
         title, descending = self.task_rows.sort
         text = f"Tasks · by {title} {'▼' if descending else '▲'}"
         if self.task_rows.filter:
