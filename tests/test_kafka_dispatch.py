@@ -122,6 +122,19 @@ class Rig:
     async def occ(self, name: str):
         return (await self.store.history(name, limit=1))[0]
 
+    async def start_on(self, worker: FakeWorker, occ) -> None:
+        """`worker` says it started `occ` (a transition event); wait until it shows."""
+        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
+        await self.state(occ.task, "running")
+
+    async def running_on(self, worker: FakeWorker, name: str = "a"):
+        """Task `name` added, its first slot claimed and started on `worker`."""
+        await self.add(name)
+        await self.tick()
+        occ = await self.occ(name)
+        await self.start_on(worker, occ)
+        return occ
+
     async def state(self, name: str, want: str, timeout=10.0):
         async def check():
             await self.engine.reconcile()
@@ -202,8 +215,7 @@ async def test_silent_worker_is_lost_and_its_run_fails(tmp_db, kafka_bootstrap, 
         await r.tick()
         occ = await r.occ("a")
         await worker.heartbeat()
-        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
-        await r.state("a", "running")
+        await r.start_on(worker, occ)
 
         async def seen():
             return [w for w in await r.store.list_workers() if w.id == worker.name]
@@ -234,11 +246,7 @@ async def test_a_run_of_a_worker_never_heard_from_is_lost(tmp_db, kafka_bootstra
     """A transition names a worker whose heartbeat never arrived (it died before its
     first one reached the engine): the run fails WORKER_LOST after worker_timeout."""
     async with kafka_rig(tmp_db, kafka_bootstrap) as r:
-        await r.add("a")
-        await r.tick()
-        occ = await r.occ("a")
-        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
-        await r.state("a", "running")
+        occ = await r.running_on(worker)
         assert worker.name not in {w.id for w in await r.store.list_workers()}
         await r.tick(10)  # not yet
         await r.engine.reconcile()
@@ -253,11 +261,7 @@ async def test_a_run_a_drained_worker_never_reported_is_lost(tmp_db, kafka_boots
     """The worker said it drained and stopped, but this run's end never came: once the
     worker has been gone for worker_timeout the run fails WORKER_LOST, not running forever."""
     async with kafka_rig(tmp_db, kafka_bootstrap) as r:
-        await r.add("a")
-        await r.tick()
-        occ = await r.occ("a")
-        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
-        await r.state("a", "running")
+        occ = await r.running_on(worker)
         await worker.heartbeat(state="drained")
 
         async def drained():
@@ -331,8 +335,7 @@ async def test_cancel_reaches_the_worker_or_ends_an_unstarted_run(tmp_db, kafka_
         await r.add("b")
         await r.tick()
         a, b = await r.occ("a"), await r.occ("b")
-        await worker.event(RUN_TRANSITION, a.command_id, {"state": "running"})
-        await r.state("a", "running")
+        await r.start_on(worker, a)
         assert await r.engine.cancel(a.id)
         [(key, control)] = await worker.read(CONTROL_TOPIC, {a.command_id})
         assert (key, control.type, control.worker) == (worker.name.encode(), "cancel", worker.name)
@@ -353,8 +356,7 @@ async def test_new_engine_does_not_fail_runs_that_live_on_workers(tmp_db, kafka_
         await r.add("b")
         await r.tick()
         a = await r.occ("a")
-        await worker.event(RUN_TRANSITION, a.command_id, {"state": "running"})
-        await r.state("a", "running")
+        await r.start_on(worker, a)
     # the engine stopped: the remote runs were not cancelled; a new engine follows them
     async with kafka_rig(tmp_db, kafka_bootstrap, owner="two") as r:
         assert (await r.occ("a")).state == "running"
@@ -372,11 +374,7 @@ async def test_a_run_its_worker_forgot_is_asked_for_again(tmp_db, kafka_bootstra
     """The worker's heartbeats stop naming a running command and no outcome came (lost
     with a broker restart): after two heartbeats the engine asks that worker to resend."""
     async with kafka_rig(tmp_db, kafka_bootstrap) as r:
-        await r.add("a")
-        await r.tick()
-        occ = await r.occ("a")
-        await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
-        await r.state("a", "running")
+        occ = await r.running_on(worker)
         await worker.heartbeat(running=[occ.command_id], at=T0 + MICROS)
         await worker.heartbeat(running=[], at=T0 + 3 * MICROS)
         await worker.heartbeat(running=[], at=T0 + 5 * MICROS)
