@@ -87,8 +87,9 @@ class KafkaDispatcher:
         self._flusher: asyncio.Task[None] | None = None
         self._misses: dict[str, int] = {}  # command id -> heartbeats of its worker without it
         self._timed_out: set[str] = set()  # command ids cancelled for DISPATCH_TIMEOUT
-        self._unsent: dict[str, str] = {}  # run commands dropped at their deadline -> why
-        self._send_error: str | None = None  # why the last send the broker refused failed
+        self._mine: set[str] = set()  # run command ids this dispatcher handed out
+        self._unsent: set[str] = set()  # of those, dropped at their deadline, never sent
+        self._send_error: str | None = None  # why the broker last failed to take a message
         self._started = False
 
     # ---- what the engine reads ---------------------------------------------------------
@@ -156,6 +157,7 @@ class KafkaDispatcher:
             commands.append((len(results), command))
             results.append(Receipt(command.command_id, None))
         if commands:
+            self._mine.update(c.command_id for _, c in commands)
             await self.store.set_deadlines(
                 [(c.occurrence_id, c.deadline, c.command_id) for _, c in commands]
             )
@@ -196,10 +198,9 @@ class KafkaDispatcher:
             except LinkDown:
                 errors = ["down"] * len(pending)
         left = [p for p, error in zip(pending, errors, strict=True) if error is not None]
-        refused = [e for e in errors if e is not None and e != "down"]
-        if refused or (left and self.link.error):
-            self._send_error = refused[0] if refused else self.link.error
         if left:
+            said = [e for e in errors if e not in (None, "down")]
+            self._send_error = said[0] if said else self.link.error or self._send_error
             self._outbox.extend(left)
             self._wake.set()
 
@@ -207,12 +208,18 @@ class KafkaDispatcher:
         """Send what waits, dropping what is past its deadline (tend() fails those)."""
         now = self.clock.now()
         waiting = [p for p in self._outbox if p.until is None or p.until > now]
-        for p in self._outbox:
-            if p.topic == RUNS_TOPIC and p.until is not None and p.until <= now:
-                self._unsent[p.command_id] = self._send_error or "the broker did not take it"
+        self._unsent.update(
+            p.command_id
+            for p in self._outbox
+            if p.topic == RUNS_TOPIC and p.until is not None and p.until <= now
+        )
         self._outbox = []
         if waiting:
-            await self._send(waiting, wait=True)
+            try:
+                await self._send(waiting, wait=True)
+            except asyncio.CancelledError:  # (shutdown's bound) still unsent: keep them
+                self._outbox = waiting + self._outbox
+                raise
 
     async def _flush_loop(self) -> None:
         """Retry what waits; while the broker is down with nothing waiting, see whether it
@@ -325,7 +332,8 @@ class KafkaDispatcher:
         """Settle what no worker will report: commands past their deadline that no worker
         started, and runs of workers silent for longer than worker_timeout."""
         silent = []
-        if self._can_tell_lost(now):
+        can_tell = self._can_tell_lost(now)
+        if can_tell:
             silent = await self.store.silent_workers(now - self.worker_timeout)
         if silent:
             await self.store.mark_workers_lost([w.id for w in silent], now)
@@ -337,9 +345,10 @@ class KafkaDispatcher:
         if not remote:
             self._misses.clear()
             self._timed_out.clear()
+            self._mine.clear()
+            self._unsent.clear()
             return
         workers = {w.id: w for w in await self.store.list_workers()}
-        can_tell = self._can_tell_lost(now)
         late = [o for o in remote if o.worker is None and o.deadline + GRACE < now]
         started = await self.store.started_commands([o.command_id or "" for o in late])
         events: list[NewEvent] = []
@@ -363,8 +372,8 @@ class KafkaDispatcher:
         for command_id in [c for c in self._misses if c not in active]:
             del self._misses[command_id]
         self._timed_out &= active
-        for command_id in [c for c in self._unsent if c not in active]:
-            del self._unsent[command_id]
+        self._mine &= active
+        self._unsent &= active
 
     def _lost_detail(
         self, occ: Occurrence, workers: dict[str, WorkerInfo], now: int, can_tell: bool
@@ -382,7 +391,7 @@ class KafkaDispatcher:
             return None
         if worker is None:
             since = occ.started_at or occ.claimed_at
-            if since is not None and since < now - self.worker_timeout:
+            if since < now - self.worker_timeout:
                 return f"worker {occ.worker} never heard from ({(now - since) // MICROS}s running)"
         elif worker.state == "drained" and worker.last_seen < now - self.worker_timeout:
             silent_for = (now - worker.last_seen) // MICROS
@@ -398,18 +407,18 @@ class KafkaDispatcher:
 
     def _why_late(self, command_id: str) -> str:
         """A broker down now; a command the broker never took before its deadline (the
-        broker may be back by now: the reason is what kept it, not the state today); or
-        a command sent that no worker started."""
+        broker may be back by now: the reason is what kept it, not the state today); one
+        an earlier engine handed out (its outbox died with it); or one no worker started."""
         if self.link.problem is not None:
             return f"broker down: {self.link.error}"
-        why = self._unsent.get(command_id)
-        if why is None and any(
-            p.command_id == command_id and p.topic == RUNS_TOPIC for p in self._outbox
-        ):
-            why = self._send_error or "the broker did not take it"
-        if why is not None:
-            return f"never sent within {self.start_timeout // MICROS}s: {why}"
-        return f"no worker started it within {self.start_timeout // MICROS}s"
+        within = f"within {self.start_timeout // MICROS}s"
+        waiting = any(p.command_id == command_id and p.topic == RUNS_TOPIC for p in self._outbox)
+        if command_id in self._unsent or waiting:
+            return f"never sent {within}: {self._send_error or 'the broker did not take it'}"
+        if command_id not in self._mine:
+            earlier = "an earlier engine handed it out and may not have sent it"
+            return f"no worker started it {within}; {earlier}"
+        return f"no worker started it {within}"
 
     @staticmethod
     def _failed(now: int, command_id: str, code: str, detail: str) -> NewEvent:
