@@ -76,6 +76,11 @@ def test_help_small_terminal(snap_compare, tmp_path: Path) -> None:
     assert snap_compare(app, run_before=sample.help_scene, terminal_size=(80, 24))
 
 
+def test_workers(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db")
+    assert snap_compare(app, run_before=sample.workers_scene, terminal_size=SIZE)
+
+
 def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
     out = tmp_path / "shots"
     result = subprocess.run(
@@ -86,11 +91,15 @@ def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     shown = {p.stem: html.unescape(p.read_text()).replace("\xa0", " ") for p in out.glob("*.svg")}
-    assert {"busy", "main", "run-output", "detail", "add-form", "breaker-open"} <= set(shown)
+    assert {"busy", "main", "run-output", "detail", "add-form", "breaker-open", "workers"} <= set(
+        shown
+    )
     busy = shown["busy"]
     assert "running" in busy and "failed" in busy and "OPEN" in busy
     assert "Run 2 of export-orders" in shown["run-output"]
     assert "backup-db" in shown["main"] and "Circuit breaker" in shown["main"]
     assert "next 10 fire times" in shown["detail"].lower()
+    workers = shown["workers"]
+    assert "Workers" in workers and "build-01" in workers and "WORKER" in workers
     breaker = shown["breaker-open"]
     assert "SIMULATING PUBLISH FAILURES" in breaker and "OPEN" in breaker

@@ -30,6 +30,7 @@ SHOTS = [
     ("add-form-error", sample.add_error_scene, _fixed),
     ("breaker-open", sample.breaker_open_scene, _fixed),
     ("standby", sample.standby_scene, _standby),
+    ("workers", sample.workers_scene, _fixed),
 ]
 SIZE = (130, 36)
 

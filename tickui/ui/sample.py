@@ -192,6 +192,38 @@ async def breaker_open_scene(pilot) -> None:
     await pilot.pause()
 
 
+async def workers_scene(pilot) -> None:
+    """Runs on `tickui worker`s (what a `--dispatch kafka` engine records): the Workers
+    pane under the ticks and breaker, trouble first, and each run's WORKER."""
+    from tickui.store import Beat
+
+    await with_runs(pilot)
+    app: TickuiApp = pilot.app
+    store, now = app.host.store, app.host.clock.now()
+    runs = {o.task: o for o in app.occ_rows.by_id.values()}
+    on = {"heartbeat": "build-01", "export-orders": "build-02", "reindex": "build-01"}
+    on["backup-db"] = "gpu-box"
+    await store.set_workers([(runs[task].id, worker) for task, worker in on.items()])
+    reindex = runs["reindex"].command_id or "cmd-reindex"
+    log_dir = "/var/lib/tickui-worker/logs"
+    await store.record_heartbeats(
+        [
+            Beat(
+                "build-01", "build-01.lan", 4, [reindex], "0.13", "alive", now - 1 * MICROS, log_dir
+            ),
+            Beat("build-02", "build-02.lan", 4, [], "0.13", "alive", now - 2 * MICROS, log_dir),
+            Beat("gpu-box", "gpu-box.lan", 2, [], "0.13", "alive", now - 15 * MICROS, log_dir),
+            Beat("old-ci", "ci-7.lan", 8, [], "0.12", "drained", now - 200 * MICROS, log_dir),
+        ]
+    )
+    await store.mark_workers_lost(["gpu-box"], now)
+    app.mark(occurrences=[o.id for o in runs.values()])
+    await app.read_workers()
+    await app.drain()
+    app.occ_table.move_to(0)
+    await pilot.pause()
+
+
 SAMPLE_LOG = "".join(
     [
         "export-orders: connecting to postgres://exporter:s3cret@db.internal/orders\n",
