@@ -294,6 +294,39 @@ async def test_no_worker_by_the_deadline_fails_dispatch_timeout(tmp_db, kafka_bo
         assert (cancel.type, cancel.worker) == ("cancel", None)
 
 
+async def test_after_a_broker_restart_a_sent_command_waits_for_its_worker_report(
+    tmp_db, kafka_bootstrap, worker
+):
+    """The broker came back empty after the commands went out: a worker may have started
+    one and be sending its transition again. DISPATCH_TIMEOUT waits worker_timeout after
+    the restart, so a run that ran is never recorded as not started."""
+    async with kafka_rig(tmp_db, kafka_bootstrap, start_timeout=5) as r:
+        await r.add("a")
+        await r.add("b")
+        await r.tick()
+        a, b = await r.occ("a"), await r.occ("b")
+        await worker.read(RUNS_TOPIC, {a.command_id, b.command_id}, count=2)
+        r.clock.advance(4)
+        r.dispatcher.events.restarted()  # as the events feed says when the broker is back empty
+        await r.tick(4)  # past both deadlines and their grace
+        await r.engine.reconcile()
+        assert {(await r.store.get_occurrence(o.id)).state for o in (a, b)} == {"accepted"}
+        await r.start_on(worker, a)  # a's transition, sent again: it runs
+        await worker.heartbeat(running=[a.command_id])
+
+        async def heard():
+            return worker.name in {w.id for w in await r.store.list_workers()}
+
+        await wait_for(heard, what="the worker's heartbeat")
+        await r.tick(6)  # worker_timeout since the restart: b was not started
+        failed = await r.state("b", "failed")
+        assert (failed.error_code, failed.detail) == (
+            "DISPATCH_TIMEOUT",
+            "no worker started it within 5s",
+        )
+        assert (await r.store.get_occurrence(a.id)).state == "running"
+
+
 async def test_broker_down_runs_wait_then_fail_with_the_reason(tmp_db):
     async with kafka_rig(tmp_db, "127.0.0.1:9", start_timeout=5) as r:
         await r.add("a")

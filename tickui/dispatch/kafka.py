@@ -79,7 +79,7 @@ class KafkaDispatcher:
         self.events = EventFeed(bootstrap, self._ours, self._record_events, timeout_ms)
         self.heartbeats = HeartbeatFeed(bootstrap, self._record_beats, group, timeout_ms)
         self.events.prepare = self.heartbeats.prepare = self.link.ready
-        self.events.restarted = self.heartbeats.restarted = self.link.forget_topics
+        self.events.restarted = self.heartbeats.restarted = self._restarted
         self.heartbeats.opened = self._hearing
         self._heard_since: int | None = None  # engine clock: heartbeats read since then
         self._outbox: list[_Pending] = []
@@ -90,6 +90,9 @@ class KafkaDispatcher:
         self._mine: set[str] = set()  # run command ids this dispatcher handed out
         self._unsent: set[str] = set()  # of those, dropped at their deadline, never sent
         self._send_error: str | None = None  # why the broker last failed to take a message
+        # engine clock: the broker last seen down or restarted empty (events may be lost or
+        # late until its workers sent them again)
+        self._trouble_at: int | None = None
         self._started = False
 
     # ---- what the engine reads ---------------------------------------------------------
@@ -199,6 +202,7 @@ class KafkaDispatcher:
                 errors = ["down"] * len(pending)
         left = [p for p, error in zip(pending, errors, strict=True) if error is not None]
         if left:
+            self._trouble_at = self.clock.now()
             said = [e for e in errors if e not in (None, "down")]
             self._send_error = said[0] if said else self.link.error or self._send_error
             self._outbox.extend(left)
@@ -270,6 +274,12 @@ class KafkaDispatcher:
 
     # ---- what workers say -----------------------------------------------------------------
 
+    def _restarted(self) -> None:
+        """The broker came back empty: what it had acknowledged is gone until workers send
+        it again (they do when they notice)."""
+        self.link.forget_topics()
+        self._trouble_at = self.clock.now()
+
     def _hearing(self) -> None:
         self._heard_since = self.clock.now()
 
@@ -331,6 +341,8 @@ class KafkaDispatcher:
     async def tend(self, now: int) -> None:
         """Settle what no worker will report: commands past their deadline that no worker
         started, and runs of workers silent for longer than worker_timeout."""
+        if self.link.down_since is not None or self.events.error or self.heartbeats.error:
+            self._trouble_at = now
         silent = []
         can_tell = self._can_tell_lost(now)
         if can_tell:
@@ -356,6 +368,8 @@ class KafkaDispatcher:
             command_id = occ.command_id or ""
             if command_id in started:
                 continue  # its transition is in the log: reconcile moves it
+            if not self._never_sent(command_id) and not self._heard_all(now):
+                continue  # a worker may have started it; its report may be on the way
             events.append(
                 self._failed(now, command_id, DISPATCH_TIMEOUT, self._why_late(command_id))
             )
@@ -398,6 +412,16 @@ class KafkaDispatcher:
             return f"worker {worker.id} stopped {silent_for}s ago without reporting this run"
         return None
 
+    def _never_sent(self, command_id: str) -> bool:
+        waiting = any(p.command_id == command_id and p.topic == RUNS_TOPIC for p in self._outbox)
+        return waiting or command_id in self._unsent
+
+    def _heard_all(self, now: int) -> bool:
+        """Every run event of a command sent is in by now, unless the broker was down or
+        restarted empty within worker_timeout: a worker that started it before its deadline
+        may be sending its transition again (the same bound as a silent worker's)."""
+        return self._trouble_at is None or self._trouble_at <= now - self.worker_timeout
+
     def _can_tell_lost(self, now: int) -> bool:
         """Silence means a lost worker only while heartbeats can be heard, and have been
         for worker_timeout: a broker outage silences every worker at once."""
@@ -412,8 +436,7 @@ class KafkaDispatcher:
         if self.link.problem is not None:
             return f"broker down: {self.link.error}"
         within = f"within {self.start_timeout // MICROS}s"
-        waiting = any(p.command_id == command_id and p.topic == RUNS_TOPIC for p in self._outbox)
-        if command_id in self._unsent or waiting:
+        if self._never_sent(command_id):
             return f"never sent {within}: {self._send_error or 'the broker did not take it'}"
         if command_id not in self._mine:
             earlier = "an earlier engine handed it out and may not have sent it"
