@@ -370,6 +370,19 @@ class Tap:
             found = [e for e in found if e.get("command_id") in command_ids]
         return found
 
+    def ended(self, command_ids, timeout: float = 10.0) -> list[dict]:
+        """Every event of `command_ids` once each has its terminal event on the tap. The tap
+        reads the topic on its own, so it can be behind the engine: a test that saw an
+        occurrence settle in the database waits here for the same events, not a snapshot."""
+        wanted = set(command_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.events(wanted)
+            done = {e["command_id"] for e in found if e.get("type") != "control.run_transition"}
+            if done >= wanted or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
+
     def heartbeats(self, worker_ids) -> dict[str, dict]:
         """The last heartbeat of each of `worker_ids` seen so far."""
         last = {}

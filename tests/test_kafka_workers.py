@@ -337,7 +337,7 @@ def test_drain_cancel_and_replace_reach_the_right_worker(tmp_path, kafka_bootstr
             10, "the cancelled backfill to end",
         )  # fmt: skip
         assert {o["state"] for o in ended} == {"cancelled"}, ended
-        told = tap.events({o["command_id"] for o in bf})
+        told = tap.ended({o["command_id"] for o in bf})
         assert {(e["type"], e["worker"]) for e in told if e["type"] != "control.run_transition"} \
             == {("run.canceled", b_id)}, told  # fmt: skip
 
@@ -352,7 +352,7 @@ def test_drain_cancel_and_replace_reach_the_right_worker(tmp_path, kafka_bootstr
 
         rep = wait_for(replaced, 20, "the second rep run to replace the first")
         assert rep[0]["worker"] == b_id
-        told = tap.events({rep[0]["command_id"]})
+        told = tap.ended({rep[0]["command_id"]})
         assert [e["worker"] for e in told if e["type"] == "run.canceled"] == [b_id], told
 
         # The running rep command, delivered again on every partition: nobody starts it twice.
