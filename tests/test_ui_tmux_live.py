@@ -34,6 +34,14 @@ def _keys(tmux, *keys: str) -> None:
         time.sleep(0.15)  # a person's pace: each key lands on the screen the last one left
 
 
+def _box(tmux, screen) -> None:
+    """`/`, then wait for its input box (its tall top edge) to show: keys sent before the
+    box has focus would go to the table behind it."""
+    poll(lambda: "▊▔" not in screen(), 20, "the last input box to close")
+    _keys(tmux, "/")
+    wait_for(screen, "▊▔")
+
+
 def _add(db: Path, name: str, *args: str) -> None:
     added = cli("task", "add", name, *args, db=db)
     assert added.returncode == 0, added.stderr
@@ -46,14 +54,21 @@ def test_cancel_acts_on_the_run_picked_while_new_runs_arrive(tmux, tmp_path: Pat
     _add(db, "long", "--cron", "0 0 1 1 *", "--", "sleep", "300")
     _add(db, "often", "--every", "1s", "--", "true")
     screen = _start(tmux, tmp_path, db)
-    _keys(tmux, "/", *"long", "Enter", "r")
-    wait_for(screen, "running")
-    [long_run] = [o for o in cli_json("history", "long", db=db) if o["state"] == "running"]
+    _box(tmux, screen)
+    _keys(tmux, *"long", "Enter", "r")
+    # the header already says "running" (engine, ticker): the store says when `r` landed
+    [long_run] = poll(
+        lambda: [o for o in cli_json("history", "long", db=db) if o["state"] == "running"],
+        20, "the long run to start",
+    )  # fmt: skip
     # Occurrences pane: filtered to long's run the cursor is on it; clearing the filter
     # brings every row back and the cursor stays on that run, wherever it now is
-    _keys(tmux, "Tab", "/", *"long", "Enter")
+    _keys(tmux, "Tab")
+    _box(tmux, screen)
+    _keys(tmux, *"long", "Enter")
     wait_for(screen, "task ~ 'long'")
-    _keys(tmux, "/", "Escape")
+    _box(tmux, screen)
+    _keys(tmux, "Escape")
     poll(lambda: "task ~" not in screen(), 20)
     before = len(cli_json("history", "often", db=db))
     poll(lambda: len(cli_json("history", "often", db=db)) >= before + 4, 20)
@@ -81,7 +96,8 @@ def test_enter_on_a_run_opens_its_whole_output(tmux, tmp_path: Path) -> None:
     wait_for(screen, "line 2000")
     _keys(tmux, "g")
     poll(lambda: re.search(r"line 1(?!\d)", screen()), 20)
-    _keys(tmux, "/", *"line 1234", "Enter")
+    _box(tmux, screen)
+    _keys(tmux, *"line 1234", "Enter")
     wait_for(screen, "line 1234")
     _keys(tmux, "Escape")
     _keys(tmux, "q")
