@@ -31,7 +31,11 @@ async def _consume(bootstrap: str, topic: str, want: int, timeout: float = 15.0)
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=5000
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        request_timeout_ms=5000,
+        # a topic made after the start shows only on a refresh (by default every 5 min)
+        metadata_max_age_ms=500,
     )
     await consumer.start()
     records = []
@@ -193,7 +197,9 @@ def test_kill_9_restart_never_repeats_and_tickui_ticks_flags_the_gap(tmp_path, k
     db = tmp_path / "t.db"
     topic = f"ticks.{uuid.uuid4().hex[:8]}"
     first = _spawn_run(db, kafka_bootstrap, topic)
-    time.sleep(3)
+    # killed once it has published (on a loaded machine its start alone can take seconds)
+    before = asyncio.run(_consume(kafka_bootstrap, topic, 15, timeout=30))
+    assert len(before) >= 15, f"the first engine published {len(before)} ticks in 30 s"
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     second = _spawn_run(db, kafka_bootstrap, topic, "--for", "2")
