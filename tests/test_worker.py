@@ -104,9 +104,11 @@ class Bus:
         raw = cmd if isinstance(cmd, bytes) else cmd.encode()
         await self.producer.send_and_wait(m.RUNS_TOPIC, raw, key=key.encode())
 
-    async def control(self, kind: str, cid: str, worker: str | None, reason: str = "") -> None:
+    async def control(
+        self, kind: str, cid: str, worker: str | None, reason: str = "", key: str | None = None
+    ) -> None:
         msg = m.Control(kind, cid, worker, reason, NOW())
-        await self.producer.send_and_wait(m.CONTROL_TOPIC, msg.encode(), key=cid.encode())
+        await self.producer.send_and_wait(m.CONTROL_TOPIC, msg.encode(), key=(key or cid).encode())
 
     def of(self, cid: str) -> list[m.RunEvent]:
         return [e for e in self.events if e.command_id == cid]
@@ -222,7 +224,10 @@ async def test_deadline_malformed_cancel_and_resend(env):
     # cancel before it arrives: never started; cancel while running: ended, reported
     early = command(["touch", str(tmp / "early-ran")])
     await bus.control("cancel", early.command_id, None, "replaced")
-    await asyncio.sleep(0.3)  # the control consumer reads every 100 ms
+    # a resend of an unknown id behind it on its partition: its answer says the cancel is read
+    probe = "wt-probe-" + uuid.uuid4().hex
+    await bus.control("resend", probe, "w1", key=early.command_id)
+    assert (await bus.wait(probe)).type == "run.interrupted"
     await bus.send(early)
     ev = await bus.wait(early.command_id)
     assert (ev.type, ev.payload.get("detail")) == ("run.canceled", "replaced")
@@ -287,6 +292,11 @@ async def test_sigterm_drains_and_cancels_after_the_grace(env):
     assert (await bus.wait(quick.command_id)).type == "run.completed"
     ev = await bus.wait(stuck.command_id)
     assert (ev.type, ev.payload["detail"]) == ("run.canceled", "worker stopped")
+    # its last heartbeat, sent after those events, may reach this reader after them
+    end = time.monotonic() + 10
+    while not [b for b in bus.beats if b.worker == "wd" and b.state == "drained"]:
+        assert time.monotonic() < end, [b.state for b in bus.beats if b.worker == "wd"]
+        await asyncio.sleep(0.05)
     states = [b.state for b in bus.beats if b.worker == "wd"]
     assert "draining" in states and states[-1] == "drained"
 
