@@ -198,12 +198,18 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
         finally:
             lapse.close()
     finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-            # Stopping is done: a repeated SIGTERM (a supervisor insisting) while the loop and
-            # the interpreter wind down must not kill the process halfway through its exit.
-            # SIG_IGN, not a Python handler: the interpreter resets those as it finalizes.
-            signal.signal(sig, signal.SIG_IGN)
+        # Stopping is done: a repeated SIGTERM (a supervisor insisting) while the loop and
+        # the interpreter wind down must not kill the process halfway through its exit.
+        # SIG_IGN, not a Python handler: the interpreter resets those as it finalizes.
+        # Removing the loop's handler restores the default action for a moment: blocked
+        # meanwhile, a signal in that moment waits and then meets SIG_IGN.
+        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+        try:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
 
 
 async def _run(
