@@ -91,7 +91,9 @@ def test_tickui_demo_in_a_real_terminal_ticks_and_removes_its_database(tmux, tmp
             break
         time.sleep(0.05)
     deadline = time.monotonic() + 15
-    while not exit_file.exists() and time.monotonic() < deadline:
+    # the shell makes the file, then writes the code: wait for the code
+    while not (exit_file.exists() and exit_file.read_text().strip()):
+        assert time.monotonic() < deadline, "no exit code in 15 s"
         time.sleep(0.1)
     assert exit_file.read_text().strip() == "0"
     assert not db.parent.exists()

@@ -57,7 +57,7 @@ async def test_kafka_killed_ui_keeps_answering_and_the_breaker_opens(tmp_path: P
             await app.ready.wait()
             ticker = app.host.ticker
             await until(pilot, lambda: ticker.metrics().ticks_published >= 3, 20)
-            assert "CLOSED" in screen_text(app)
+            await until(pilot, lambda: "CLOSED" in screen_text(app), 10)  # painted each second
             broker.kill()
             await until(pilot, lambda: "OPEN" in screen_text(app).split("Circuit breaker")[1], 20)
             breaker_text = screen_text(app).split("Circuit breaker")[1]

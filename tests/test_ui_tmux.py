@@ -40,6 +40,8 @@ def test_run_now_stop_engine_and_quit_in_a_real_terminal(tmux, tmp_path: Path) -
     wait_for(screen, "engine stopped")
     tmux("send-keys", "-t", "ui", "q")
     deadline = time.monotonic() + 15
-    while not exit_file.exists() and time.monotonic() < deadline:
+    # the shell makes the file, then writes the code: wait for the code
+    while not (exit_file.exists() and exit_file.read_text().strip()):
+        assert time.monotonic() < deadline, "no exit code in 15 s"
         time.sleep(0.1)
     assert exit_file.read_text().strip() == "0"
