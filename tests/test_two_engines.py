@@ -35,6 +35,7 @@ def test_the_standby_takes_over_when_the_holder_stops(tmp_path):
 
         assert holder.stop() == 0, holder.stderr()
         exited = time.monotonic()
+        exited_us = time.time_ns() // 1000
         wait_for(lambda: standby.owns(lease_owner(db)), 15, "the standby to take the lease")
         took = time.monotonic() - exited
         assert took <= TAKEOVER, f"the standby took {took:.2f} s to take over"
@@ -68,4 +69,7 @@ def test_the_standby_takes_over_when_the_holder_stops(tmp_path):
     assert max(by_holder) < min(by_standby), "the engines ran slots side by side"
     assert min(by_standby) == max(by_holder) + MICROS, "the standby did not run the next slot"
     first = next(o for o in occs if o.scheduled_for == min(by_standby))
-    assert first.started_at - first.scheduled_for < 1.5 * MICROS, "the next slot ran late"
+    # late counted from the slot, or from the holder's exit when the slot came while the
+    # holder was still stopping (it claims nothing then, and its exit is not the standby's)
+    late = first.started_at - max(first.scheduled_for, exited_us)
+    assert late < 1.5 * MICROS, f"the next slot ran {late / MICROS:.2f} s late"
