@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_procs import Engine, wait_for
 
 from helpers import T0, cli, cli_json, rig
 from tickui.backfill import DEFAULT_MAX, MAX_MAX, backfill_slots
 from tickui.errors import BadInput
+from tickui.occurrence import TERMINAL
 from tickui.schedules import cron, interval, once
 from tickui.timeutil import MICROS, iso, parse_instant
 
@@ -220,7 +222,18 @@ def test_tickui_run_runs_a_cli_backfill_of_ten_slots_in_order_under_forbid(
     start, end = iso(int((now - 11 * 60) * S)), iso(int((now - 60) * S))
     done = cli("task", "backfill", "m", "--from", start, "--to", end, db=db)
     assert done.returncode == 0 and "queued 10 backfill run(s)" in done.stdout, done.stderr
-    assert cli("run", "--for", "4", db=db, timeout=60).returncode == 0
+    engine = Engine(db, tmp_path / "engine.err")  # `tickui run`, until the ten are done
+    try:
+        wait_for(
+            lambda: sum(
+                o["kind"] == "backfill" and o["state"] in TERMINAL
+                for o in cli_json("history", "m", db=db)
+            ) == 10,
+            60, "the ten backfill runs to end",
+        )  # fmt: skip
+        assert engine.stop() == 0, engine.stderr()
+    finally:
+        engine.kill()
     rows = list(reversed(cli_json("history", "m", db=db)))
     backfilled = [o for o in rows if o["kind"] == "backfill"]
     assert [o["state"] for o in backfilled] == ["succeeded"] * 10
