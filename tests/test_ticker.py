@@ -130,7 +130,7 @@ async def test_a_hung_bus_does_not_delay_ticks():
     await _until(lambda: len(times) >= 30)
     await ticker.stop(timeout=1)
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert max(gaps) < 0.2, gaps
+    assert max(gaps) < 1.0, gaps  # the publish hangs 5 s; ticks (every 20 ms) go on
     metrics = ticker.metrics()
     assert metrics.ticks_failed >= 1 and "timed out" in (metrics.last_error or "")
 
