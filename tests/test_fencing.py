@@ -196,13 +196,11 @@ def _lines(path: Path) -> list[str]:
 def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(tmp_path):
     db, out, config = tmp_path / "t.db", tmp_path / "ran.txt", tmp_path / "tickui.toml"
     config.write_text('[engine]\nlease_ttl = "2s"\n')
-    now = time.time()
-    anchor = int(now) + 8  # a common slot 8 s ahead: time for both engines to start
     script = (
         f'echo "$TICKUI_OCCURRENCE_ID $TICKUI_TASK@$TICKUI_SCHEDULED_FOR $(date +%s%N)" >> {out}'
     )
 
-    async def seed() -> None:
+    async def seed(now: float, anchor: int) -> None:
         store = await Store.open(db)
         try:
             for i in range(BURST):
@@ -217,13 +215,15 @@ def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(tmp_path):
         finally:
             await store.close()
 
-    asyncio.run(seed())
     holder = _spawn(db, config, tmp_path / "a.log")
     try:
         wait_for(lambda: "running on" in (tmp_path / "a.log").read_text(), 20, "the holder")
         standby = _spawn(db, config, tmp_path / "b.log")
         try:
             wait_for(lambda: "standby" in (tmp_path / "b.log").read_text(), 20, "the standby")
+            # Both up (each reads the tasks on every scan): a common slot 3 s ahead.
+            now = time.time()
+            asyncio.run(seed(now, int(now) + 3))
             # Freeze the holder as soon as its burst has begun.
             started = wait_for(lambda: len(_lines(out)), 30, "the burst", step=0.005)
             os.kill(holder.pid, signal.SIGSTOP)
