@@ -108,6 +108,8 @@ async def test_s_stops_and_starts_the_engine(tmp_db: Path) -> None:
         await pilot.press("s")
         await until(pilot, lambda: not app.host.engine.running)
         await until(pilot, lambda: "engine stopped" in screen_text(app))
+        # stopping releases the lease as its last step; the header can say so a moment before
+        await until(pilot, lambda: not app.host.engine.holds_lease, timeout=5)
         assert await app.host.store.lease() is None or not app.host.engine.holds_lease
         await pilot.press("s")
         await until(pilot, lambda: app.host.engine.running and app.host.engine.holds_lease)
@@ -151,7 +153,11 @@ async def test_detail_output_follows_a_running_task(tmp_db: Path) -> None:
     async def seed(store, clock):
         from tickui.spec import build_spec
 
-        script = "echo one-$((1+1)); sleep 0.6; echo two-$((1+2)); sleep 30"
+        gate = tmp_db.parent / "go-on"  # the second line waits for the test, not a timer
+        script = (
+            f"echo one-$((1+1)); while [ ! -e {gate} ]; do sleep 0.05; done;"
+            " echo two-$((1+2)); sleep 30"
+        )
         spec = build_spec({"name": "chatty", "every": "1h", "command": ["sh", "-c", script]}, T0)
         await store.add_task(spec, T0)
 
@@ -161,6 +167,7 @@ async def test_detail_output_follows_a_running_task(tmp_db: Path) -> None:
         await pilot.press("r", "enter")
         await until(pilot, lambda: "one-2" in screen_text(app))
         assert "two-3" not in screen_text(app)
+        (tmp_db.parent / "go-on").touch()
         await until(pilot, lambda: "two-3" in screen_text(app))
         await pilot.press("c")  # cancel from the detail screen: asks first
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -464,7 +471,7 @@ async def test_a_second_dashboard_is_standby_and_still_sees_runs(tmp_db: Path) -
             assert "standby (lease held by" in screen_text(second)
             pick(second, "alpha")
             await p2.press("r")  # queued for the lease holder
-            assert any("queued" in n for n in notes(second))
+            await until(p2, lambda: any("queued" in n for n in notes(second)), timeout=5)
             await first.host.engine.tick(clock.now())
             [occ] = await first.host.store.history("alpha")
             await until(p1, lambda: first.occ_rows.by_id.get(occ.id) is not None)
@@ -486,8 +493,13 @@ async def test_scheduled_runs_appear_when_the_engine_ticks(tmp_db: Path) -> None
         await app.host.engine.tick(clock.now())
         await until(pilot, lambda: len(app.occ_rows) == 3)
         await until(pilot, lambda: "exit 3" in screen_text(app))
-        states = {o.task: o.state for o in app.occ_rows.by_id.values()}
-        assert states == {"alpha": "succeeded", "beta": "failed", "sleepy": "running"}
+        want = {"alpha": "succeeded", "beta": "failed", "sleepy": "running"}
+        # each run's outcome arrives on its own: wait for all, then say which differ
+        with contextlib.suppress(AssertionError):
+            await until(
+                pilot, lambda: {o.task: o.state for o in app.occ_rows.by_id.values()} == want, 10
+            )
+        assert {o.task: o.state for o in app.occ_rows.by_id.values()} == want
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])

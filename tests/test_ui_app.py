@@ -311,7 +311,7 @@ async def test_occurrence_filters_by_name_state_and_task_show_in_the_title(tmp_d
         pane = app.dashboard.query_one("#occ-pane")
         await pilot.press("tab", "slash", *"bet", "enter")
         await until(pilot, lambda: {o.task for o in app.occ_rows.by_id.values()} == {"beta"})
-        assert "task ~ 'bet'" in pane.border_title
+        await until(pilot, lambda: "task ~ 'bet'" in pane.border_title, timeout=5)
         await pilot.press("slash", "escape")
         await until(pilot, lambda: len(app.occ_rows) == 3)
         await pilot.press("F")  # failed
@@ -343,11 +343,13 @@ async def test_a_run_the_state_filter_stops_showing_leaves_the_table_at_once(
         await pilot.press("tab", "F", "F")  # failed, then running
         assert app.occ_rows.state == "running"
         occ = await app.host.engine.run_now("sleepy")
+        # the height follows within the refresh that brought the row (its last step), well
+        # before the next once-a-second repaint
         await until(pilot, lambda: occ.id in app.occ_rows.by_id)
-        assert app.occ_table.virtual_size.height == 2  # header and the one run
+        await until(pilot, lambda: app.occ_table.virtual_size.height == 2, timeout=0.5)
         await app.host.engine.cancel(occ.id)
         await until(pilot, lambda: not app.occ_rows.by_id)
-        assert app.occ_table.virtual_size.height == 1  # only the header left
+        await until(pilot, lambda: app.occ_table.virtual_size.height == 1, timeout=0.5)
 
 
 # ---- time zones --------------------------------------------------------------------------

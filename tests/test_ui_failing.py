@@ -136,7 +136,11 @@ async def test_a_retry_waits_then_pause_after_pauses_the_task_loudly(tmp_path: P
         await engine.tick(clock.now())
         await fail_a_slot()
         await until(pilot, lambda: "PAUSED after 2" in _row(app, "export"), timeout=15)
-        assert any("export paused after 2 consecutive failures" in n for n in notes(app))
+        await until(
+            pilot,
+            lambda: any("export paused after 2 consecutive failures" in n for n in notes(app)),
+            timeout=5,
+        )
 
 
 async def test_c_cancels_a_waiting_retry_after_asking(tmp_path: Path) -> None:
@@ -146,8 +150,10 @@ async def test_c_cancels_a_waiting_retry_after_asking(tmp_path: Path) -> None:
         await app.ready.wait()
         await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
         (retry,) = await app.host.store.queued_of()
+        # the Occurrences pane reads the store on its own and can trail the Tasks row
+        await until(pilot, lambda: retry.id in app.occ_rows.by_id, timeout=5)
         app.occ_table.focus()
-        app.occ_table.select_key(retry.id)
+        assert app.occ_table.select_key(retry.id)
         await pilot.press("c")
         await until(pilot, lambda: f"Cancel run {retry.id} (export, due " in screen_text(app))
         await pilot.press("y")
@@ -176,7 +182,10 @@ async def test_the_hooks_screen_lists_deliveries_with_their_outcome(tmp_path: Pa
         await until(pilot, got.exists, timeout=15)
         await pilot.press("h")
         await until(pilot, lambda: isinstance(app.screen, HooksScreen))
-        await until(pilot, lambda: "delivered" in screen_text(app), timeout=10)
+        # the count goes up when the hook's process has ended; the screen reads it each second
+        await until(
+            pilot, lambda: "1 hook · delivered 1 · failed 0" in screen_text(app), timeout=10
+        )
         text = screen_text(app)
         assert "pager" in text and "failed" in text and "export" in text
         assert "1 hook · delivered 1 · failed 0" in text
