@@ -200,11 +200,12 @@ def test_kill_9_restart_never_repeats_and_tickui_ticks_flags_the_gap(tmp_path, k
     db = tmp_path / "t.db"
     topic = f"ticks.{uuid.uuid4().hex[:8]}"
     first = _spawn_run(db, kafka_bootstrap, topic)
-    # killed once it has published (on a loaded machine its start alone can take seconds)
-    before = asyncio.run(_consume(kafka_bootstrap, topic, 15, timeout=30))
+    try:  # killed once it has published (on a loaded machine its start can take seconds)
+        before = asyncio.run(_consume(kafka_bootstrap, topic, 15, timeout=30))
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
     assert len(before) >= 15, f"the first engine published {len(before)} ticks in 30 s"
-    first.send_signal(signal.SIGKILL)
-    first.wait(10)
     second = _spawn_run(db, kafka_bootstrap, topic, "--for", "2")
     _, err = second.communicate(timeout=60)
     assert second.returncode == 0, err
