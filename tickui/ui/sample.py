@@ -100,7 +100,16 @@ async def with_runs(pilot) -> None:
         for name in WITH_RUNS:
             await engine.run_now(name)
         await _settled(app, WITH_RUNS)
-    app.clear_notifications()  # a toast's life is timed: in a fixed scene it would flicker
+    # A toast's life is timed: in a fixed scene it would flicker. A run's toast is posted
+    # (a message) before its row changes, so clearing from the queue, after it, catches it.
+    cleared = asyncio.Event()
+
+    def clear() -> None:
+        app.clear_notifications()
+        cleared.set()
+
+    app.call_later(clear)
+    await cleared.wait()
     # The cursors follow rows by id: which run the Occurrences cursor ended on depends on
     # how the runs' changes were batched; a fixed scene puts both on their first row.
     app.occ_table.move_to(0)
