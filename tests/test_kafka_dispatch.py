@@ -242,6 +242,36 @@ async def test_silent_worker_is_lost_and_its_run_fails(tmp_db, kafka_bootstrap, 
         assert (await r.store.get_occurrence(occ.id)).state == "failed"
 
 
+async def test_after_a_sleep_the_engine_listens_before_calling_a_worker_lost(
+    tmp_db, kafka_bootstrap, worker
+):
+    """The machine slept a minute (a laptop lid, a paused VM): its workers' silence
+    meanwhile is the engine's deafness. No worker is lost on waking; one that stays silent
+    for worker_timeout after it is; a retry never starts a run still on its worker."""
+    async with kafka_rig(tmp_db, kafka_bootstrap) as r:
+        await r.add("a", retries=1, retry_on="interrupted")
+        await r.tick()
+        occ = await r.occ("a")
+        await worker.heartbeat()
+        await r.start_on(worker, occ)
+
+        async def seen():
+            return [w for w in await r.store.list_workers() if w.id == worker.name]
+
+        await wait_for(seen, what="the heartbeat")
+        await r.tick(1)
+        await r.tick(60)  # asleep: no tick, no heartbeat read, for a minute
+        await r.engine.reconcile()
+        assert (await r.store.get_occurrence(occ.id)).state == "running"
+        assert {w.id: w.state for w in await r.store.list_workers()}[worker.name] == "alive"
+        await r.tick(9)
+        assert (await r.store.get_occurrence(occ.id)).state == "running"
+        await r.tick(2)  # heard nothing for worker_timeout since waking: lost now
+        await r.engine.reconcile()
+        lost = await r.store.get_occurrence(occ.id)
+        assert (lost.state, lost.error_code) == ("failed", "WORKER_LOST")
+
+
 async def test_a_run_of_a_worker_never_heard_from_is_lost(tmp_db, kafka_bootstrap, worker):
     """A transition names a worker whose heartbeat never arrived (it died before its
     first one reached the engine): the run fails WORKER_LOST after worker_timeout."""

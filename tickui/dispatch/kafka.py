@@ -93,6 +93,8 @@ class KafkaDispatcher:
         # engine clock: the broker last seen down or restarted empty (events may be lost or
         # late until its workers sent them again)
         self._trouble_at: int | None = None
+        self._tended_at: int | None = None  # engine clock: the last tick's `tend`
+        self._tend_gap = 0  # between the two ticks before it
         self._started = False
 
     # ---- what the engine reads ---------------------------------------------------------
@@ -343,6 +345,7 @@ class KafkaDispatcher:
         started, and runs of workers silent for longer than worker_timeout."""
         if self.link.down_since is not None or self.events.error or self.heartbeats.error:
             self._trouble_at = now
+        self._after_a_gap(now)
         silent = []
         can_tell = self._can_tell_lost(now)
         if can_tell:
@@ -388,6 +391,23 @@ class KafkaDispatcher:
         self._timed_out &= active
         self._mine &= active
         self._unsent &= active
+
+    def _after_a_gap(self, now: int) -> None:
+        """No tick for longer than worker_timeout, and far longer than usual: the engine was
+        not listening (a machine asleep, a paused VM, a stopped process). Its workers' silence
+        meanwhile says nothing: it listens worker_timeout again before calling one lost, or
+        a retry would start a run that is still running on its worker."""
+        if self._tended_at is not None:
+            gap = now - self._tended_at
+            if gap > self.worker_timeout and gap > 3 * self._tend_gap:
+                if self._heard_since is not None:
+                    self._heard_since = now
+                log.warning(
+                    "no tick for %ds: workers get %ds to be heard before one is called lost",
+                    gap // MICROS, self.worker_timeout // MICROS,
+                )  # fmt: skip
+            self._tend_gap = gap
+        self._tended_at = now
 
     def _lost_detail(
         self, occ: Occurrence, workers: dict[str, WorkerInfo], now: int, can_tell: bool
