@@ -127,6 +127,21 @@ class Rig:
         await worker.event(RUN_TRANSITION, occ.command_id, {"state": "running"})
         await self.state(occ.task, "running")
 
+    async def heard_running(self, worker: FakeWorker, name: str = "a", **fields):
+        """Task `name` started on `worker`, whose heartbeat the engine has recorded: its
+        run and the worker's row."""
+        await self.add(name, **fields)
+        await self.tick()
+        occ = await self.occ(name)
+        await worker.heartbeat()
+        await self.start_on(worker, occ)
+
+        async def seen():
+            return [w for w in await self.store.list_workers() if w.id == worker.name]
+
+        [info] = await wait_for(seen, what="the heartbeat")
+        return occ, info
+
     async def running_on(self, worker: FakeWorker, name: str = "a"):
         """Task `name` added, its first slot claimed and started on `worker`."""
         await self.add(name)
@@ -211,16 +226,7 @@ async def test_command_goes_out_and_events_settle_the_run(tmp_db, kafka_bootstra
 
 async def test_silent_worker_is_lost_and_its_run_fails(tmp_db, kafka_bootstrap, worker):
     async with kafka_rig(tmp_db, kafka_bootstrap) as r:
-        await r.add("a", retries=1, retry_on="interrupted")
-        await r.tick()
-        occ = await r.occ("a")
-        await worker.heartbeat()
-        await r.start_on(worker, occ)
-
-        async def seen():
-            return [w for w in await r.store.list_workers() if w.id == worker.name]
-
-        [info] = await wait_for(seen, what="the heartbeat")
+        occ, info = await r.heard_running(worker, retries=1, retry_on="interrupted")
         assert (info.state, info.host, info.slots, info.log_dir) == ("alive", "host-x", 2, "/wl")
         await r.tick(10)  # silent for 10 s: not yet
         assert (await r.store.get_occurrence(occ.id)).state == "running"
@@ -249,16 +255,7 @@ async def test_after_a_sleep_the_engine_listens_before_calling_a_worker_lost(
     meanwhile is the engine's deafness. No worker is lost on waking; one that stays silent
     for worker_timeout after it is; a retry never starts a run still on its worker."""
     async with kafka_rig(tmp_db, kafka_bootstrap) as r:
-        await r.add("a", retries=1, retry_on="interrupted")
-        await r.tick()
-        occ = await r.occ("a")
-        await worker.heartbeat()
-        await r.start_on(worker, occ)
-
-        async def seen():
-            return [w for w in await r.store.list_workers() if w.id == worker.name]
-
-        await wait_for(seen, what="the heartbeat")
+        occ, _ = await r.heard_running(worker, retries=1, retry_on="interrupted")
         await r.tick(1)
         await r.tick(60)  # asleep: no tick, no heartbeat read, for a minute
         await r.engine.reconcile()
