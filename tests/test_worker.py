@@ -301,6 +301,20 @@ async def test_sigterm_drains_and_cancels_after_the_grace(env):
     assert "draining" in states and states[-1] == "drained"
 
 
+async def test_sigterm_repeated_until_it_exits_still_ends_with_0(env):
+    """A supervisor repeating SIGTERM while the worker drains and winds down: every signal
+    after the first is absorbed (it exited -15 every time before)."""
+    _bus, start, _tmp = env
+    worker = await start("wr").ready()
+    sent, end = 0, time.monotonic() + 30
+    while worker.proc.poll() is None and time.monotonic() < end:
+        worker.proc.send_signal(signal.SIGTERM)
+        sent += 1
+        await asyncio.sleep(0.003)
+    assert sent > 1
+    assert await worker.exit() == 0, worker.text()
+
+
 async def test_bad_input_exits_2_with_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cases = [

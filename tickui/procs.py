@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import socket
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 
@@ -73,3 +76,26 @@ def signal_group(pgid: int | None, sig: signal.Signals) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+@contextlib.contextmanager
+def stop_on_signals(
+    loop: asyncio.AbstractEventLoop, stop: Callable[[], object], signals: Sequence[int]
+) -> Iterator[None]:
+    """Inside, `signals` call `stop` (a clean stop). On leaving they are ignored until the
+    process exits: a supervisor repeating SIGTERM must not kill it halfway through its exit
+    with -15. SIG_IGN, not a Python handler, which the interpreter resets as it finalizes;
+    removing the loop's handler restores the default action for a moment, so the signals
+    are blocked across the swap (one sent meanwhile waits, then meets SIG_IGN)."""
+    for sig in signals:
+        loop.add_signal_handler(sig, stop)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+        try:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)

@@ -20,6 +20,7 @@ from tickui.dispatch.kafka import KafkaDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.errors import BadInput
 from tickui.hooks import attach as attach_hooks
+from tickui.procs import stop_on_signals
 from tickui.redact import RedactingFilter
 from tickui.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
 from tickui.simulate import SimulatedDispatcher, TimeLapse
@@ -185,9 +186,8 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
     signals = [signal.SIGINT, signal.SIGTERM]
     if opts.scale != 1 and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
         signals.append(signal.SIGHUP)  # a closed terminal must not leave the copy behind
-    for sig in signals:  # from here on, a signal ends the run through the cleanup below
-        loop.add_signal_handler(sig, stop.set)
-    try:
+    # from here on, a signal ends the run through the cleanup below
+    with stop_on_signals(loop, stop.set, signals):
         if opts.scale == 1:
             return await _run(settings, opts, db, stop, None)
         lapse = TimeLapse(db, opts.scale, opts.real_commands)
@@ -197,19 +197,6 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
             return await _run(settings, opts, lapse.copy, stop, lapse)
         finally:
             lapse.close()
-    finally:
-        # Stopping is done: a repeated SIGTERM (a supervisor insisting) while the loop and
-        # the interpreter wind down must not kill the process halfway through its exit.
-        # SIG_IGN, not a Python handler: the interpreter resets those as it finalizes.
-        # Removing the loop's handler restores the default action for a moment: blocked
-        # meanwhile, a signal in that moment waits and then meets SIG_IGN.
-        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-        try:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, signal.SIG_IGN)
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
 
 
 async def _run(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tickui.errors import TickuiError
+from tickui.procs import stop_on_signals
 from tickui.redact import redact, redact_data, safe_text
 from tickui.wire import TICK_KEYS, DecodedTick, WireError, decode
 
@@ -115,36 +116,35 @@ async def tail(
         raise TickuiError(redact(f"kafka {bootstrap} is not reachable: {exc}")) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     if duration:
         loop.call_later(duration, stop.set)
-    watch, seen = SequenceWatch(), 0
-    try:
-        parts = await _partitions(consumer, topic, duration or 30.0)
-        if not parts:
-            raise TickuiError(redact(f"topic {topic} does not exist on {bootstrap}"))
-        consumer.assign(parts)
-        if from_beginning:
-            await consumer.seek_to_beginning(*parts)
-        else:
-            await consumer.seek_to_end(*parts)
-        while not stop.is_set() and (count is None or seen < count):
-            batches = await consumer.getmany(timeout_ms=200)
-            for records in batches.values():
-                for record in records:
-                    try:
-                        tick = decode(record.value)
-                    except WireError as exc:
-                        print(_unreadable(record, str(exc), as_json), flush=True)
-                        continue
-                    flag, missing = watch.see(tick.scheduler_id, tick.sequence_number)
-                    print(_line(tick, flag, missing, as_json), flush=True)
-                    seen += 1
-                    if count is not None and seen >= count:
-                        break
-    finally:
-        await _stop(consumer)
+    with stop_on_signals(loop, stop.set, (signal.SIGINT, signal.SIGTERM)):
+        watch, seen = SequenceWatch(), 0
+        try:
+            parts = await _partitions(consumer, topic, duration or 30.0)
+            if not parts:
+                raise TickuiError(redact(f"topic {topic} does not exist on {bootstrap}"))
+            consumer.assign(parts)
+            if from_beginning:
+                await consumer.seek_to_beginning(*parts)
+            else:
+                await consumer.seek_to_end(*parts)
+            while not stop.is_set() and (count is None or seen < count):
+                batches = await consumer.getmany(timeout_ms=200)
+                for records in batches.values():
+                    for record in records:
+                        try:
+                            tick = decode(record.value)
+                        except WireError as exc:
+                            print(_unreadable(record, str(exc), as_json), flush=True)
+                            continue
+                        flag, missing = watch.see(tick.scheduler_id, tick.sequence_number)
+                        print(_line(tick, flag, missing, as_json), flush=True)
+                        seen += 1
+                        if count is not None and seen >= count:
+                            break
+        finally:
+            await _stop(consumer)
     return 0
 
 

@@ -35,6 +35,7 @@ from tickui.dispatch.worker_publish import Publisher, describe
 from tickui.dispatch.worker_state import Bounded, Journal, file_name
 from tickui.errors import BadInput
 from tickui.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
+from tickui.procs import stop_on_signals
 from tickui.redact import redact
 from tickui.timeutil import MICROS, iso
 
@@ -433,18 +434,17 @@ class Worker(WorkerControl):
     async def run(self) -> int:
         await self.start()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stopping.set)
-        background = [
-            asyncio.create_task(self.view.read()),
-            asyncio.create_task(self._read_control()),
-            asyncio.create_task(self._heartbeats()),
-        ]
-        consume = asyncio.create_task(self._consume())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), self.opts.duration)
-        self.stopping.set()
-        await self.drain(consume, background)
+        with stop_on_signals(loop, self.stopping.set, (signal.SIGTERM, signal.SIGINT)):
+            background = [
+                asyncio.create_task(self.view.read()),
+                asyncio.create_task(self._read_control()),
+                asyncio.create_task(self._heartbeats()),
+            ]
+            consume = asyncio.create_task(self._consume())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.opts.duration)
+            self.stopping.set()
+            await self.drain(consume, background)
         return 0
 
     async def drain(self, consume: asyncio.Task[None], background: list[asyncio.Task[Any]]) -> None:
