@@ -269,6 +269,26 @@ async def test_after_a_sleep_the_engine_listens_before_calling_a_worker_lost(
         assert (lost.state, lost.error_code) == ("failed", "WORKER_LOST")
 
 
+async def test_after_a_sleep_a_sent_command_is_not_failed_as_never_started_at_once(
+    tmp_db, kafka_bootstrap, worker
+):
+    """Asleep past a sent command's deadline: a worker may have started it meanwhile and its
+    report be on the way. It fails DISPATCH_TIMEOUT only after worker_timeout awake."""
+    async with kafka_rig(tmp_db, kafka_bootstrap) as r:
+        await r.add("b")
+        await r.tick()
+        occ = await r.occ("b")
+        await worker.read(RUNS_TOPIC, {occ.command_id})  # the broker took it
+        await r.tick(1)
+        await r.tick(60)  # asleep, past its 30 s deadline
+        await r.tick(9)
+        assert (await r.store.get_occurrence(occ.id)).state == "accepted"
+        await r.tick(2)
+        await r.engine.reconcile()
+        failed = await r.store.get_occurrence(occ.id)  # (b's next slot is due by now too)
+        assert (failed.state, failed.error_code) == ("failed", "DISPATCH_TIMEOUT")
+
+
 async def test_a_run_of_a_worker_never_heard_from_is_lost(tmp_db, kafka_bootstrap, worker):
     """A transition names a worker whose heartbeat never arrived (it died before its
     first one reached the engine): the run fails WORKER_LOST after worker_timeout."""
@@ -442,7 +462,8 @@ async def test_new_engine_does_not_fail_runs_that_live_on_workers(tmp_db, kafka_
         assert (await r.occ("b")).state == "accepted"
         await worker.event(RUN_COMPLETED, a.command_id, {"exit_code": 0, "tail": ""})
         await r.state("a", "succeeded")
-        await r.tick(31)  # b's deadline, stored by the first engine, still holds
+        for _ in range(31):  # b's deadline, stored by the first engine, still holds
+            await r.tick(1)  # (a second at a time: one jump would read as the engine asleep)
         assert (await r.occ("b")).state == "accepted"
         await r.tick(2)
         b = await r.state("b", "failed")

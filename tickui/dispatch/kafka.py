@@ -367,11 +367,12 @@ class KafkaDispatcher:
         late = [o for o in remote if o.worker is None and o.deadline + GRACE < now]
         started = await self.store.started_commands([o.command_id or "" for o in late])
         events: list[NewEvent] = []
+        heard_all = self._heard_all(now)
         for occ in late:
             command_id = occ.command_id or ""
             if command_id in started:
                 continue  # its transition is in the log: reconcile moves it
-            if not self._never_sent(command_id) and not self._heard_all(now):
+            if not self._never_sent(command_id) and not heard_all:
                 continue  # a worker may have started it; its report may be on the way
             events.append(
                 self._failed(now, command_id, DISPATCH_TIMEOUT, self._why_late(command_id))
@@ -395,11 +396,13 @@ class KafkaDispatcher:
     def _after_a_gap(self, now: int) -> None:
         """No tick for longer than worker_timeout, and far longer than usual: the engine was
         not listening (a machine asleep, a paused VM, a stopped process). Its workers' silence
-        meanwhile says nothing: it listens worker_timeout again before calling one lost, or
-        a retry would start a run that is still running on its worker."""
+        meanwhile says nothing, and their reports may still be on the way: for worker_timeout
+        it calls no worker lost (a retry would start a run still going on its worker) and
+        fails no sent command as never started, as after a broker outage."""
         if self._tended_at is not None:
             gap = now - self._tended_at
             if gap > self.worker_timeout and gap > 3 * self._tend_gap:
+                self._trouble_at = now
                 if self._heard_since is not None:
                     self._heard_since = now
                 log.warning(
