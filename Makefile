@@ -7,8 +7,8 @@ VENV        := .venv
 VPY         := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 # Debian packages the tests need; skipped entirely when their commands are already on PATH.
-APT_PACKAGES := redis-server redis-tools tmux
-APT_COMMANDS := redis-server redis-cli tmux
+APT_PACKAGES := redis-server redis-tools tmux stunnel4 openssl
+APT_COMMANDS := redis-server redis-cli tmux stunnel4 openssl
 PYTEST_ARGS ?= -ra
 # Two pytest-xdist workers: most tests wait on real processes, services and clocks, so two run
 # side by side in about half the time on 2 cores. Files that must not share the broker run in

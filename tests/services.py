@@ -6,6 +6,32 @@ Tansu (Kafka) broker for the whole run and exports their addresses:
 - ``TICKUI_TEST_REDIS_URL`` (``redis://127.0.0.1:P/0``), read by :func:`redis_url`;
 - ``TICKUI_TEST_KAFKA`` (``127.0.0.1:P``), read by :func:`kafka_bootstrap`.
 
+It also starts the same services with security switched on (all on 127.0.0.1, each server
+certificate signed by one throwaway CA for IP 127.0.0.1 and DNS localhost; no client certificates;
+passwords are random, 32 hex digits without a newline, each in a 0600 file):
+
+- :func:`tls_ca`: that CA's certificate (PEM path), for ``create_ssl_context(cafile=...)`` or
+  ``ssl_ca_certs=...``; :func:`other_ca`: a CA that signed none of them, for refusal tests;
+- :func:`kafka_scram`: ``(bootstrap, user, password_file)`` of a SASL_PLAINTEXT endpoint, with
+  both SCRAM-SHA-256 and SCRAM-SHA-512 for that user;
+- :func:`kafka_tls`: bootstrap of an SSL endpoint (TLS, no login);
+- :func:`kafka_sasl_ssl`: ``(bootstrap, user, password_file)`` of a SASL_SSL endpoint (TLS and the
+  same SCRAM user and password);
+- :func:`redis_tls`: ``(url, password_file)``: ``rediss://tickui@127.0.0.1:P/0`` (no password in
+  the URL), ACL user ``tickui`` with ``~* &* +@all``; the ``default`` user is off;
+- :func:`read_secret`: the password in such a file.
+
+Each Kafka endpoint is its own Tansu broker (memory storage) behind a front: stunnel for TLS and,
+for SCRAM, a front end in ``scripts/services.sh`` that answers the SASL exchange as Apache Kafka
+does (Tansu 0.6.0 keeps no SCRAM credentials and cannot serve TLS; see the script). Failures
+as aiokafka 0.14 reports them: ``start()`` of a producer, consumer or admin client raises only
+``KafkaConnectionError("Unable to bootstrap from [...]")``, and logs the reason on the
+``aiokafka`` logger (ERROR ``Unable connect to "host:port": <error>``); one connection made with
+``aiokafka.conn.create_conn`` raises the reason itself: ``SaslAuthenticationFailed`` (error 58)
+for a wrong password or user, ``UnsupportedSaslMechanismError`` for another mechanism,
+``ssl.SSLCertVerificationError`` for an untrusted CA, ``KafkaConnectionError("Connection at
+host:port closed")`` for a client without TLS on a TLS port.
+
 Without them (plain ``pytest``) such a test is skipped; under CI (``CI`` set) or under
 ``make test`` (``scripts/services.sh`` exports ``TICKUI_TEST_REQUIRE_SERVICES=1``) it fails.
 
@@ -43,6 +69,16 @@ import pytest
 
 REDIS_ENV = "TICKUI_TEST_REDIS_URL"
 KAFKA_ENV = "TICKUI_TEST_KAFKA"
+# The secured services (scripts/services.sh, "secured services").
+TLS_CA_ENV = "TICKUI_TEST_TLS_CA"
+TLS_OTHER_CA_ENV = "TICKUI_TEST_TLS_OTHER_CA"
+KAFKA_SCRAM_ENV = "TICKUI_TEST_KAFKA_SCRAM"
+KAFKA_SCRAM_USER_ENV = "TICKUI_TEST_KAFKA_SCRAM_USER"
+KAFKA_SCRAM_PASSWORD_FILE_ENV = "TICKUI_TEST_KAFKA_SCRAM_PASSWORD_FILE"
+KAFKA_TLS_ENV = "TICKUI_TEST_KAFKA_TLS"
+KAFKA_SASL_SSL_ENV = "TICKUI_TEST_KAFKA_SASL_SSL"
+REDIS_TLS_ENV = "TICKUI_TEST_REDIS_TLS_URL"
+REDIS_PASSWORD_FILE_ENV = "TICKUI_TEST_REDIS_PASSWORD_FILE"
 PIDDIR_ENV = "TICKUI_TEST_PIDDIR"  # scripts/services.sh stops what is listed there at exit
 REQUIRE_ENV = "TICKUI_TEST_REQUIRE_SERVICES"  # set by scripts/services.sh: missing = failure
 
@@ -92,6 +128,59 @@ def kafka_bootstrap() -> str:
     if not bootstrap:
         unavailable(f"{KAFKA_ENV} is not set (no Tansu broker started by scripts/services.sh)")
     return bootstrap
+
+
+def _env(name: str, what: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        unavailable(f"{name} is not set (no {what} started by scripts/services.sh)")
+    return value
+
+
+def tls_ca() -> str:
+    """Path of the CA certificate (PEM) that signed every secured service's certificate."""
+    return _env(TLS_CA_ENV, "TLS test CA")
+
+
+def other_ca() -> str:
+    """Path of a CA certificate (PEM) that signed none of them: trusting it alone must fail."""
+    return _env(TLS_OTHER_CA_ENV, "TLS test CA")
+
+
+def kafka_scram() -> tuple[str, str, str]:
+    """``(bootstrap, user, password_file)``: SASL_PLAINTEXT, SCRAM-SHA-256 or SCRAM-SHA-512."""
+    what = "Kafka SCRAM endpoint"
+    return (
+        _env(KAFKA_SCRAM_ENV, what),
+        _env(KAFKA_SCRAM_USER_ENV, what),
+        _env(KAFKA_SCRAM_PASSWORD_FILE_ENV, what),
+    )
+
+
+def kafka_tls() -> str:
+    """Bootstrap of the SSL endpoint (TLS with :func:`tls_ca`, no login)."""
+    return _env(KAFKA_TLS_ENV, "Kafka TLS endpoint")
+
+
+def kafka_sasl_ssl() -> tuple[str, str, str]:
+    """``(bootstrap, user, password_file)``: SASL_SSL, same SCRAM user as :func:`kafka_scram`."""
+    what = "Kafka SASL_SSL endpoint"
+    return (
+        _env(KAFKA_SASL_SSL_ENV, what),
+        _env(KAFKA_SCRAM_USER_ENV, what),
+        _env(KAFKA_SCRAM_PASSWORD_FILE_ENV, what),
+    )
+
+
+def redis_tls() -> tuple[str, str]:
+    """``(url, password_file)``: ``rediss://tickui@127.0.0.1:P/0``; the password is in the file."""
+    what = "Redis TLS server"
+    return _env(REDIS_TLS_ENV, what), _env(REDIS_PASSWORD_FILE_ENV, what)
+
+
+def read_secret(path: str) -> str:
+    """The password kept in ``path`` (a 0600 file made by scripts/services.sh)."""
+    return Path(path).read_text().strip()
 
 
 # ---- private servers -----------------------------------------------------------------------
