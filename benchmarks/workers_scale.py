@@ -48,8 +48,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.dispatch.messages import EVENTS_TOPIC, RUNS_TOPIC, TOPICS
+from tickui.dispatch import keyfile
+from tickui.dispatch.messages import EVENTS_TOPIC, RUNS_TOPIC, TOPICS, RunCommand
 from tickui.dispatch.process import ProcessRunner
+from tickui.dispatch.signing import Keyring
 from tickui.spec import build_spec
 from tickui.store import Store
 from tickui.timeutil import MICROS, iso
@@ -258,12 +260,22 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
-def kafka_side(bootstrap: str, workers: int, slots: int, runs: int, idle_runs: int) -> dict:
+def kafka_side(
+    bootstrap: str, workers: int, slots: int, runs: int, idle_runs: int, signed: bool = True
+) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="tickui-workers-scale-"))
+    key = tmp / "dispatch.key"
+    if signed:
+        keyfile.write(key, [keyfile.new_key()], new=True)
+    signing = ["--key-file", str(key)] if signed else ["--insecure"]
     db = tmp / "bench.db"
     config = tmp / "tickui.toml"
     config.write_text('[dispatch]\nmode = "kafka"\nstart_timeout = "1h"\nworker_timeout = "10s"\n')
-    env = {k: v for k, v in os.environ.items() if k not in ("TICKUI_DB", "TICKUI_DISPATCH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TICKUI_DB", "TICKUI_DISPATCH", "TICKUI_KEY_FILE")
+    }
     group = f"bench-{uuid.uuid4().hex[:8]}"
     py = [sys.executable, "-m", "tickui"]
     procs: list[subprocess.Popen] = []
@@ -282,12 +294,12 @@ def kafka_side(bootstrap: str, workers: int, slots: int, runs: int, idle_runs: i
         for wid in ids:
             start(
                 [*py, "worker", "--kafka", bootstrap, "--group", group, "--slots", str(slots),
-                 "--id", wid, "--log-dir", str(tmp / "logs")],
+                 "--id", wid, "--log-dir", str(tmp / "logs"), *signing],
                 wid,
             )  # fmt: skip
         start(
             [*py, "--db", str(db), "--config", str(config), "run", "--dispatch", "kafka",
-             "--kafka", bootstrap, "--tick-interval", "100ms"],
+             "--kafka", bootstrap, "--tick-interval", "100ms", *signing],
             "engine",
         )  # fmt: skip
 
@@ -444,6 +456,32 @@ async def local_side(slots: int, runs: int, idle_runs: int) -> dict:
     }
 
 
+def signing_cost(rounds: int = 20_000) -> dict:
+    """Microseconds to sign and to check one run command of a usual size, in this process
+    (what each message costs its sender and its reader)."""
+    keys = Keyring([keyfile.new_key()])
+    now = now_micros()
+    value = RunCommand(
+        "cmd-41-3f2a0c9d1e2b", 41, "report", ("sh", "-c", "./report.sh --all > out.txt"),
+        {"TICKUI_TASK": "report", "TICKUI_KIND": "scheduled"}, None, 60.0, now, 1, now,
+        "tickui-host", 7,
+    ).encode()  # fmt: skip
+    topic, key = RUNS_TOPIC, b"report"
+    start = time.perf_counter()
+    for _ in range(rounds):
+        headers = keys.seal(topic, key, value)
+    sealed = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(rounds):
+        assert keys.check(topic, key, value, headers) is None
+    checked = time.perf_counter() - start
+    return {
+        "bytes": len(value),
+        "seal_us": sealed / rounds * 1e6,
+        "check_us": checked / rounds * 1e6,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=500)
@@ -451,7 +489,22 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--idle-runs", type=int, default=48)
     parser.add_argument("--kafka", metavar="BOOTSTRAP")
+    parser.add_argument(
+        "--signing",
+        choices=("both", "signed", "insecure"),
+        default="signed",
+        help="both: every worker count signed and then --insecure, the cost of signing",
+    )
     args = parser.parse_args()
+    cost = signing_cost()
+    print(
+        f"signing a {cost['bytes']} B run command: {cost['seal_us']:.2f} us, checking it:"
+        f" {cost['check_us']:.2f} us",
+        flush=True,
+    )
+    if args.signing == "both":
+        compare_signing(args)
+        return
     counts = [int(n) for n in args.workers.split(",")]
     kafka: dict[int, dict] = {}
     local: dict[int, dict] = {}
@@ -499,6 +552,48 @@ def main() -> None:
         "local_start_p50_ms": round(statistics.median(local[n]["start_p50_ms"] for n in counts), 2),
         "local_start_p99_ms": round(max(local[n]["start_p99_ms"] for n in counts), 2),
         "failed": sum(kafka[n]["failed"] for n in counts),
+    }
+    print(json.dumps(summary))
+
+
+def compare_signing(args: argparse.Namespace) -> None:
+    """The same runs signed and with --insecure, each worker count one after the other, in
+    one broker: start latency and runs/s, and signed / insecure."""
+    counts = [int(n) for n in args.workers.split(",")]
+    found: dict[str, dict[int, dict]] = {"signed": {}, "insecure": {}}
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.kafka or stack.enter_context(tansu())
+        asyncio.run(create_topics(bootstrap))
+        for n in counts:
+            for mode in ("insecure", "signed"):
+                k = found[mode][n] = kafka_side(
+                    bootstrap, n, args.slots, args.runs, args.idle_runs, mode == "signed"
+                )
+                print(
+                    f"{mode:8s} {n} worker(s) x {args.slots}: {k['runs_per_s']:6.2f} runs/s"
+                    f" ({k['failed']} failed); idle dispatch-to-start p50"
+                    f" {k['start_p50_ms']:.1f} ms p99 {k['start_p99_ms']:.1f} ms",
+                    flush=True,
+                )
+    summary = {
+        "runs": args.runs,
+        "signing_cost": {k: round(v, 2) for k, v in signing_cost().items()},
+        "runs_per_s": {
+            mode: {str(n): round(found[mode][n]["runs_per_s"], 2) for n in counts} for mode in found
+        },
+        "start_p50_ms": {
+            mode: {str(n): round(found[mode][n]["start_p50_ms"], 2) for n in counts}
+            for mode in found
+        },
+        "start_p99_ms": {
+            mode: {str(n): round(found[mode][n]["start_p99_ms"], 2) for n in counts}
+            for mode in found
+        },
+        "signed_over_insecure_runs_per_s": {
+            str(n): round(found["signed"][n]["runs_per_s"] / found["insecure"][n]["runs_per_s"], 3)
+            for n in counts
+        },
+        "failed": sum(found[m][n]["failed"] for m in found for n in counts),
     }
     print(json.dumps(summary))
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import services  # tests/services.py: pytest puts tests/ on sys.path for this rootdir conftest
+import signing_support  # noqa: F401  (sets TICKUI_KEY_FILE for every engine and worker)
 
 # ---- files -----------------------------------------------------------------------------------
 
@@ -45,6 +46,18 @@ def redis_url() -> str:
 def kafka_bootstrap() -> str:
     """host:port of the shared Tansu broker: skip outside `make test`, fail under CI."""
     return services.kafka_bootstrap()
+
+
+@pytest.fixture
+def procs():
+    """Kafka-dispatch processes (kafka_support's Worker and KafkaEngine) a test starts;
+    stopped, workers first, when it ends, pass or fail."""
+    from kafka_support import KafkaEngine
+
+    started: list = []
+    yield started
+    for proc in sorted(started, key=lambda p: isinstance(p, KafkaEngine)):
+        proc.stop(10)
 
 
 # ---- a real terminal ---------------------------------------------------------------------------

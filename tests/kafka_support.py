@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import signing_support
 from helpers import cli
 from tickui.dispatch.messages import EVENTS_TOPIC, RUNS_TOPIC, TOPICS, WORKERS_TOPIC
 
@@ -392,12 +393,14 @@ class Tap:
         return last
 
     def resend(self, key: bytes, value: bytes, partition: int) -> None:
-        """Put a run command on the runs topic again, on the given partition."""
+        """Put a run command on the runs topic again, on the given partition, signed as the
+        engine signed it (the same bytes under the same key: a perfect copy)."""
         assert self._loop is not None and self._producer is not None
-        future = asyncio.run_coroutine_threadsafe(
-            self._producer.send_and_wait(RUNS_TOPIC, value, key=key, partition=partition),
-            self._loop,
+        headers = signing_support.headers(RUNS_TOPIC, key, value)
+        send = self._producer.send_and_wait(
+            RUNS_TOPIC, value, key=key, partition=partition, headers=headers
         )
+        future = asyncio.run_coroutine_threadsafe(send, self._loop)
         future.result(10)
 
 

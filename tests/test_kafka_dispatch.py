@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+import signing_support
 from helpers import T0, wait_for
 from services import private_tansu
 from tickui.clock import ManualClock
@@ -95,15 +96,19 @@ class FakeWorker:
     async def event(self, kind: str, command_id: str, payload: dict, event_id=None) -> str:
         event_id = event_id or new_event_id()
         event = RunEvent(event_id, kind, command_id, f"run-{command_id}", self.name, T0, payload)
-        await self.producer.send_and_wait(EVENTS_TOPIC, event.encode(), key=command_id.encode())
+        await self.signed(EVENTS_TOPIC, command_id.encode(), event.encode())
         return event_id
 
     async def raw(self, topic: str, value: bytes) -> None:
-        await self.producer.send_and_wait(topic, value, key=b"x")
+        await self.signed(topic, b"x", value)
+
+    async def signed(self, topic: str, key: bytes, value: bytes) -> None:
+        headers = signing_support.headers(topic, key, value)
+        await self.producer.send_and_wait(topic, value, key=key, headers=headers)
 
     async def heartbeat(self, running=(), state="alive", at=T0) -> None:
         beat = Heartbeat(self.name, "host-x", 2, tuple(running), "t", at, state, "g", "/wl")
-        await self.producer.send_and_wait(WORKERS_TOPIC, beat.encode(), key=self.name.encode())
+        await self.signed(WORKERS_TOPIC, self.name.encode(), beat.encode())
 
 
 class Rig:
@@ -164,7 +169,12 @@ async def kafka_rig(db, bootstrap: str, start_timeout: float = 30.0, owner: str 
     store = await Store.open(db)
     clock = ManualClock(T0)
     dispatcher = KafkaDispatcher(
-        store, clock, bootstrap, start_timeout=start_timeout, worker_timeout=10.0
+        store,
+        clock,
+        bootstrap,
+        keyring=signing_support.KEYRING,
+        start_timeout=start_timeout,
+        worker_timeout=10.0,
     )
     engine = SchedulerEngine(store, dispatcher, clock, EngineConfig(owner=owner))
     try:

@@ -43,15 +43,6 @@ from tickui.dispatch.messages import WORKER_LOST
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def procs():
-    """Every process a test starts; stopped (workers first) when it ends, pass or fail."""
-    started: list = []
-    yield started
-    for proc in sorted(started, key=lambda p: isinstance(p, KafkaEngine)):
-        proc.stop(10)
-
-
 def _add_many(db, names, out, anchor: str, **kw) -> None:
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda name: add_task(db, name, out, anchor=anchor, **kw), names))

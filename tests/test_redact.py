@@ -189,3 +189,35 @@ def test_a_long_word_is_redacted_whole_and_its_secret_still_found() -> None:
     shown = redact(word)
     assert "hunter2" not in shown and shown.endswith("redis://user:***@cache:6379")
     assert redact("a" * 1_000_000) == "a" * 1_000_000
+
+
+def test_kafka_and_valkey_passwords_given_to_tickui_never_show(tmp_path):
+    """A password tickui was given (a file, TICKUI_KAFKA_PASSWORD, TICKUI_VALKEY_PASSWORD) is
+    hidden from any text, even standing alone where no pattern would know it for a secret."""
+    from tickui.redact import redact
+    from tickui.ticker_config import build, kafka_access, valkey_password
+
+    pw_file = tmp_path / "kafka.password"
+    pw_file.write_text("Fil3dSecretWord\n")
+    pw_file.chmod(0o600)
+    flags = {"kafka_bootstrap": ("127.0.0.1:1", "--kafka")}
+    env = {
+        "TICKUI_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "TICKUI_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+        "TICKUI_KAFKA_SASL_USERNAME": "tickui",
+        "TICKUI_KAFKA_SASL_PASSWORD_FILE": str(pw_file),
+        "TICKUI_VALKEY_PASSWORD": "EnvValkeyWord9",
+    }
+    config = build({}, env, flags)
+    access = kafka_access(config)
+    assert access.sasl_password == "Fil3dSecretWord"
+    assert valkey_password(config) == "EnvValkeyWord9"
+    for secret in ("Fil3dSecretWord", "EnvValkeyWord9"):
+        assert secret not in redact(f"broker said: {secret} is wrong") + repr(access) + repr(config)
+    said = cli(
+        "ticks", "--kafka", "127.0.0.1:1", "--kafka-security-protocol", "SASL_PLAINTEXT",
+        "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", "tickui",
+        "--for", "1", db=tmp_path / "t.db", env={"TICKUI_KAFKA_PASSWORD": "Env0nlyWord"},
+    )  # fmt: skip
+    assert said.returncode == 1 and len(said.stderr.strip().splitlines()) == 1, said.stderr
+    assert "Env0nlyWord" not in said.stdout + said.stderr

@@ -43,7 +43,8 @@ async def test_workers_listed_with_their_state(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == [
-        "WORKER", "HOST", "SLOTS", "RUNNING", "LAST", "HEARTBEAT", "STATE", "VERSION"
+        "WORKER", "HOST", "SLOTS", "RUNNING", "LAST", "HEARTBEAT", "STATE", "KEY", "REFUSED",
+        "VERSION",
     ]  # fmt: skip
     assert lines[1].split()[:4] == ["w-a", "host-a", "4", "2/4"] and "alive" in lines[1]
     assert "s ago" in lines[1]

@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from tickui.kafka_access import KafkaAccess
 from tickui.redact import redact
 from tickui.wire import kafka_headers
 
@@ -80,8 +81,11 @@ class KafkaBus:
 
     name = "kafka"
 
-    def __init__(self, bootstrap: str, request_timeout: float = 1.0, partitions: int = 1) -> None:
-        self.bootstrap = bootstrap
+    def __init__(
+        self, access: str | KafkaAccess, request_timeout: float = 1.0, partitions: int = 1
+    ) -> None:
+        self.access = KafkaAccess.of(access)
+        self.bootstrap = self.access.bootstrap
         self.request_timeout_ms = max(100, int(request_timeout * 1000))
         self.partitions = partitions
         self.attempts = 0
@@ -101,7 +105,7 @@ class KafkaBus:
         from aiokafka import AIOKafkaProducer
 
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
+            **self.access.options(),
             acks="all",
             enable_idempotence=False,
             request_timeout_ms=self.request_timeout_ms,
@@ -123,7 +127,7 @@ class KafkaBus:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap, request_timeout_ms=self.request_timeout_ms
+            **self.access.options(), request_timeout_ms=self.request_timeout_ms
         )
         try:
             await admin.start()

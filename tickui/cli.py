@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -18,12 +19,12 @@ from tickui import config as config_mod
 from tickui.checks import arg, arg_duration, arg_number
 from tickui.cli_output import UsageError
 from tickui.clock import SystemClock
-from tickui.dispatch import worker_cli
+from tickui.dispatch import key_cli, worker_cli
 from tickui.errors import BadInput, NotFound, StoreError, TickuiError
 from tickui.redact import safe_text
 from tickui.spec import check_name
 from tickui.task_cli import cmd_history, cmd_task
-from tickui.ticker_config import TOPIC
+from tickui.ticker_config import TOPIC, add_kafka_arguments
 from tickui.timeutil import parse_instant
 from tickui.wire import DEFAULT_TOPIC, WIRES
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=scale, default=1.0, metavar="N")
     real = "with --time-scale: run the real commands (still on a copy of the database)"
     parser.add_argument("--real-commands", action="store_true", help=real)
+    signing(parser)  # the dashboard's engine, when it dispatches to workers
     demo = sub.add_parser("demo", parents=[shared], help="the dashboard on sample tasks")
     demo.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N")
     run = sub.add_parser("run", parents=[shared], help="run the engine headless")
@@ -101,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="keep tick sequence numbers in Valkey",
     )
+    signing(run)
+    add_kafka_arguments(run)
 
     ticks = sub.add_parser("ticks", parents=[shared], help="follow ticks on Kafka")
     ticks.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP")
@@ -110,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     ticks.add_argument("--for", dest="duration", type=seconds, metavar="SECONDS")
     ticks.add_argument("--count", type=arg_number("--count", 1, 10**9, integer=True), metavar="N")
     ticks.add_argument("--from-beginning", action="store_true")
+    add_kafka_arguments(ticks)
 
     task = sub.add_parser("task", parents=[shared], help="add, list, show and change tasks")
     tsub = task.add_subparsers(dest="action", parser_class=_Parser, required=True)
@@ -153,7 +158,26 @@ def build_parser() -> argparse.ArgumentParser:
     worker_cli.add_arguments(worker)
     workers = sub.add_parser("workers", parents=[shared], help="the workers the engine has heard")
     workers_cli.add_arguments(workers)
+    key = sub.add_parser("key", help="make and rotate the key dispatch messages are signed with")
+    key_cli.add_arguments(key)
     return parser
+
+
+def signing(parser: argparse.ArgumentParser) -> None:
+    """--key-file and --insecure: how an engine that dispatches to workers signs."""
+    parser.add_argument(
+        "--key-file",
+        type=arg(checks.path_text, "--key-file"),
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="sign dispatch messages with this key ([dispatch] key_file, TICKUI_KEY_FILE)",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="dispatch to workers unsigned (anyone who can write to the topics runs commands)",
+    )
 
 
 def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
@@ -219,9 +243,11 @@ def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
 
 def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
     from tickui.tail import main_sync
+    from tickui.ticker_config import build, kafka_access, kafka_flags
 
-    bootstrap = args.kafka or settings.ticker.kafka_bootstrap
-    if not bootstrap:
+    flags = {"kafka_bootstrap": (args.kafka, "--kafka"), **kafka_flags(args)}
+    bootstrap = kafka_access(build(settings.raw, settings.env, flags))
+    if bootstrap is None:
         raise BadInput("kafka", "give --kafka BOOTSTRAP (or TICKUI_KAFKA_BOOTSTRAP)")
     topic = args.topic or (DEFAULT_TOPIC[args.wire] if args.wire else settings.ticker.topic)
     if not TOPIC.fullmatch(topic):
@@ -234,6 +260,14 @@ def run(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(args_part)
     config_path = getattr(args, "config", None)
     settings = config_mod.load(Path(config_path) if config_path else None, SystemClock().now())
+    dispatch = settings.dispatch.with_flags(
+        getattr(args, "key_file", None), getattr(args, "insecure", False)
+    )
+    settings = dataclasses.replace(settings, dispatch=dispatch)
+    if args.command == "key":
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        return key_cli.main(args)
     path = db_path(args, settings)
     if args.command in (None, "demo"):
         from tickui.ui.launch import run_dashboard
@@ -242,8 +276,9 @@ def run(argv: Sequence[str]) -> int:
             raise UsageError("", "'--' and a command only go with 'task add'")
         if args.command is None:  # its engine dispatches as the settings say
             from tickui.runner import check_dispatch
+            from tickui.ticker_config import kafka_access
 
-            check_dispatch(settings.dispatch, settings.ticker.kafka_bootstrap)
+            check_dispatch(settings.dispatch, kafka_access(settings.ticker))
         return run_dashboard(args, settings, path, demo=args.command == "demo")
     if args.command == "run":
         from tickui.runner import run_headless

@@ -5,6 +5,7 @@ A bad file is refused as a whole, with its line and field named; nothing is writ
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
@@ -22,8 +23,11 @@ from tickui.ticker_config import build as build_ticker
 from tickui.timeutil import MICROS
 
 DEFAULT_CONFIG = Path("tickui.toml")
-TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook", "dispatch")
-DISPATCH_KEYS = {"mode", "partitions", "start_timeout", "worker_timeout", "group"}
+TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook", "dispatch", "worker")
+DISPATCH_KEYS = {
+    "mode", "partitions", "start_timeout", "worker_timeout", "group", "key_file", "insecure"
+}  # fmt: skip
+WORKER_KEYS = {"allow"}
 DISPATCH_MODES = ("local", "kafka")
 ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep", "log_head", "log_tail"}
 MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
@@ -64,6 +68,38 @@ class DispatchSettings:
     start_timeout: int = 30 * MICROS  # a command no worker started by then: DISPATCH_TIMEOUT
     worker_timeout: int = 10 * MICROS  # a worker silent for longer: lost, its runs failed
     group: str | None = None  # only heartbeats of this worker group count (None: any)
+    key_file: Path | None = None  # signs and checks every dispatch message
+    key_origin: str = "key_file"  # where key_file came from, for messages
+    insecure: bool = False  # no key: nothing signed, nothing checked
+
+    def with_flags(self, key_file: str | None, insecure: bool) -> DispatchSettings:
+        """--key-file and --insecure over the file's and the environment's."""
+        changed = self
+        if key_file:
+            path = Path(key_file).expanduser()
+            changed = dataclasses.replace(changed, key_file=path, key_origin="--key-file")
+        if insecure:
+            changed = dataclasses.replace(changed, insecure=True)
+        return changed
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """[worker]: what a `tickui worker` may run (empty: any program the engine sends)."""
+
+    allow: tuple[str, ...] = ()
+
+
+def worker_settings(raw: Any) -> WorkerSettings:
+    if not isinstance(raw, dict):
+        raise BadInput("worker", "must be a [worker] table")
+    for key in raw:
+        if key not in WORKER_KEYS:
+            raise BadInput(key, "unknown field")
+    allow = raw.get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
+        raise BadInput("allow", "must be a list of program names or paths")
+    return WorkerSettings(allow=tuple(checks.path_text(a, "allow") for a in allow))
 
 
 def dispatch_settings(raw: Any, env: dict[str, str]) -> DispatchSettings:
@@ -81,6 +117,14 @@ def dispatch_settings(raw: Any, env: dict[str, str]) -> DispatchSettings:
     group = raw.get("group")
     if group is not None and (not isinstance(group, str) or not group.strip()):
         raise BadInput("group", f"{checks.shown(group)} is not a group name")
+    key_origin, key_file = "key_file", raw.get("key_file")
+    if env.get("TICKUI_KEY_FILE"):
+        key_origin, key_file = "TICKUI_KEY_FILE", env["TICKUI_KEY_FILE"]
+    if key_file is not None:
+        key_file = Path(checks.path_text(key_file, key_origin)).expanduser()
+    insecure = raw.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise BadInput("insecure", f"{checks.shown(insecure)} is not true or false")
     return DispatchSettings(
         mode=mode,
         partitions=int(
@@ -93,6 +137,9 @@ def dispatch_settings(raw: Any, env: dict[str, str]) -> DispatchSettings:
             raw.get("worker_timeout", "10s"), "worker_timeout", SECOND, HOUR
         ),
         group=group,
+        key_file=key_file,
+        key_origin=key_origin,
+        insecure=insecure,
     )
 
 
@@ -108,6 +155,7 @@ class Settings:
     ui: UiSettings = field(default_factory=UiSettings)
     hooks: tuple[HookConfig, ...] = ()  # [[hook]] entries
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
 
 
 def default_db() -> Path:
@@ -236,6 +284,14 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         if exc.field.startswith("TICKUI_") or exc.field == "dispatch":
             raise
         raise _fail(path, text, "dispatch", 0, exc, "dispatch.") from None
+    if dispatch.key_file is not None and dispatch.key_origin == "key_file":
+        dispatch = dataclasses.replace(dispatch, key_file=path.parent / dispatch.key_file)
+    try:
+        worker = worker_settings(data.get("worker", {}))
+    except BadInput as exc:
+        if exc.field == "worker":
+            raise
+        raise _fail(path, text, "worker", 0, exc, "worker.") from None
     try:
         ticker = build_ticker(data, env)
     except BadInput as exc:
@@ -257,6 +313,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         ui=ui,
         hooks=hooks,
         dispatch=dispatch,
+        worker=worker,
     )
 
 

@@ -146,6 +146,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             ("recording_problem", "run events not recorded"),
             ("output_problem", "run output not written"),
             ("dispatch_problem", "runs not handed to workers"),
+            ("security_problem", "dispatch unsigned"),
         ):
             problem = getattr(self.dispatcher, attribute, None)
             if isinstance(problem, str):

@@ -208,9 +208,13 @@ class WorkerInfo:
     log_dir: str | None = None
     group: str | None = None
     first_seen: int | None = None
+    refused: dict[str, int] = field(default_factory=dict)  # messages it refused, by kind
+    insecure: bool = False  # it runs without a key
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "refused": dict(self.refused),
+            "insecure": self.insecure,
             "id": self.id,
             "host": self.host,
             "slots": self.slots,

@@ -82,10 +82,25 @@ def _userinfo_in_word(match: re.Match[str]) -> str:
     return _USERINFO.sub(_hide_userinfo, word)
 
 
+_KNOWN: set[str] = set()  # secrets this process was given (hide)
+
+
+def hide(secret: str) -> None:
+    """A secret this process holds (a Kafka or Valkey password, a signing key): hidden
+    from every text that goes through redact, whatever words stand around it."""
+    if len(secret) >= 4:
+        _KNOWN.add(secret)
+
+
 def redact(text: Any) -> str:
     """Hide passwords in URLs (`redis://u:pw@h`, also with `@` or `/` in the password),
-    `user:pw@host:port`, `password=...` / `TOKEN=...` pairs and bearer tokens."""
-    text = _WORD.sub(_userinfo_in_word, str(text))
+    `user:pw@host:port`, `password=...` / `TOKEN=...` pairs and bearer tokens, and every
+    secret given to `hide`."""
+    text = str(text)
+    for secret in _KNOWN:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    text = _WORD.sub(_userinfo_in_word, text)
     text = _AUTHORIZATION.sub(_hide_value, text)
     text = _KEY_VALUE.sub(_hide_value, text)
     text = _SHORT_KEY_VALUE.sub(_hide_value, text)

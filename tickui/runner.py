@@ -17,16 +17,20 @@ from tickui.clock import Clock, ScaledClock, SystemClock
 from tickui.config import DispatchSettings, Settings
 from tickui.dispatch import Dispatcher, SubprocessDispatcher
 from tickui.dispatch.kafka import KafkaDispatcher
+from tickui.dispatch.keyfile import keyring_for
+from tickui.dispatch.signing import Keyring
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.errors import BadInput
+from tickui.hooks import HookService
 from tickui.hooks import attach as attach_hooks
+from tickui.kafka_access import KafkaAccess, preflight
 from tickui.procs import stop_on_signals
 from tickui.redact import RedactingFilter
 from tickui.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
 from tickui.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import Store
 from tickui.ticker import RuntimeScheduler, Tick
-from tickui.ticker_config import TickerConfig
+from tickui.ticker_config import TickerConfig, kafka_access, kafka_flags, valkey_password
 from tickui.ticker_config import build as build_ticker
 from tickui.timeutil import MICROS, parse_duration
 
@@ -45,14 +49,18 @@ class RunOptions:
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
 
 
-def check_dispatch(dispatch: DispatchSettings, bootstrap: str | None) -> None:
-    """Kafka dispatch needs a broker to name (exit 2 before anything starts)."""
-    if dispatch.mode == "kafka" and not bootstrap:
+def check_dispatch(dispatch: DispatchSettings, kafka: KafkaAccess | None) -> Keyring | None:
+    """Kafka dispatch needs a broker to name and a key to sign with (or --insecure): bad
+    input, exit 2, before anything starts. The keys, for kafka dispatch."""
+    if dispatch.mode != "kafka":
+        return None
+    if kafka is None:
         raise BadInput(
             "dispatch",
             "kafka dispatch needs a broker: --kafka BOOTSTRAP, [kafka] bootstrap"
             " or TICKUI_KAFKA_BOOTSTRAP",
         )
+    return keyring_for(dispatch.key_file, dispatch.key_origin, dispatch.insecure, "kafka dispatch")
 
 
 def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
@@ -69,6 +77,7 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
         "topic": (args.topic, "--topic"),
         "wire": (getattr(args, "wire", None), "--wire"),
         "valkey_url": (args.valkey, "--valkey"),
+        **kafka_flags(args),
     }
     ticker = build_ticker(settings.raw, settings.env, flags)
     grace = settings.engine.stop_grace
@@ -78,7 +87,7 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
     dispatch = settings.dispatch
     if getattr(args, "dispatch", None):
         dispatch = dataclasses.replace(dispatch, mode=args.dispatch)
-    check_dispatch(dispatch, ticker.kafka_bootstrap)
+    check_dispatch(dispatch, kafka_access(ticker))
     return RunOptions(args.duration, args.time_scale, grace, ticker, real, dispatch)
 
 
@@ -109,23 +118,29 @@ def build_engine(
     dispatcher: Dispatcher | None = None,
     *,
     dispatch: DispatchSettings | None = None,
-    bootstrap: str | None = None,
+    ticker: TickerConfig | None = None,
 ) -> SchedulerEngine:
     """The engine with its dispatcher: the one given, else workers over Kafka when
     dispatch says so (never under time-lapse: its clock is not the workers'), else
     child processes."""
     engine = settings.engine
     dispatch = dispatch or getattr(settings, "dispatch", None) or DispatchSettings()
-    bootstrap = bootstrap or settings.ticker.kafka_bootstrap
+    kafka = kafka_access(ticker or settings.ticker)
     if dispatcher is None and dispatch.mode == "kafka" and clock.scale != 1:
         logging.getLogger("tickui.run").info("time-lapse: runs are local, not on workers")
     elif dispatcher is None and dispatch.mode == "kafka":
-        check_dispatch(dispatch, bootstrap)
-        assert bootstrap is not None
+        keyring = check_dispatch(dispatch, kafka)
+        assert kafka is not None and keyring is not None
+        if keyring.insecure:
+            logging.getLogger("tickui.run").warning(
+                "INSECURE: dispatch messages are not signed; anyone who can write to the"
+                " topics can run commands on the workers"
+            )
         dispatcher = KafkaDispatcher(
             store,
             clock,
-            bootstrap,
+            kafka,
+            keyring=keyring,
             partitions=dispatch.partitions,
             start_timeout=dispatch.start_timeout / MICROS,
             worker_timeout=dispatch.worker_timeout / MICROS,
@@ -148,6 +163,12 @@ def build_engine(
     return SchedulerEngine(store, dispatcher, clock, config)
 
 
+def hear_refusals(engine: SchedulerEngine, hooks: HookService | None) -> None:
+    """The hooks hear what a Kafka dispatcher (and its workers) refused."""
+    if hooks is not None and isinstance(engine.dispatcher, KafkaDispatcher):
+        engine.dispatcher.refusal_listeners.append(hooks.on_refused)
+
+
 def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> RuntimeScheduler:
     """The ticker with its sequence store (Valkey if configured, else the database) and bus.
 
@@ -164,7 +185,11 @@ def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> Runtim
     if config.persist_sequence:
         if config.valkey_url and not lapse:
             sequence_store = ValkeySequenceStore(
-                config.valkey_url, config.valkey_timeout_s, config.valkey_retries
+                config.valkey_url,
+                config.valkey_timeout_s,
+                config.valkey_retries,
+                ssl_cafile=config.valkey_ssl_cafile,
+                password=valkey_password(config),
             )
         else:
             sequence_store = SqliteSequenceStore(store)
@@ -174,7 +199,9 @@ def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> Runtim
     if lapse:
         bus = MemoryBus(keep=MEMORY_BUS_KEEP)
     elif config.kafka_bootstrap:
-        bus = KafkaBus(config.kafka_bootstrap, request_timeout=config.publish_timeout_s)
+        access = kafka_access(config)
+        assert access is not None
+        bus = KafkaBus(access, request_timeout=config.publish_timeout_s)
     return RuntimeScheduler(config, clock, bus, sequence)
 
 
@@ -203,6 +230,9 @@ async def _run(
     settings: Settings, opts: RunOptions, db: Path, stop: asyncio.Event, lapse: TimeLapse | None
 ) -> int:
     log = logging.getLogger("tickui.run")
+    access = kafka_access(opts.ticker)
+    if access is not None and lapse is None:
+        await preflight(access)  # a refused login or certificate: one line, exit 1
     store = await Store.open(db)
     try:
         if settings.tasks is not None:
@@ -227,7 +257,7 @@ async def _run(
             round(tick_config.interval_ms * 1000 * opts.scale),
             dispatcher,
             dispatch=opts.dispatch,
-            bootstrap=opts.ticker.kafka_bootstrap,
+            ticker=opts.ticker,
         )
         ticker = build_ticker_for(store, clock, tick_config)
 
@@ -237,6 +267,7 @@ async def _run(
         ticker.subscribe(scan)
         # H: alert hooks ([[hook]]), beside the engine and the ticker; None without any.
         hooks = attach_hooks(getattr(settings, "hooks", ()), store, clock, engine, ticker)
+        hear_refusals(engine, hooks)
         loop = asyncio.get_running_loop()
         if opts.duration:
             loop.call_later(opts.duration, stop.set)

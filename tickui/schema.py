@@ -200,6 +200,18 @@ MIGRATIONS: list[tuple[str, ...]] = [
             lost_at INTEGER
         )""",
     ),
+    (  # 9: signed dispatch. What each worker refused (from its heartbeats) and whether it
+        # runs without a key; the same for each engine that dispatched, by its name.
+        "ALTER TABLE workers ADD COLUMN refused TEXT NOT NULL DEFAULT '{}'",
+        "ALTER TABLE workers ADD COLUMN insecure INTEGER NOT NULL DEFAULT 0",
+        """CREATE TABLE dispatch_security (
+            name TEXT PRIMARY KEY,
+            insecure INTEGER NOT NULL,
+            key_id TEXT,
+            refused TEXT NOT NULL DEFAULT '{}',
+            updated_at INTEGER NOT NULL
+        )""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)

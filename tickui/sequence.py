@@ -75,18 +75,34 @@ class ValkeySequenceStore:
 
     name = "valkey"
 
-    def __init__(self, url: str, timeout: float = 1.0, retries: int = 0) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 1.0,
+        retries: int = 0,
+        *,
+        ssl_cafile: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        """`rediss://` URLs speak TLS, trusting `ssl_cafile` (else the system's CAs);
+        `password` (with the URL's user name, for an ACL user) beats the URL's."""
         from redis.asyncio import Redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
         self.url = url
+        extra: dict[str, object] = {}
+        if password is not None:
+            extra["password"] = password
+        if url.startswith("rediss://") and ssl_cafile:
+            extra["ssl_ca_certs"] = ssl_cafile
         self._client = Redis.from_url(
             url,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), retries),
             retry_on_timeout=False,
+            **extra,
         )
 
     async def reserve(self, key: str, floor: int, block: int) -> int:

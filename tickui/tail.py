@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tickui.errors import TickuiError
+from tickui.kafka_access import KafkaAccess, preflight
 from tickui.procs import stop_on_signals
 from tickui.redact import redact, redact_data, safe_text
 from tickui.wire import TICK_KEYS, DecodedTick, WireError, decode
@@ -97,7 +98,7 @@ def _unreadable(record: Any, reason: str, as_json: bool) -> str:
 
 
 async def tail(
-    bootstrap: str,
+    access: str | KafkaAccess,
     topic: str,
     as_json: bool,
     duration: float | None,
@@ -106,14 +107,18 @@ async def tail(
 ) -> int:
     from aiokafka import AIOKafkaConsumer
 
+    access = KafkaAccess.of(access)
+    bootstrap = access.bootstrap
+    await preflight(access)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=5000
+        **access.options(), enable_auto_commit=False, request_timeout_ms=5000
     )
     try:
         await consumer.start()
     except Exception as exc:
         await _stop(consumer)
-        raise TickuiError(redact(f"kafka {bootstrap} is not reachable: {exc}")) from None
+        said = access.refusal(exc) or f"kafka {bootstrap} is not reachable: {exc}"
+        raise TickuiError(redact(said)) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     if duration:

@@ -7,11 +7,13 @@ error naming where it came from, never a silent default.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tickui import checks, procs
 from tickui.errors import BadInput
+from tickui.kafka_access import MECHANISMS, PROTOCOLS, KafkaAccess, read_password
+from tickui.redact import hide
 from tickui.timeutil import parse_duration
 from tickui.wire import DEFAULT_TOPIC, MIN_INTERVAL_MS, WIRES
 
@@ -35,6 +37,18 @@ class TickerConfig:
     valkey_url: str | None = None
     valkey_timeout_s: float = 1.0
     valkey_retries: int = 0
+    valkey_ssl_cafile: str | None = None
+    valkey_password_file: str | None = None
+    valkey_password: str | None = field(default=None, repr=False)  # TICKUI_VALKEY_PASSWORD
+    origin: dict[str, str] = field(default_factory=dict, repr=False)  # field -> its source
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password_file: str | None = None
+    kafka_password: str | None = field(default=None, repr=False)  # TICKUI_KAFKA_PASSWORD
+    kafka_ssl_cafile: str | None = None
+    kafka_ssl_certfile: str | None = None
+    kafka_ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
         if not self.topic:
@@ -62,12 +76,31 @@ FILE_KEYS: dict[str, dict[str, tuple[str, str]]] = {
         "bootstrap": ("kafka_bootstrap", "str"),
         "topic": ("topic", "str"),
         "wire": ("wire", "str"),
+        "security_protocol": ("kafka_security_protocol", "str"),
+        "sasl_mechanism": ("kafka_sasl_mechanism", "str"),
+        "sasl_username": ("kafka_sasl_username", "str"),
+        "sasl_password_file": ("kafka_sasl_password_file", "str"),
+        "ssl_cafile": ("kafka_ssl_cafile", "str"),
+        "ssl_certfile": ("kafka_ssl_certfile", "str"),
+        "ssl_keyfile": ("kafka_ssl_keyfile", "str"),
     },
     "valkey": {
         "url": ("valkey_url", "str"),
         "timeout": ("valkey_timeout_s", "s"),
         "retries": ("valkey_retries", "int"),
+        "ssl_cafile": ("valkey_ssl_cafile", "str"),
+        "password_file": ("valkey_password_file", "str"),
     },
+}
+# Kafka's connection settings as flags of every command that talks to Kafka.
+KAFKA_FLAGS: dict[str, str] = {
+    "kafka_security_protocol": "--kafka-security-protocol",
+    "kafka_sasl_mechanism": "--kafka-sasl-mechanism",
+    "kafka_sasl_username": "--kafka-sasl-username",
+    "kafka_sasl_password_file": "--kafka-sasl-password-file",
+    "kafka_ssl_cafile": "--kafka-ssl-cafile",
+    "kafka_ssl_certfile": "--kafka-ssl-certfile",
+    "kafka_ssl_keyfile": "--kafka-ssl-keyfile",
 }
 ENV_KEYS: dict[str, tuple[str, str]] = {
     "TICKUI_TICK_INTERVAL": ("interval_ms", "ms"),
@@ -84,6 +117,17 @@ ENV_KEYS: dict[str, tuple[str, str]] = {
     "TICKUI_VALKEY_URL": ("valkey_url", "str"),
     "TICKUI_VALKEY_TIMEOUT": ("valkey_timeout_s", "s"),
     "TICKUI_VALKEY_RETRIES": ("valkey_retries", "int"),
+    "TICKUI_VALKEY_SSL_CAFILE": ("valkey_ssl_cafile", "str"),
+    "TICKUI_VALKEY_PASSWORD_FILE": ("valkey_password_file", "str"),
+    "TICKUI_VALKEY_PASSWORD": ("valkey_password", "secret"),
+    "TICKUI_KAFKA_SECURITY_PROTOCOL": ("kafka_security_protocol", "str"),
+    "TICKUI_KAFKA_SASL_MECHANISM": ("kafka_sasl_mechanism", "str"),
+    "TICKUI_KAFKA_SASL_USERNAME": ("kafka_sasl_username", "str"),
+    "TICKUI_KAFKA_SASL_PASSWORD_FILE": ("kafka_sasl_password_file", "str"),
+    "TICKUI_KAFKA_PASSWORD": ("kafka_password", "secret"),
+    "TICKUI_KAFKA_SSL_CAFILE": ("kafka_ssl_cafile", "str"),
+    "TICKUI_KAFKA_SSL_CERTFILE": ("kafka_ssl_certfile", "str"),
+    "TICKUI_KAFKA_SSL_KEYFILE": ("kafka_ssl_keyfile", "str"),
 }
 
 
@@ -98,6 +142,11 @@ def _convert(value: Any, kind: str, name: str, from_text: bool) -> Any:
             return checks.number(value, name, -(10**9), 10**9, integer=True)
         if isinstance(value, bool) or not isinstance(value, int):
             raise BadInput(name, f"{value!r} is not a whole number")
+        return value
+    if kind == "secret":  # never shown, not even in a complaint about it
+        if not isinstance(value, str) or not value:
+            raise BadInput(name, "is empty")
+        hide(value)
         return value
     if kind == "bool":
         if from_text and isinstance(value, str):
@@ -156,6 +205,83 @@ def _check(cfg: TickerConfig, origin: dict[str, str]) -> None:
         cfg.valkey_url = checks.valkey_url(cfg.valkey_url, origin.get("valkey_url", "valkey_url"))
     if cfg.kafka_bootstrap:
         checks.bootstrap(cfg.kafka_bootstrap, origin.get("kafka_bootstrap", "kafka_bootstrap"))
+    cfg.kafka_security_protocol = cfg.kafka_security_protocol.upper()
+    if cfg.kafka_security_protocol not in PROTOCOLS:
+        raise bad("kafka_security_protocol", f"{checks.shown(cfg.kafka_security_protocol)}"
+                  " is not one of " + ", ".join(PROTOCOLS))  # fmt: skip
+    if cfg.kafka_sasl_mechanism is not None:
+        cfg.kafka_sasl_mechanism = cfg.kafka_sasl_mechanism.upper()
+        if cfg.kafka_sasl_mechanism not in MECHANISMS:
+            raise bad("kafka_sasl_mechanism", f"{checks.shown(cfg.kafka_sasl_mechanism)}"
+                      " is not one of " + ", ".join(MECHANISMS))  # fmt: skip
+    for name in ("kafka_sasl_password_file", "kafka_ssl_cafile", "kafka_ssl_certfile",
+                 "kafka_ssl_keyfile", "valkey_ssl_cafile", "valkey_password_file"):  # fmt: skip
+        value = getattr(cfg, name)
+        if value is not None:
+            checks.path_text(value, origin.get(name, name))
+    cfg.origin = origin
+
+
+def kafka_access(cfg: TickerConfig) -> KafkaAccess | None:
+    """The connection every Kafka client of this process uses; None without a bootstrap.
+    The password comes from its file, else TICKUI_KAFKA_PASSWORD; bad input names the
+    setting it came from."""
+    if not cfg.kafka_bootstrap:
+        return None
+    origin = cfg.origin
+
+    def named(exc: BadInput) -> BadInput:
+        key = f"kafka_{exc.field}"
+        return BadInput(origin.get(key, f"kafka.{exc.field}"), exc.message)
+
+    password = cfg.kafka_password
+    if cfg.kafka_sasl_password_file:
+        name = origin.get("kafka_sasl_password_file", "kafka.sasl_password_file")
+        password = read_password(cfg.kafka_sasl_password_file, name)
+    access = KafkaAccess(
+        cfg.kafka_bootstrap,
+        security_protocol=cfg.kafka_security_protocol,
+        sasl_mechanism=cfg.kafka_sasl_mechanism,
+        sasl_username=cfg.kafka_sasl_username,
+        sasl_password=password,
+        ssl_cafile=cfg.kafka_ssl_cafile,
+        ssl_certfile=cfg.kafka_ssl_certfile,
+        ssl_keyfile=cfg.kafka_ssl_keyfile,
+    )
+    try:
+        access.check()
+    except BadInput as exc:
+        raise named(exc) from None
+    return access
+
+
+def valkey_password(cfg: TickerConfig) -> str | None:
+    """The Valkey password: from its file, else TICKUI_VALKEY_PASSWORD (else the URL's)."""
+    if cfg.valkey_password_file:
+        name = cfg.origin.get("valkey_password_file", "valkey.password_file")
+        return read_password(cfg.valkey_password_file, name)
+    return cfg.valkey_password
+
+
+def kafka_flags(args: Any) -> dict[str, tuple[Any, str]]:
+    """The Kafka connection flags a parsed command line gave, for `build`."""
+    return {name: (getattr(args, name, None), flag) for name, flag in KAFKA_FLAGS.items()}
+
+
+def add_kafka_arguments(parser: Any) -> None:
+    """--kafka-security-protocol and the rest, on every command that talks to Kafka."""
+    helps = {
+        "kafka_security_protocol": ("PROTOCOL", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+        "kafka_sasl_mechanism": ("MECHANISM", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+        "kafka_sasl_username": ("USER", "the SASL user name"),
+        "kafka_sasl_password_file": ("FILE", "the SASL password (or TICKUI_KAFKA_PASSWORD)"),
+        "kafka_ssl_cafile": ("FILE", "CA certificates to trust (default: the system's)"),
+        "kafka_ssl_certfile": ("FILE", "the client's certificate (mutual TLS)"),
+        "kafka_ssl_keyfile": ("FILE", "the client certificate's key"),
+    }
+    for name, flag in KAFKA_FLAGS.items():
+        metavar, text = helps[name]
+        parser.add_argument(flag, dest=name, metavar=metavar, help=text)
 
 
 def build(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tickui.cli_output import print_json, say, table, with_store
 from tickui.clock import SystemClock
+from tickui.dispatch.refusals import said, security_lines
 from tickui.redact import safe_text
 from tickui.store import Store
 from tickui.timeutil import MICROS, format_duration
@@ -31,11 +32,13 @@ def ago(then: int, now: int) -> str:
 async def main(args: argparse.Namespace, path: Path) -> int:
     async def action(store: Store) -> int:
         workers = await store.list_workers()
+        engines = await store.dispatch_security()
         if args.json:
             print_json([w.to_json() for w in workers])
             return 0
+        lines = security_lines(workers, engines)
         if not workers:
-            say(NONE)
+            say("\n".join([NONE, *(text for text, _ in lines)]), redacted=True)
             return 0
         now = SystemClock().now()
         rows = [
@@ -46,12 +49,17 @@ async def main(args: argparse.Namespace, path: Path) -> int:
                 f"{len(w.running)}/{w.slots}",
                 ago(w.last_seen, now),
                 w.state,
+                "INSECURE" if w.insecure else "signed",
+                said(w.refused) or "-",
                 safe_text(w.version or "-"),
             ]
             for w in workers
         ]
-        headers = ["WORKER", "HOST", "SLOTS", "RUNNING", "LAST HEARTBEAT", "STATE", "VERSION"]
+        headers = ["WORKER", "HOST", "SLOTS", "RUNNING", "LAST HEARTBEAT", "STATE", "KEY",
+                   "REFUSED", "VERSION"]  # fmt: skip
         say(table(rows, headers), redacted=True)
+        if lines:
+            say("\n".join(text for text, _ in lines), redacted=True)
         return 0
 
     empty = functools.partial(print_json, []) if args.json else functools.partial(say, NONE)

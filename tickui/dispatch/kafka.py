@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tickui import procs
@@ -28,6 +28,9 @@ from tickui.dispatch.messages import (
     Heartbeat,
     RunCommand,
 )
+from tickui.dispatch.refusals import Refusals
+from tickui.dispatch.signing import Keyring
+from tickui.kafka_access import KafkaAccess
 from tickui.models import Occurrence, WorkerInfo
 from tickui.occurrence import RUN_CANCELED, RUN_FAILED
 from tickui.store import Beat, NewEvent, Store
@@ -61,8 +64,9 @@ class KafkaDispatcher:
         self,
         store: Store,
         clock,
-        bootstrap: str,
+        access: str | KafkaAccess,
         *,
+        keyring: Keyring,
         partitions: int = DEFAULT_PARTITIONS,
         start_timeout: float = 30.0,
         worker_timeout: float = WORKER_TIMEOUT_S,
@@ -71,13 +75,30 @@ class KafkaDispatcher:
     ) -> None:
         self.store = store
         self.clock = clock
-        self.bootstrap = bootstrap
+        self.access = KafkaAccess.of(access)
+        self.bootstrap = self.access.bootstrap
+        self.keyring = keyring
+        self.refusals = Refusals(log)
         self.start_timeout = int(start_timeout * MICROS)
         self.worker_timeout = int(worker_timeout * MICROS)
-        self.link = KafkaLink(bootstrap, partitions, request_timeout)
+        self.link = KafkaLink(self.access, partitions, request_timeout, keyring)
         timeout_ms = self.link.request_timeout_ms
-        self.events = EventFeed(bootstrap, self._ours, self._record_events, timeout_ms)
-        self.heartbeats = HeartbeatFeed(bootstrap, self._record_beats, group, timeout_ms)
+        signed = {"keyring": keyring, "refusals": self.refusals}
+        self.events = EventFeed(
+            self.access, self._ours, self._record_events, timeout_ms,
+            second_start=self._stop_second_start, **signed,
+        )  # fmt: skip
+        self.heartbeats = HeartbeatFeed(
+            self.access, self._record_beats, group, timeout_ms, **signed
+        )
+        self._refusals_stored: dict[str, int] | None = None  # as last written to the store
+        # (who, kind, count so far, the last detail): the engine's refusals and those its
+        # workers report in their heartbeats, as they happen (the hooks listen)
+        self.refusal_listeners: list[Callable[[str, str, int, str], None]] = []
+        self.refusals.listeners.append(
+            lambda kind, count, detail: self._tell(f"engine {procs.host()}", kind, count, detail)
+        )
+        self._worker_refused: dict[str, dict[str, int]] | None = None  # as last heard
         self.events.prepare = self.heartbeats.prepare = self.link.ready
         self.events.restarted = self.heartbeats.restarted = self._restarted
         self.heartbeats.opened = self._hearing
@@ -98,6 +119,12 @@ class KafkaDispatcher:
         self._started = False
 
     # ---- what the engine reads ---------------------------------------------------------
+
+    @property
+    def security_problem(self) -> str | None:
+        if self.keyring.insecure:
+            return "INSECURE: anyone who can write to the topics can run commands on workers"
+        return None
 
     @property
     def dispatch_problem(self) -> str | None:
@@ -285,14 +312,45 @@ class KafkaDispatcher:
     def _hearing(self) -> None:
         self._heard_since = self.clock.now()
 
-    async def _ours(self, command_ids: list[str]) -> set[str]:
-        return set(await self.store.occurrences_by_command(command_ids))
+    async def _ours(self, command_ids: list[str]) -> dict[str, str | None]:
+        found = await self.store.occurrences_by_command(command_ids)
+        return {command_id: occ.worker for command_id, occ in found.items()}
+
+    async def _stop_second_start(self, command_id: str, worker: str, starter: str) -> None:
+        """A worker started a command another worker had started (a replayed copy read by
+        a second worker at the same moment): tell that worker alone to stop it."""
+        log.warning(
+            "worker %s started %s, which worker %s had started: stopping the second run",
+            worker, command_id, starter,
+        )  # fmt: skip
+        await self._control("cancel", command_id, worker, "started twice: another worker has it")
 
     async def _record_events(self, events: list[NewEvent]) -> None:
         await self.store.append_events(events)
 
+    def _tell(self, who: str, kind: str, count: int, detail: str) -> None:
+        for listener in list(self.refusal_listeners):
+            try:
+                listener(who, kind, count, detail)
+            except Exception:
+                log.exception("a refusal listener failed")
+
+    async def _workers_refusals(self, beats: list[Heartbeat]) -> None:
+        """Counts a worker's heartbeat says it refused that went up: told to the listeners
+        (the first heartbeats after a start are compared with what the store last had)."""
+        if self._worker_refused is None:
+            self._worker_refused = {w.id: dict(w.refused) for w in await self.store.list_workers()}
+        for beat in beats:
+            before = self._worker_refused.get(beat.worker, {})
+            for kind, count in beat.refused.items():
+                if count > before.get(kind, 0):
+                    self._tell(f"worker {beat.worker}", kind, count, "told by its heartbeat")
+            self._worker_refused[beat.worker] = dict(beat.refused)
+
     async def _record_beats(self, beats: list[Heartbeat]) -> None:
         now = self.clock.now()
+        if any(b.refused for b in beats):
+            await self._workers_refusals(beats)
         back = await self.store.record_heartbeats(
             [
                 Beat(
@@ -305,6 +363,8 @@ class KafkaDispatcher:
                     now,
                     b.log_dir,
                     b.group,
+                    b.refused,
+                    b.insecure,
                 )
                 for b in beats
             ]
@@ -346,6 +406,7 @@ class KafkaDispatcher:
         if self.link.down_since is not None or self.events.error or self.heartbeats.error:
             self._trouble_at = now
         self._after_a_gap(now)
+        await self._store_refusals(now)
         silent = []
         can_tell = self._can_tell_lost(now)
         if can_tell:
@@ -392,6 +453,18 @@ class KafkaDispatcher:
         self._timed_out &= active
         self._mine &= active
         self._unsent &= active
+
+    async def _store_refusals(self, now: int) -> None:
+        """What this engine refused, and whether it signs at all, for `tickui workers` and
+        the dashboard: written at the first tick and when a count moved."""
+        counts = self.refusals.snapshot()
+        if counts == self._refusals_stored:
+            return
+        owner = f"engine {procs.host()}"
+        await self.store.record_dispatch_security(
+            owner, self.keyring.insecure, self.keyring.signing_kid, counts, now
+        )
+        self._refusals_stored = counts
 
     def _after_a_gap(self, now: int) -> None:
         """No tick for longer than worker_timeout, and far longer than usual: the engine was

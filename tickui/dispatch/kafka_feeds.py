@@ -1,6 +1,7 @@
 """What the engine reads from Kafka: workers' run events (into the event log, where
 reconcile settles occurrences) and their heartbeats (into the workers table). Each is a
-group-less consumer of its own; a malformed message is logged (redacted) and skipped."""
+group-less consumer of its own; a malformed message is logged (redacted) and skipped, and
+one whose signature does not check is refused (counted, logged, never believed)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ from tickui.dispatch.messages import (
     Heartbeat,
     RunEvent,
 )
+from tickui.dispatch.refusals import Refusals
+from tickui.dispatch.signing import Keyring
+from tickui.dispatch.worker_state import Bounded
+from tickui.kafka_access import KafkaAccess
+from tickui.occurrence import RUN_TRANSITION
 from tickui.store import NewEvent
 
 log = logging.getLogger("tickui.dispatch.kafka")
@@ -38,9 +44,19 @@ class Feed:
     any failure the consumer is rebuilt after a pause (the broker may come back empty)."""
 
     topic = ""
+    forged = ""  # the refusal kind of a message here whose signature does not check
 
-    def __init__(self, bootstrap: str, request_timeout_ms: int = 3000) -> None:
-        self.bootstrap = bootstrap
+    def __init__(
+        self,
+        access: str | KafkaAccess,
+        request_timeout_ms: int = 3000,
+        keyring: Keyring | None = None,
+        refusals: Refusals | None = None,
+    ) -> None:
+        self.access = KafkaAccess.of(access)
+        self.bootstrap = self.access.bootstrap
+        self.keyring = keyring or Keyring()
+        self.refusals = refusals or Refusals(log)
         self.prepare: Callable[[], Awaitable[None]] | None = None  # makes the topics
         self.restarted: Callable[[], None] | None = None  # the broker came back empty
         self.opened: Callable[[], None] | None = None  # reading (again) from now on
@@ -76,7 +92,7 @@ class Feed:
                     batches = await consumer.getmany(timeout_ms=200, max_records=500)
                     messages = [m for batch in batches.values() for m in batch]
                     if messages:
-                        await self.handle([m.value for m in messages])
+                        await self.handle(self._signed(messages))
                     self.caught_up.set()
                     if time.monotonic() - checked >= CHECK_EVERY_S:
                         checked = time.monotonic()
@@ -92,8 +108,20 @@ class Feed:
                     await quietly_stop(consumer)
             await asyncio.sleep(RETRY_S)
 
+    def _signed(self, records: list) -> list[tuple[bytes | None, bytes | None]]:
+        """(key, value) of each record whose signature checks; the rest are refused."""
+        kept = []
+        for r in records:
+            why = self.keyring.check(self.topic, r.key, r.value, r.headers)
+            if why is None:
+                kept.append((r.key, r.value))
+            else:
+                where = f"{self.topic}[{r.partition}]@{r.offset}"
+                self.refusals.refuse(self.forged, f"{why}, {where}")
+        return kept
+
     def _failed(self, exc: BaseException) -> None:
-        text = describe(self.bootstrap, exc)
+        text = self.access.refusal(exc) or describe(self.bootstrap, exc)
         if text != self.error:
             log.warning("reading %s: %s (trying again)", self.topic, text)
         self.error = text
@@ -102,7 +130,7 @@ class Feed:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+            **self.access.options(),
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",  # a broker restarted empty: from its start
@@ -154,26 +182,35 @@ class Feed:
                 "%s: skipped a malformed message (%d so far): %s", self.topic, self._bad, exc
             )
 
-    async def handle(self, values: list[bytes | None]) -> None:
+    async def handle(self, messages: list[tuple[bytes | None, bytes | None]]) -> None:
         raise NotImplementedError
 
 
 class EventFeed(Feed):
     """Run events of this engine's commands go to the event log (a repeated event_id is
-    stored once); events of other engines' commands are left alone."""
+    stored once); events of other engines' commands are left alone. A run's events are
+    believed only from the worker that reported starting it: `ours` maps each of this
+    engine's command ids to that worker (None while none did)."""
 
     topic = EVENTS_TOPIC
+    forged = "forged_event"
 
     def __init__(
         self,
-        bootstrap: str,
-        ours: Callable[[list[str]], Awaitable[set[str]]],
+        access: str | KafkaAccess,
+        ours: Callable[[list[str]], Awaitable[dict[str, str | None]]],
         record: Callable[[list[NewEvent]], Awaitable[object]],
         request_timeout_ms: int = 3000,
+        keyring: Keyring | None = None,
+        refusals: Refusals | None = None,
+        second_start: Callable[[str, str, str], Awaitable[None]] | None = None,
     ) -> None:
-        super().__init__(bootstrap, request_timeout_ms)
+        super().__init__(access, request_timeout_ms, keyring, refusals)
         self._ours = ours
         self._record = record
+        self._second_start = second_start  # (command id, worker, the starter): stop it
+        self._starters: Bounded[str, str] = Bounded(100_000)  # command id -> its starter
+        self._seconds: Bounded[tuple[str, str], None] = Bounded(10_000)  # stopped 2nd starts
 
     async def _position(self, consumer, tps) -> None:
         """From the last LOOKBACK_S: what workers said while this engine was away."""
@@ -189,9 +226,9 @@ class EventFeed(Feed):
             else:
                 consumer.seek(tp, offset.offset)
 
-    async def handle(self, values: list[bytes | None]) -> None:
+    async def handle(self, messages: list[tuple[bytes | None, bytes | None]]) -> None:
         events: list[RunEvent] = []
-        for raw in values:
+        for _key, raw in messages:
             try:
                 events.append(RunEvent.decode(raw))
             except BadMessage as exc:
@@ -199,41 +236,69 @@ class EventFeed(Feed):
         if not events:
             return
         ours = await self._ours(sorted({e.command_id for e in events}))
-        stored = [
-            NewEvent(
-                at=e.at,
-                type=e.type,
-                command_id=e.command_id,
-                run_id=e.run_id,
-                payload={**e.payload, "worker": e.worker},
-                event_id=e.event_id,
+        stored = []
+        for e in events:
+            if e.command_id not in ours:
+                continue
+            starter = self._starters.get(e.command_id) or ours[e.command_id]
+            if starter is not None and e.worker != starter:
+                await self._from_another(e, starter)
+                continue
+            if e.type == RUN_TRANSITION:
+                self._starters.put(e.command_id, e.worker)
+            stored.append(
+                NewEvent(
+                    at=e.at,
+                    type=e.type,
+                    command_id=e.command_id,
+                    run_id=e.run_id,
+                    payload={**e.payload, "worker": e.worker},
+                    event_id=e.event_id,
+                )
             )
-            for e in events
-            if e.command_id in ours
-        ]
         if stored:
             await self._record(stored)
+
+    async def _from_another(self, event: RunEvent, starter: str) -> None:
+        """An event about a run from a worker other than the one that started it: a
+        second start (a command replayed to another worker) is stopped at once; its events,
+        and any other worker's word on the run, are never believed."""
+        second = (event.command_id, event.worker)
+        if second in self._seconds:
+            return  # a second start already stopped: what it says of itself is not news
+        if event.type == RUN_TRANSITION and self._second_start is not None:
+            self._seconds.put(second, None)
+            await self._second_start(event.command_id, event.worker, starter)
+            return
+        self.refusals.refuse(
+            "foreign_event",
+            f"{event.type} for {event.command_id} from worker {event.worker};"
+            f" worker {starter} started it",
+        )
 
 
 class HeartbeatFeed(Feed):
     """Heartbeats, from now on (workers send one every 2 s)."""
 
     topic = WORKERS_TOPIC
+    forged = "forged_heartbeat"
 
     def __init__(
         self,
-        bootstrap: str,
+        access: str | KafkaAccess,
         record: Callable[[list[Heartbeat]], Awaitable[object]],
         group: str | None = None,
         request_timeout_ms: int = 3000,
+        keyring: Keyring | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
-        super().__init__(bootstrap, request_timeout_ms)
+        super().__init__(access, request_timeout_ms, keyring, refusals)
         self._record = record
         self.group = group
 
-    async def handle(self, values: list[bytes | None]) -> None:
+    async def handle(self, messages: list[tuple[bytes | None, bytes | None]]) -> None:
         beats: list[Heartbeat] = []
-        for raw in values:
+        for _key, raw in messages:
             try:
                 beat = Heartbeat.decode(raw)
             except BadMessage as exc:

@@ -8,6 +8,8 @@ import logging
 import time
 
 from tickui.dispatch.messages import DEFAULT_PARTITIONS, RUNS_TOPIC, TOPICS
+from tickui.dispatch.signing import Keyring
+from tickui.kafka_access import KafkaAccess
 from tickui.redact import redact
 
 log = logging.getLogger("tickui.dispatch.kafka")
@@ -23,12 +25,19 @@ def describe(bootstrap: str, exc: BaseException) -> str:
 
 
 class KafkaLink:
-    """A producer (acks all, no idempotence: Tansu refuses it) and the four topics."""
+    """A producer (acks all, no idempotence: Tansu refuses it) and the four topics; every
+    message goes out signed with the keyring's signing key."""
 
     def __init__(
-        self, bootstrap: str, partitions: int = DEFAULT_PARTITIONS, request_timeout: float = 2.0
+        self,
+        access: str | KafkaAccess,
+        partitions: int = DEFAULT_PARTITIONS,
+        request_timeout: float = 2.0,
+        keyring: Keyring | None = None,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.access = KafkaAccess.of(access)
+        self.bootstrap = self.access.bootstrap
+        self.keyring = keyring or Keyring()
         self.partitions = partitions
         self.request_timeout_ms = max(500, int(request_timeout * 1000))
         self._producer = None
@@ -84,7 +93,7 @@ class KafkaLink:
         from aiokafka import AIOKafkaProducer
 
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
+            **self.access.options(),
             acks="all",
             enable_idempotence=False,
             request_timeout_ms=self.request_timeout_ms,
@@ -102,7 +111,7 @@ class KafkaLink:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap, request_timeout_ms=self.request_timeout_ms
+            **self.access.options(), request_timeout_ms=self.request_timeout_ms
         )
         try:
             await admin.start()
@@ -125,8 +134,12 @@ class KafkaLink:
         await self.ready()
         assert self._producer is not None
         try:
+            seal = self.keyring.seal
             futures = [
-                await self._producer.send(topic, value, key=key) for topic, key, value in messages
+                await self._producer.send(
+                    topic, value, key=key, headers=seal(topic, key, value) or None
+                )
+                for topic, key, value in messages
             ]
         except Exception as exc:
             raise self._failed(exc) from None

@@ -261,10 +261,14 @@ class Heartbeat:
     state: str = "alive"  # alive, draining (SIGTERM: no new commands), drained (gone)
     group: str = DEFAULT_GROUP
     log_dir: str | None = None
+    refused: dict[str, int] = field(default_factory=dict)  # messages refused, by kind
+    insecure: bool = False  # runs without a key: signs nothing, checks nothing
 
     def to_json(self) -> dict[str, Any]:
         return {
             "v": VERSION,
+            "refused": dict(self.refused),
+            "insecure": self.insecure,
             "worker": self.worker,
             "host": self.host,
             "slots": self.slots,
@@ -289,6 +293,12 @@ class Heartbeat:
         state = data.get("state") or "alive"
         if state not in WORKER_STATES:
             raise BadMessage(f"{what}: unknown state {str(state)[:40]!r}")
+        refused = data.get("refused") or {}
+        if not isinstance(refused, dict) or not all(
+            isinstance(k, str) and len(k) <= 40 and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in refused.items()
+        ) or len(refused) > 32:  # fmt: skip
+            raise BadMessage(f"{what}: 'refused' must map kinds to counts")
         return cls(
             worker=_str(data, "worker", what) or "",
             host=_str(data, "host", what) or "",
@@ -299,6 +309,8 @@ class Heartbeat:
             state=state,
             group=_str(data, "group", what, optional=True) or DEFAULT_GROUP,
             log_dir=_str(data, "log_dir", what, optional=True),
+            refused=refused,
+            insecure=data.get("insecure") is True,
         )
 
 

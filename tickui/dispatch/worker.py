@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +27,17 @@ from aiokafka import ConsumerRebalanceListener
 
 from tickui import __version__
 from tickui.dispatch import messages as m
+from tickui.dispatch.allow import AllowList
 from tickui.dispatch.output import read_tail, visible
 from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
+from tickui.dispatch.refusals import Refusals
+from tickui.dispatch.signing import Keyring
 from tickui.dispatch.worker_control import WorkerControl
 from tickui.dispatch.worker_events import EventsView
 from tickui.dispatch.worker_publish import Publisher, describe
 from tickui.dispatch.worker_state import Bounded, Journal, file_name
-from tickui.errors import BadInput
+from tickui.errors import BadInput, Unavailable
+from tickui.kafka_access import KafkaAccess
 from tickui.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
 from tickui.procs import stop_on_signals
 from tickui.redact import redact
@@ -48,7 +52,8 @@ def now_micros() -> int:
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    bootstrap: str
+    bootstrap: str | KafkaAccess
+    keyring: Keyring
     group: str = m.DEFAULT_GROUP
     slots: int = 4
     worker_id: str = ""
@@ -56,6 +61,7 @@ class WorkerOptions:
     stop_grace: float = 10.0
     log_dir: Path = Path(".")
     session_timeout_ms: int = 4000
+    allow: AllowList = field(default_factory=AllowList)
 
 
 class _Placing(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -80,12 +86,18 @@ class Worker(WorkerControl):
 
     def __init__(self, opts: WorkerOptions) -> None:
         self.opts = opts
+        self.access = KafkaAccess.of(opts.bootstrap)
+        self.keyring = opts.keyring
+        self.refusals = Refusals(log)
         self.id = opts.worker_id
         self.host = socket.gethostname()
         self.runner = ProcessRunner(kill_grace=3.0)
         self.journal = Journal(opts.log_dir / "journal" / f"{file_name(self.id)}.started")
         self.running: dict[str, ProcessRun] = {}
         self.cancelled: Bounded[str, str] = Bounded(10_000)
+        # command id -> "partition:offset" of the record it first came in: the same id in
+        # another record is a copy (a replay), never run
+        self.seen: Bounded[str, str] = Bounded(200_000)
         self.outcomes: Bounded[str, m.RunEvent] = Bounded(1000)
         self.transitions: Bounded[str, m.RunEvent] = Bounded(1000)
         self._republished = 0.0
@@ -98,7 +110,7 @@ class Worker(WorkerControl):
         self._keys = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()
-        self.pub = Publisher(opts.bootstrap, self._event_sent, self.broker_restarted)
+        self.pub = Publisher(self.access, self.keyring, self._event_sent, self.broker_restarted)
         self.runs: Any = None
         self.events: Any = None
         self.probe: Any = None
@@ -114,10 +126,13 @@ class Worker(WorkerControl):
         from aiokafka import AIOKafkaConsumer, TopicPartition
         from aiokafka.errors import KafkaConnectionError
 
-        where = f"kafka {self.opts.bootstrap}"
+        where = f"kafka {self.access.bootstrap}"
         try:
             await self.pub.ensure_topics()
         except Exception as exc:
+            refused = self.access.refusal(exc)
+            if refused is not None:
+                raise Unavailable(refused) from None
             if isinstance(exc, TimeoutError):
                 reason = "no broker answered within 5s"
             elif isinstance(exc, KafkaConnectionError):
@@ -125,7 +140,7 @@ class Worker(WorkerControl):
             else:
                 reason = describe(exc)
             raise BadInput("--kafka", f"{where}: {reason}") from None
-        common = {"bootstrap_servers": self.opts.bootstrap, "request_timeout_ms": 3000}
+        common = {**self.access.options(), "request_timeout_ms": 3000}
         await self.pub.start()
         self.events = AIOKafkaConsumer(
             **common, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=10
@@ -137,7 +152,7 @@ class Worker(WorkerControl):
         await self.events.start()
         await self.control.start()
         await self.probe.start()
-        self.view = EventsView(self.events, self.probe, self.broker_restarted)
+        self.view = EventsView(self.events, self.probe, self.broker_restarted, self.keyring)
         await self.view.start()
         await self.control.topics()
         parts = self.control.partitions_for_topic(m.CONTROL_TOPIC) or range(m.DEFAULT_PARTITIONS)
@@ -148,7 +163,7 @@ class Worker(WorkerControl):
             await self.control.position(tp)  # resolved now: later controls are seen
         heartbeat_ms = max(100, self.opts.session_timeout_ms // 6)
         self.runs = AIOKafkaConsumer(
-            bootstrap_servers=self.opts.bootstrap,
+            **self.access.options(),
             group_id=self.opts.group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",  # out of range: the broker restarted, topics anew
@@ -186,6 +201,8 @@ class Worker(WorkerControl):
             state=self.state,
             group=self.opts.group,
             log_dir=str(self.opts.log_dir),
+            refused=self.refusals.snapshot(),
+            insecure=self.keyring.insecure,
         )
         try:
             async with self._beating:  # one at a time: their offsets are compared
@@ -300,14 +317,29 @@ class Worker(WorkerControl):
                         break
 
     async def _handle(self, tp: Any, record: Any) -> bool:
-        """Answer or start one command; False: nothing done, read it again later."""
+        """Answer or start one command; False: nothing done, read it again later. Only a
+        command the engine signed, seen in no other record, before its deadline, of a
+        program this worker allows, is ever started."""
+        where = f"{tp.topic}[{tp.partition}]@{record.offset}"
+        forged = self.keyring.check(tp.topic, record.key, record.value, record.headers)
+        if forged is not None:
+            self.refusals.refuse("forged_command", f"{forged}, {where}")
+            await self._commit(tp, record.offset + 1)
+            return True
         try:
             command = m.RunCommand.decode(record.value)
         except m.BadMessage as exc:
-            log.warning("skipped %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, exc)
+            log.warning("skipped %s: %s", where, exc)
             await self._commit(tp, record.offset + 1)
             return True
         cid = command.command_id
+        here = f"{tp.partition}:{record.offset}"
+        first = self.seen.get(cid) or self.view.origin.get(cid)
+        if first is not None and first != here:
+            self.refusals.refuse("replayed_command", f"{cid} again at {where} (first at {first})")
+            await self._commit(tp, record.offset + 1)
+            return True
+        self.seen.put(cid, here)
         answer: m.RunEvent | None = None
         started_by = self.view.started_by.get(cid)
         if cid in self.running or cid in self.view.finished or cid in self.outcomes:
@@ -321,6 +353,7 @@ class Worker(WorkerControl):
         elif command.deadline <= now_micros():
             late = (now_micros() - command.deadline) / MICROS
             detail = f"deadline {iso(command.deadline)} passed {late:.1f}s before a worker got it"
+            self.refusals.refuse("expired_command", f"{cid} at {where}: {detail}")
             answer = self._event(RUN_FAILED, cid, None, exit_code=None, error_code=m.DEADLINE,
                                  detail=detail)  # fmt: skip
         else:
@@ -347,9 +380,18 @@ class Worker(WorkerControl):
         cid = command.command_id
         env, marker = self._env(command)
         log_path = self.opts.log_dir / f"{file_name(cid)}.log"
+        argv = self.opts.allow.resolve(command.argv, env, command.cwd)
+        if argv is None:
+            program = visible(command.argv[0])[:200]
+            self.refusals.refuse("disallowed_command", f"{cid}: {program} is not in --allow")
+            detail = str(bound(redact(f"{program}: not allowed on this worker")))
+            await self.emit(self._event(RUN_FAILED, cid, None, exit_code=None,
+                                        error_code="DISPATCH_FAILED", detail=detail))  # fmt: skip
+            await self._commit(tp, offset + 1)
+            return True
         try:
             run = await self.runner.spawn(
-                next(self._keys), command.argv, cwd=command.cwd, env=env, log_path=log_path,
+                next(self._keys), argv, cwd=command.cwd, env=env, log_path=log_path,
                 gated=True, tag=command, marker=marker,
             )  # fmt: skip
         except Exception as exc:
@@ -363,7 +405,7 @@ class Worker(WorkerControl):
         self.running[cid] = run
         transition = self._event(
             RUN_TRANSITION, cid, run.run_id, state="running", worker=self.id, host=self.host,
-            pid=run.process.pid, log_path=str(log_path),
+            pid=run.process.pid, log_path=str(log_path), record=f"{tp.partition}:{offset}",
         )  # fmt: skip
         try:
             if self.pub.outbox:

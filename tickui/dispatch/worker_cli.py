@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import re
 import socket
@@ -13,6 +14,7 @@ from tickui import checks
 from tickui.checks import arg, arg_duration, arg_number
 from tickui.config import Settings
 from tickui.errors import BadInput
+from tickui.ticker_config import add_kafka_arguments
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 GROUP = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -46,6 +48,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--log-dir", type=arg(checks.path_text, "--log-dir"), metavar="DIR")
     parser.add_argument(
+        "--key-file",
+        type=arg(checks.path_text, "--key-file"),
+        metavar="PATH",
+        help="the key the engine signs with ([dispatch] key_file, TICKUI_KEY_FILE)",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="run without a key: any command on the runs topic runs (never on a shared broker)",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        type=arg(checks.path_text, "--allow"),
+        metavar="PROGRAM",
+        help="run only these programs (repeatable; [worker] allow); others fail DISPATCH_FAILED",
+    )
+    add_kafka_arguments(parser)
+    parser.add_argument(
         "--session-timeout",
         type=arg_duration("--session-timeout", 1_000_000, 60_000_000),
         metavar="DURATION",
@@ -56,14 +77,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, settings: Settings) -> int:
     import platformdirs
 
+    from tickui.dispatch import keyfile
+    from tickui.dispatch.allow import AllowList
     from tickui.dispatch.messages import DEFAULT_GROUP
     from tickui.dispatch.worker import WorkerOptions
     from tickui.runner import setup_logging
+    from tickui.ticker_config import build, kafka_access, kafka_flags
     from tickui.timeutil import MICROS, parse_duration
 
-    bootstrap = args.kafka or settings.ticker.kafka_bootstrap
-    if not bootstrap:
+    flags = {"kafka_bootstrap": (args.kafka, "--kafka"), **kafka_flags(args)}
+    access = kafka_access(build(settings.raw, settings.env, flags))
+    if access is None:
         raise BadInput("--kafka", "give --kafka BOOTSTRAP (or TICKUI_KAFKA_BOOTSTRAP)")
+    dispatch = settings.dispatch
+    key_file, origin = dispatch.key_file, dispatch.key_origin
+    if args.key_file:
+        key_file, origin = Path(args.key_file).expanduser(), "--key-file"
+    insecure = args.insecure or dispatch.insecure
+    keyring = keyfile.keyring_for(key_file, origin, insecure, "a worker")
+    if args.allow:
+        allow = AllowList.build(args.allow, "--allow")
+    else:
+        allow = AllowList.build(settings.worker.allow, "worker.allow")
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     worker_id = _name(worker_id[:100], "--id")
     if args.log_dir:
@@ -73,7 +108,9 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     grace = parse_duration(args.stop_grace, "--stop-grace") / MICROS if args.stop_grace else 10.0
     session = parse_duration(args.session_timeout) // 1000 if args.session_timeout else 4000
     opts = WorkerOptions(
-        bootstrap=bootstrap,
+        bootstrap=access,
+        keyring=keyring,
+        allow=allow,
         group=args.group or DEFAULT_GROUP,
         slots=int(args.slots),
         worker_id=worker_id,
@@ -83,10 +120,16 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         session_timeout_ms=session,
     )
     setup_logging()
+    if keyring.insecure:
+        logging.getLogger("tickui.worker").warning(
+            "INSECURE: no key; any command written to the runs topic will run here"
+        )
     return asyncio.run(_run(opts))
 
 
 async def _run(opts: object) -> int:
     from tickui.dispatch.worker import Worker
+    from tickui.kafka_access import preflight
 
+    await preflight(opts.bootstrap)  # type: ignore[attr-defined]
     return await Worker(opts).run()  # type: ignore[arg-type]

@@ -26,6 +26,8 @@ class WorkerControl:
     """Mixed into Worker: uses its clients, runs, outcomes, transitions and publisher."""
 
     control: Any
+    keyring: Any
+    refusals: Any
     id: str
     running: dict[str, Any]
     outcomes: Any
@@ -50,8 +52,13 @@ class WorkerControl:
                 log.debug("reading control failed: %s", describe(exc))
                 await asyncio.sleep(0.5)
                 continue
-            for records in batch.values():
+            for tp, records in batch.items():
                 for record in records:
+                    forged = self.keyring.check(tp.topic, record.key, record.value, record.headers)
+                    if forged is not None:
+                        where = f"{tp.topic}[{tp.partition}]@{record.offset}"
+                        self.refusals.refuse("forged_control", f"{forged}, {where}")
+                        continue
                     try:
                         control = m.Control.decode(record.value)
                     except m.BadMessage as exc:

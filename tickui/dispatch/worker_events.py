@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tickui.dispatch import messages as m
+from tickui.dispatch.signing import Keyring
 from tickui.dispatch.worker_state import Bounded
 from tickui.occurrence import RUN_TRANSITION
 
@@ -26,13 +27,18 @@ class EventsView:
     """`consumer` reads the topic; `probe`, a client with nothing assigned, asks for its end
     offsets (asked on the reader's connection, they would queue behind its fetch wait)."""
 
-    def __init__(self, consumer: Any, probe: Any, on_new: Callable[[], None]) -> None:
+    def __init__(
+        self, consumer: Any, probe: Any, on_new: Callable[[], None], keyring: Keyring
+    ) -> None:
         self.consumer = consumer
+        self.keyring = keyring  # an event whose signature does not check is not believed
         self.probe = probe
         self.on_new = on_new  # called when the topic is found new (it calls topic_is_new)
         self.tps: list[Any] = []
         self.started_by: Bounded[str, str] = Bounded(200_000)
         self.finished: Bounded[str, None] = Bounded(200_000)
+        # command id -> "partition:offset" of the command record its starter ran
+        self.origin: Bounded[str, str] = Bounded(200_000)
         self._own: dict[int, set[int]] = {}  # partition -> offsets of events sent here
         self._progress = asyncio.Event()  # pulsed each time the reader moves on
         self._reset: dict[Any, float] = {}  # partition -> when it was last read from 0 again
@@ -73,12 +79,18 @@ class EventsView:
                 continue
             for tp, records in batch.items():
                 for record in records:
+                    if self.keyring.check(tp.topic, record.key, record.value, record.headers):
+                        continue  # forged: the engine counts it, every worker ignores it
                     try:
                         event = m.RunEvent.decode(record.value)
                     except m.BadMessage:
                         continue
                     if event.type == RUN_TRANSITION:
-                        self.started_by.put(event.command_id, event.worker)
+                        if event.command_id not in self.started_by:
+                            self.started_by.put(event.command_id, event.worker)
+                            origin = event.payload.get("record")
+                            if isinstance(origin, str):
+                                self.origin.put(event.command_id, origin)
                     else:
                         self.finished.put(event.command_id, None)
                 own = self._own.get(tp.partition)

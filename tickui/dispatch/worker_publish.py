@@ -12,6 +12,8 @@ from typing import Any
 
 from tickui.dispatch import messages as m
 from tickui.dispatch.output import visible
+from tickui.dispatch.signing import Keyring
+from tickui.kafka_access import KafkaAccess
 from tickui.redact import redact
 
 log = logging.getLogger("tickui.worker")
@@ -31,11 +33,14 @@ def describe(exc: BaseException) -> str:
 class Publisher:
     def __init__(
         self,
-        bootstrap: str,
+        access: str | KafkaAccess,
+        keyring: Keyring,
         on_event_sent: Callable[[int, int], None],
         on_new_topics: Callable[[], None] = lambda: None,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.access = KafkaAccess.of(access)
+        self.bootstrap = self.access.bootstrap
+        self.keyring = keyring
         self.on_event_sent = on_event_sent  # (partition, offset) of each run event sent
         self.on_new_topics = on_new_topics  # the events topic had to be created again
         self._started = False
@@ -48,7 +53,7 @@ class Publisher:
     async def ensure_topics(self) -> None:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=3000)
+        admin = AIOKafkaAdminClient(**self.access.options(), request_timeout_ms=3000)
         try:
             await asyncio.wait_for(admin.start(), 5)
             new = [NewTopic(t, m.DEFAULT_PARTITIONS, 1) for t in m.TOPICS]
@@ -73,7 +78,7 @@ class Publisher:
         # a restart, it would land before the topics are created again (Tansu then keeps it
         # where no consumer can read it); the outbox retries after creating them instead.
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
+            **self.access.options(),
             request_timeout_ms=1000,
             acks="all",
             enable_idempotence=False,
@@ -83,12 +88,16 @@ class Publisher:
         await self.producer.start()
 
     async def send(self, topic: str, key: str, value: bytes) -> Any:
-        """Send and wait for the broker's acknowledgement (all replicas); raises on failure."""
+        """Send, signed, and wait for the broker's acknowledgement (all replicas); raises on
+        failure."""
         if not self._topics_ok:
             await self.ensure_topics()
+        raw_key = key.encode()
+        headers = self.keyring.seal(topic, raw_key, value) or None
         try:
             meta = await asyncio.wait_for(
-                self.producer.send_and_wait(topic, value, key=key.encode()), SEND_TIMEOUT_S
+                self.producer.send_and_wait(topic, value, key=raw_key, headers=headers),
+                SEND_TIMEOUT_S,
             )
         except BaseException:
             self._topics_ok = False

@@ -15,7 +15,9 @@ from tickui import checks
 from tickui.errors import BadInput
 from tickui.timeutil import MICROS
 
-EVENTS = ("failed", "recovered", "paused", "missed", "breaker_open", "breaker_closed")
+EVENTS = (
+    "failed", "recovered", "paused", "missed", "breaker_open", "breaker_closed", "refused"
+)  # fmt: skip
 TASK_EVENTS = frozenset({"failed", "recovered", "paused", "missed"})
 FORMATS = ("json", "slack")
 KEYS = ("name", "on", "tasks", "url", "command", "format", "timeout")

@@ -123,6 +123,23 @@ def breaker_event(opened: bool, state: str, reason: str | None, at: int, host: s
     )
 
 
+def refused_event(who: str, kind: str, count: int, detail: str, at: int, host: str) -> HookEvent:
+    """Messages on the dispatch topics that `who` (the engine or a worker) refused:
+    `error_code` is the kind (FORGED_COMMAND...), `detail` says how many and the last why."""
+    return HookEvent(
+        event="refused",
+        task=None,
+        occurrence_id=None,
+        state=None,
+        error_code=kind.upper(),
+        detail=_detail(f"{who}: {count} refused so far; last: {detail}"),
+        attempt=None,
+        scheduled_for=None,
+        finished_at=iso(at),
+        host=host,
+    )
+
+
 def matches(hook: HookConfig, event: HookEvent) -> bool:
     """Does `hook` want `event`? `tasks` narrows task events only (the breaker has no task)."""
     if event.event not in hook.on:
@@ -139,6 +156,7 @@ _SAID = {
     "missed": "missed runs",
     "breaker_open": "tick publishing: circuit breaker opened",
     "breaker_closed": "tick publishing: circuit breaker closed",
+    "refused": "refused messages on the dispatch topics",
 }
 
 

@@ -26,6 +26,7 @@ from tickui.hooks.events import (
     matches,
     occurrence_events,
     paused_event,
+    refused_event,
 )
 from tickui.redact import safe_text
 
@@ -44,6 +45,7 @@ QUEUE_MAX = 256  # events waiting per hook
 WORKERS = 2  # senders per hook: a hook that hangs holds up its own deliveries only
 SEEN_MAX = 10_000
 CLOSE_GRACE = 5.0  # seconds close() waits for queued deliveries
+REFUSED_EVERY = 60 * 1_000_000  # a refusal kind is told at most this often per sender
 STOPPED = "not delivered: tickui stopped first"
 CRASHED = "not delivered: tickui ended before it (killed?)"
 OCCURRENCE_EVENTS = frozenset({"failed", "recovered", "missed", "paused"})
@@ -90,6 +92,7 @@ class HookService:
         self._dropped_said = 0
         self._listeners: list[Callable[[], None]] = []
         self._engine: SchedulerEngine | None = None
+        self._refused_told: dict[tuple[str, str], int] = {}  # (who, kind) -> told at
 
     # ---- wiring --------------------------------------------------------------------
 
@@ -146,6 +149,20 @@ class HookService:
         at = last.at if last else self.clock.now()
         reason = last.reason if last else None
         self.emit(breaker_event(self._breaker_open, state, reason, at, self.host))
+
+    def on_refused(self, who: str, kind: str, count: int, detail: str) -> None:
+        """A refusal (the dispatcher's listener): told at once the first time for `who`
+        and `kind`, then at most once a minute, with the count so far."""
+        if "refused" not in self.wanted:
+            return
+        if self._engine is not None and not self._engine.holds_lease:
+            return
+        now = self.clock.now()
+        last = self._refused_told.get((who, kind))
+        if last is not None and now - last < REFUSED_EVERY:
+            return
+        self._refused_told[(who, kind)] = now
+        self.emit(refused_event(who, kind, count, detail, now, self.host))
 
     def _start(self) -> None:
         if self._wake is not None or self._closing:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tickui.models import Occurrence, WorkerInfo, occurrence_from_row
 from tickui.occurrence import RUN_TRANSITION
@@ -26,9 +26,36 @@ class Beat:
     seen: int
     log_dir: str | None = None
     group: str | None = None
+    refused: dict[str, int] = field(default_factory=dict)
+    insecure: bool = False
 
 
-_WORKER_COLS = "id, host, slots, running, last_seen, state, version, log_dir, grp, first_seen"
+@dataclass(frozen=True, slots=True)
+class DispatchSecurity:
+    """An engine's signing, as it last wrote it: whether it signs, with which key, and
+    what it refused."""
+
+    name: str
+    insecure: bool
+    key_id: str | None
+    refused: dict[str, int]
+    updated_at: int
+
+
+_WORKER_COLS = (
+    "id, host, slots, running, last_seen, state, version, log_dir, grp, first_seen,"
+    " refused, insecure"
+)
+
+
+def _counts(text: str | None) -> dict[str, int]:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, int) and v > 0}
 
 
 def _worker(row) -> WorkerInfo:
@@ -49,6 +76,8 @@ def _worker(row) -> WorkerInfo:
         log_dir=row[7],
         group=row[8],
         first_seen=row[9],
+        refused=_counts(row[10]),
+        insecure=bool(row[11]),
     )
 
 
@@ -83,11 +112,12 @@ class WorkerQueries(StoreBase):
             ]
             await self._conn.executemany(
                 "INSERT INTO workers (id, host, slots, running, version, state, last_seen,"
-                " first_seen, log_dir, grp) VALUES (?,?,?,?,?,?,?,?,?,?)"
+                " first_seen, log_dir, grp, refused, insecure) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(id) DO UPDATE SET host = excluded.host, slots = excluded.slots,"
                 " running = excluded.running, version = excluded.version,"
                 " state = excluded.state, last_seen = excluded.last_seen,"
                 " log_dir = excluded.log_dir, grp = excluded.grp,"
+                " refused = excluded.refused, insecure = excluded.insecure,"
                 " lost_at = CASE WHEN excluded.state = 'lost' THEN lost_at END",
                 [
                     (
@@ -101,11 +131,33 @@ class WorkerQueries(StoreBase):
                         b.seen,
                         b.log_dir,
                         b.group,
+                        json.dumps(dict(b.refused), sort_keys=True),
+                        int(b.insecure),
                     )
                     for b in latest.values()
                 ],
             )
         return back
+
+    async def record_dispatch_security(
+        self, name: str, insecure: bool, key_id: str | None, refused: dict[str, int], at: int
+    ) -> None:
+        async with self._write():
+            await self._conn.execute(
+                "INSERT INTO dispatch_security (name, insecure, key_id, refused, updated_at)"
+                " VALUES (?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET"
+                " insecure = excluded.insecure, key_id = excluded.key_id,"
+                " refused = excluded.refused, updated_at = excluded.updated_at",
+                (name, int(insecure), key_id, json.dumps(refused, sort_keys=True), at),
+            )
+
+    async def dispatch_security(self) -> list[DispatchSecurity]:
+        """Every engine that dispatched to workers, the latest first."""
+        rows = await self._all(
+            "SELECT name, insecure, key_id, refused, updated_at FROM dispatch_security"
+            " ORDER BY updated_at DESC, name"
+        )
+        return [DispatchSecurity(r[0], bool(r[1]), r[2], _counts(r[3]), r[4]) for r in rows]
 
     async def silent_workers(self, before: int) -> list[WorkerInfo]:
         """Workers alive or draining whose last heartbeat arrived before `before`."""

@@ -13,7 +13,7 @@ from tickui.dispatch import Dispatcher
 from tickui.engine import SchedulerEngine
 from tickui.hooks import HookService
 from tickui.hooks import attach as attach_hooks
-from tickui.runner import build_engine, build_ticker_for, real_ticker_config
+from tickui.runner import build_engine, build_ticker_for, hear_refusals, real_ticker_config
 from tickui.store import Store
 from tickui.ticker import RuntimeScheduler, Tick
 from tickui.ticker_config import TickerConfig
@@ -85,4 +85,5 @@ def build_host(
     host = Host(store.path, store, clock, engine, ticker, **flags)
     if not flags.get("demo"):  # the demo's failures are staged: they page no one
         host.hooks = attach_hooks(getattr(settings, "hooks", ()), store, clock, engine, ticker)
+        hear_refusals(engine, host.hooks)
     return host

@@ -203,7 +203,8 @@ async def breaker_open_scene(pilot) -> None:
 
 async def workers_scene(pilot) -> None:
     """Runs on `tickui worker`s (what a `--dispatch kafka` engine records): the Workers
-    pane under the ticks and breaker, trouble first, and each run's WORKER."""
+    pane under the ticks and breaker, trouble first, each run's WORKER, and a worker that
+    refused forged commands."""
     from tickui.store import Beat
 
     await with_runs(pilot)
@@ -220,7 +221,10 @@ async def workers_scene(pilot) -> None:
             Beat(
                 "build-01", "build-01.lan", 4, [reindex], "0.13", "alive", now - 1 * MICROS, log_dir
             ),
-            Beat("build-02", "build-02.lan", 4, [], "0.13", "alive", now - 2 * MICROS, log_dir),
+            Beat(
+                "build-02", "build-02.lan", 4, [], "0.13", "alive", now - 2 * MICROS, log_dir,
+                refused={"forged_command": 3},
+            ),  # fmt: skip
             Beat("gpu-box", "gpu-box.lan", 2, [], "0.13", "alive", now - 15 * MICROS, log_dir),
             Beat("old-ci", "ci-7.lan", 8, [], "0.12", "drained", now - 200 * MICROS, log_dir),
         ]

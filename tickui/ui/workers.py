@@ -23,6 +23,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from tickui.dispatch.refusals import security_lines
 from tickui.models import Occurrence
 from tickui.redact import safe_text
 from tickui.timeutil import MICROS
@@ -195,20 +196,34 @@ class WorkersPane(Vertical):
         color: $text-error;
         text-style: bold;
     }
+    WorkersPane #workers-security {
+        display: none;
+        max-height: 3;
+    }
     """
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._problem: str | None = None
+        self._security: tuple[tuple[str, bool], ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Static(id="workers-problem")
+        yield Static(id="workers-security")
         yield WorkerLines(id="worker-lines")
 
     def on_mount(self) -> None:
         self.border_title = "Workers"
 
-    def show(self, workers: Sequence[Any], now: int, problem: str | None = None) -> None:
+    def show(
+        self,
+        workers: Sequence[Any],
+        now: int,
+        problem: str | None = None,
+        security: Sequence[tuple[str, bool]] = (),
+    ) -> None:
+        """`security`: (text, alarm) lines on signing (refusals.security_lines); only the
+        alarms show here (an insecure party, messages refused)."""
         shown = ordered(workers)
         self.query_one(WorkerLines).show([worker_cells(w, now) for w in shown])
         title = title_for(shown, (self.outer_size.width or 40) - 5)  # "╭─ " and " ─╮"
@@ -219,6 +234,15 @@ class WorkersPane(Vertical):
             line = self.query_one("#workers-problem", Static)
             line.display = problem is not None
             line.update(Text(f"⚠ {safe_text(problem)}" if problem else ""))
+        alarms = tuple((text, alarm) for text, alarm in security if alarm)
+        if alarms != self._security:
+            self._security = alarms
+            line = self.query_one("#workers-security", Static)
+            line.display = bool(alarms)
+            shown = Text()
+            for n, (text, _) in enumerate(alarms):
+                shown.append(("\n" if n else "") + f"⚠ {text}", "bold yellow")
+            line.update(shown)
 
 
 class WorkersView:
@@ -249,6 +273,7 @@ class WorkersView:
         self._workers_reading = True
         try:
             workers = await lister() if lister is not None else []
+            engines = await host.store.dispatch_security() if lister is not None else []
         except Exception:  # the store went away: the next second tries again
             return
         finally:
@@ -258,7 +283,12 @@ class WorkersView:
             pane = self.dashboard.query_one(WorkersPane)
             if show:
                 problem = getattr(host.engine.dispatcher, "dispatch_problem", None)
-                pane.show(workers, host.clock.now(), problem if isinstance(problem, str) else None)
+                pane.show(
+                    workers,
+                    host.clock.now(),
+                    problem if isinstance(problem, str) else None,
+                    security_lines(workers, engines),
+                )
             if pane.display != show:
                 pane.display = show
             self._workers_shown = show

@@ -1,0 +1,275 @@
+"""Only the engine commands a worker: a real `tickui run --dispatch kafka` and a real `tickui
+worker` on Tansu, and messages produced by hand to their topics as an attacker on the same
+broker would: unsigned, signed with another key, past their deadline, a copy of a real
+command, a forged outcome, a forged cancel. None is believed; each is counted where
+`tickui workers` shows it, and the engine's `refused` hook is told."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kafka_support import (
+    KafkaEngine,
+    Tap,
+    Worker,
+    add_task,
+    occurrences,
+    rows,
+    unique,
+    wait_for,
+    workers_json,
+)
+
+import signing_support
+from helpers import cli
+from services import private_tansu
+from tickui.dispatch import keyfile
+from tickui.dispatch import messages as m
+from tickui.dispatch.signing import Keyring
+
+pytestmark = pytest.mark.slow
+
+OTHER = Keyring([keyfile.new_key()])  # a key the engine and the workers never heard of
+
+
+def produce(bootstrap: str, topic: str, key: str, value: bytes, headers=None) -> None:
+    """One message on `topic`, as anyone with access to the broker can write it."""
+    from aiokafka import AIOKafkaProducer
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, value, key=key.encode(), headers=headers)
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+
+
+def command(argv: list[str], deadline_in: float = 60.0) -> m.RunCommand:
+    now = time.time_ns() // 1000
+    return m.RunCommand(
+        command_id=f"cmd-0-{uuid.uuid4().hex[:12]}",
+        occurrence_id=999_999,
+        task="t",
+        argv=tuple(argv),
+        env={},
+        cwd=None,
+        timeout_s=None,
+        scheduled_for=now,
+        attempt=1,
+        deadline=now + int(deadline_in * 1_000_000),
+        owner="tickui-attacker",
+        lease_token=1,
+    )
+
+
+def run_now(db: Path, name: str, out: Path, then: str = "") -> None:
+    """A task every hour: its first slot is now (then not again in the test)."""
+    add_task(db, name, out, every="1h", then=then)
+
+
+def refused_by_worker(db: Path, worker_id: str) -> dict[str, int]:
+    for w in workers_json(db):
+        if w["id"] == worker_id:
+            return w.get("refused") or {}
+    return {}
+
+
+def refused_by_engine(db: Path) -> dict[str, int]:
+    found = rows(db, "SELECT refused FROM dispatch_security")
+    return json.loads(found[0]["refused"]) if found else {}
+
+
+@pytest.fixture
+def broker():
+    """A broker of the test's own: the counts asserted here are exact, and no other test's
+    traffic (nor these forged messages) crosses the shared one."""
+    with private_tansu() as server:
+        yield server.bootstrap
+
+
+def _start(
+    tmp_path: Path,
+    bootstrap: str,
+    procs: list,
+    *worker_args: str,
+    hook: bool = False,
+    engine_args: tuple[str, ...] = (),
+):
+    db = tmp_path / "t.db"
+    config = tmp_path / "tickui.toml"
+    hooked = tmp_path / "hook.jsonl"
+    text = '[dispatch]\nmode = "kafka"\nstart_timeout = "20s"\nworker_timeout = "10s"\n'
+    if hook:
+        text += (
+            '\n[[hook]]\nname = "alarm"\non = ["refused"]\n'
+            f'command = ["sh", "-c", "cat >> {hooked}; echo >> {hooked}"]\n'
+        )
+    config.write_text(text)
+    assert cli("task", "list", db=db).returncode == 0  # the database exists before the engine
+    worker = Worker(bootstrap, unique("g-signed"), unique("w"), tmp_path, 2, *worker_args)
+    procs.append(worker)
+    engine = KafkaEngine(db, config, bootstrap, tmp_path / "engine.log", *engine_args)
+    procs.append(engine)
+    wait_for(lambda: worker.ready, 30, "the worker to hold its partitions")
+    wait_for(lambda: any(w["id"] == worker.id for w in workers_json(db)), 30, "a heartbeat")
+    return db, worker, engine, hooked
+
+
+def test_forged_expired_and_replayed_commands_never_run(tmp_path, broker, procs):
+    kafka_bootstrap = broker
+    db, worker, _engine, hooked = _start(tmp_path, kafka_bootstrap, procs, hook=True)
+    out = tmp_path / "ran.txt"
+    with Tap(kafka_bootstrap) as tap:
+        # a real run first: the engine's command, run once
+        run_now(db, "real", out)
+        wait_for(lambda: any(o["state"] == "succeeded" for o in occurrences(db)), 30, "the run")
+        real = occurrences(db)[0]["command_id"]
+        commands = wait_for(lambda: real in (c := tap.commands()) and c, 10, "the command")
+        _, key, value = commands[real]
+
+        marks = {name: tmp_path / f"{name}.mark" for name in ("unsigned", "other", "late")}
+        unsigned = command(["sh", "-c", f"id > {marks['unsigned']}"]).encode()
+        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", unsigned)
+        other = command(["sh", "-c", f"id > {marks['other']}"]).encode()
+        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", other, OTHER.seal(m.RUNS_TOPIC, b"t", other))
+        late = command(["sh", "-c", f"id > {marks['late']}"], deadline_in=-5).encode()
+        signed_late = signing_support.headers(m.RUNS_TOPIC, "t", late)
+        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", late, signed_late)
+        # a perfect copy of the real command (same bytes, same signature): a replay
+        produce(kafka_bootstrap, m.RUNS_TOPIC, key.decode(), value,
+                signing_support.headers(m.RUNS_TOPIC, key, value))  # fmt: skip
+
+        want = {"forged_command": 2, "expired_command": 1, "replayed_command": 1}
+        wait_for(
+            lambda: refused_by_worker(db, worker.id) == want, 20, f"the worker to count {want}"
+        )
+    assert not any(mark.exists() for mark in marks.values())
+    assert out.read_text().count("real") == 1
+    said = cli("workers", db=db)
+    assert said.returncode == 0
+    assert "2 forged commands, 1 expired command, 1 replayed command" in said.stdout
+    assert "refused a forged command: unsigned" in worker.output()
+    # the engine's hook is told, once for the kind (then at most once a minute)
+    told = wait_for(lambda: hooked.exists() and "FORGED_COMMAND" in hooked.read_text() and
+                    hooked.read_text(), 20, "the refused hook")  # fmt: skip
+    event = json.loads(next(line for line in told.splitlines() if "FORGED_COMMAND" in line))
+    assert event["event"] == "refused" and worker.id in event["detail"]
+
+
+def test_forged_outcomes_and_cancels_do_not_settle_a_run(tmp_path, broker, procs):
+    kafka_bootstrap = broker
+    db, worker, _engine, _ = _start(tmp_path, kafka_bootstrap, procs)
+    gate, out = tmp_path / "gate", tmp_path / "ran.txt"
+    wait_gate = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    run_now(db, "held", out, then=wait_gate)
+    occ = wait_for(
+        lambda: next((o for o in occurrences(db) if o["state"] == "running"), None), 30, "a run"
+    )
+    cid, run_id = occ["command_id"], occ["run_id"]
+
+    def outcome(worker_id: str) -> bytes:
+        payload = {"exit_code": 0, "error_code": None, "detail": None, "tail": "forged"}
+        event = m.RunEvent(m.new_event_id(), "run.completed", cid, run_id, worker_id,
+                           time.time_ns() // 1000, payload)  # fmt: skip
+        return event.encode()
+
+    forged = outcome(worker.id)
+    produce(kafka_bootstrap, m.EVENTS_TOPIC, cid, forged)  # unsigned
+    other = outcome(worker.id)
+    produce(kafka_bootstrap, m.EVENTS_TOPIC, cid, other, OTHER.seal(m.EVENTS_TOPIC, cid.encode(),
+                                                                     other))  # fmt: skip
+    # signed with the real key, but from a worker that did not start the run
+    intruder = outcome("intruder")
+    produce(kafka_bootstrap, m.EVENTS_TOPIC, cid, intruder,
+            signing_support.headers(m.EVENTS_TOPIC, cid, intruder))  # fmt: skip
+    cancel = m.Control("cancel", cid, worker.id, "forged", time.time_ns() // 1000).encode()
+    produce(kafka_bootstrap, m.CONTROL_TOPIC, worker.id, cancel)  # unsigned
+
+    want = {"forged_event": 2, "foreign_event": 1}
+    wait_for(lambda: refused_by_engine(db) == want, 20, f"the engine to count {want}")
+    wait_for(lambda: refused_by_worker(db, worker.id) == {"forged_control": 1}, 20, "the cancel")
+    (now_occ,) = [o for o in occurrences(db) if o["command_id"] == cid]
+    assert now_occ["state"] == "running", now_occ
+    gate.touch()
+    wait_for(lambda: occurrences(db)[0]["state"] == "succeeded", 20, "the real outcome")
+    said = cli("workers", db=db).stdout
+    assert "2 forged run events, 1 run event from another worker refused" in said
+
+
+def _exit_of(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    import subprocess
+
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stderr
+
+
+def test_no_key_no_start_unless_insecure(tmp_path, broker, procs, monkeypatch):
+    kafka_bootstrap = broker
+    env = {k: v for k, v in os.environ.items() if k != "TICKUI_KEY_FILE"}
+    worker = [sys.executable, "-m", "tickui", "worker", "--kafka", kafka_bootstrap]
+    code, err = _exit_of(worker, env)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "tickui key new" in err and "--insecure" in err
+    engine = [sys.executable, "-m", "tickui", "--db", str(tmp_path / "t.db"), "run",
+              "--dispatch", "kafka", "--kafka", kafka_bootstrap, "--for", "5"]  # fmt: skip
+    code, err = _exit_of(engine, env)
+    assert code == 2 and err.count("\n") == 1 and "tickui key new" in err, err
+    loose = tmp_path / "loose.key"
+    assert cli("key", "new", str(loose)).returncode == 0
+    loose.chmod(0o640)
+    code, err = _exit_of([*worker, "--key-file", str(loose)], env)
+    assert code == 2 and "mode 640" in err and "chmod 600" in err, err
+    # --insecure starts, and says so where the user looks
+    monkeypatch.delenv("TICKUI_KEY_FILE")
+    db, insecure, engine, _ = _start(
+        tmp_path, kafka_bootstrap, procs, "--insecure", engine_args=("--insecure",)
+    )
+    assert "INSECURE" in insecure.output()
+    wait_for(lambda: any(w.get("insecure") for w in workers_json(db)), 20, "its heartbeat")
+    said = wait_for(
+        lambda: "INSECURE, dispatch messages" in (text := cli("workers", db=db).stdout) and text,
+        20,
+        "the engine's line",
+    )
+    assert f"worker {insecure.id}: INSECURE" in said
+    assert "INSECURE" in engine.output()
+
+
+def test_allow_refuses_other_programs(tmp_path, broker, procs):
+    kafka_bootstrap = broker
+    db, worker, _engine, _ = _start(tmp_path, kafka_bootstrap, procs, "--allow", "sh")
+    out = tmp_path / "ran.txt"
+    run_now(db, "shell", out)
+    python = tmp_path / "python.mark"
+    added = cli("task", "add", "py", "--every", "1h", "--",
+                "python3", "-c", f"open('{python}', 'w')", db=db)  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    ended = wait_for(
+        lambda: (
+            (o := {r["task"]: r for r in occurrences(db)})
+            and len(o) == 2
+            and all(r["state"] in ("succeeded", "failed") for r in o.values())
+            and o
+        ),
+        30,
+        "both runs to end",
+    )
+    assert ended["shell"]["state"] == "succeeded"
+    assert ended["py"]["state"] == "failed" and ended["py"]["error_code"] == "DISPATCH_FAILED"
+    assert "not allowed on this worker" in ended["py"]["detail"]
+    assert not python.exists()
+    wait_for(
+        lambda: refused_by_worker(db, worker.id) == {"disallowed_command": 1},
+        20,
+        f"the count: {workers_json(db)}",
+    )

@@ -1,0 +1,190 @@
+"""Signing and keys, without a broker: what checks and what does not, key files and their
+modes, `tickui key`, the allow list, the refusal counters and the words they are shown in."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+
+import pytest
+
+from helpers import cli
+from tickui.dispatch import keyfile
+from tickui.dispatch.allow import AllowList
+from tickui.dispatch.refusals import Refusals, said, security_lines
+from tickui.dispatch.signing import (
+    BAD_SIGNATURE,
+    KID_HEADER,
+    SIG_HEADER,
+    UNKNOWN_KEY,
+    UNSIGNED,
+    Key,
+    Keyring,
+)
+from tickui.errors import BadInput
+from tickui.redact import redact
+
+TOPIC, KEY, VALUE = "tickui.runs.v1", b"task", b'{"argv":["true"]}'
+
+
+def ring(*kids: str) -> Keyring:
+    return Keyring([Key(kid, kid.encode() * 8) for kid in kids])
+
+
+def test_a_sealed_message_checks_and_any_change_to_it_does_not():
+    keys = ring("a")
+    headers = keys.seal(TOPIC, KEY, VALUE)
+    assert keys.check(TOPIC, KEY, VALUE, headers) is None
+    assert keys.check(TOPIC, KEY, VALUE + b" ", headers) == BAD_SIGNATURE
+    assert keys.check("tickui.control.v1", KEY, VALUE, headers) == BAD_SIGNATURE
+    assert keys.check(TOPIC, b"other", VALUE, headers) == BAD_SIGNATURE
+    assert keys.check(TOPIC, KEY, VALUE, []) == UNSIGNED
+    assert keys.check(TOPIC, KEY, VALUE, None) == UNSIGNED
+    assert keys.check(TOPIC, KEY, VALUE, [(KID_HEADER, b"a")]) == UNSIGNED
+    bad = [(KID_HEADER, b"a"), (SIG_HEADER, b"\xff\xfe")]
+    assert keys.check(TOPIC, KEY, VALUE, bad) == BAD_SIGNATURE
+
+
+def test_another_key_is_refused_whether_its_id_is_known_or_not():
+    mine, theirs = ring("a"), ring("b")
+    assert mine.check(TOPIC, KEY, VALUE, theirs.seal(TOPIC, KEY, VALUE)) == UNKNOWN_KEY
+    same_id = Keyring([Key("a", b"another secret of 32 bytes......")])
+    assert mine.check(TOPIC, KEY, VALUE, same_id.seal(TOPIC, KEY, VALUE)) == BAD_SIGNATURE
+
+
+def test_rotation_old_and_new_are_both_accepted_and_the_first_signs():
+    old, rotated = ring("old"), ring("new", "old")
+    assert rotated.check(TOPIC, KEY, VALUE, old.seal(TOPIC, KEY, VALUE)) is None
+    assert old.check(TOPIC, KEY, VALUE, rotated.seal(TOPIC, KEY, VALUE)) == UNKNOWN_KEY
+    assert dict(rotated.seal(TOPIC, KEY, VALUE))[KID_HEADER] == b"new"
+
+
+def test_insecure_signs_nothing_and_believes_everything():
+    insecure = Keyring()
+    assert insecure.insecure and insecure.seal(TOPIC, KEY, VALUE) == []
+    assert insecure.check(TOPIC, KEY, VALUE, None) is None
+
+
+def test_key_files_are_private_whole_and_never_shown(tmp_path):
+    path = tmp_path / "k"
+    key = keyfile.new_key()
+    keyfile.write(path, [key], new=True)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert keyfile.read(path).keys == (key,)
+    secret = path.read_text().split()[-1]
+    assert secret not in redact(f"the key is {secret} here") and "***" in redact(secret)
+    with pytest.raises(FileExistsError):
+        keyfile.write(path, [key], new=True)
+    for mode in (0o640, 0o604, 0o620):
+        path.chmod(mode)
+        with pytest.raises(BadInput, match=f"mode {mode:o}"):
+            keyfile.read(path)
+    path.chmod(0o600)
+    path.write_text("not a key\n")
+    with pytest.raises(BadInput, match="line 1 is not"):
+        keyfile.read(path)
+    path.write_text("# only a comment\n")
+    with pytest.raises(BadInput, match="no key"):
+        keyfile.read(path)
+    path.write_text("k1 c2hvcnQ\n")
+    with pytest.raises(BadInput, match="shorter than 16 bytes"):
+        keyfile.read(path)
+    with pytest.raises(BadInput, match="tickui key new"):
+        keyfile.read(tmp_path / "missing")
+
+
+def test_no_key_is_refused_unless_insecure_and_a_given_key_wins(tmp_path):
+    with pytest.raises(BadInput, match=r"tickui key new PATH.*--insecure"):
+        keyfile.keyring_for(None, "key_file", False, "a worker")
+    assert keyfile.keyring_for(None, "key_file", True, "a worker").insecure
+    path = tmp_path / "k"
+    keyfile.write(path, [keyfile.new_key()], new=True)
+    assert not keyfile.keyring_for(path, "key_file", True, "a worker").insecure
+
+
+def test_tickui_key_new_add_use_drop_list(tmp_path):
+    path = tmp_path / "dispatch.key"
+    made = cli("key", "new", str(path))
+    assert made.returncode == 0 and "mode 600" in made.stdout
+    first = keyfile.read(path).signing_kid
+    again = cli("key", "new", str(path))
+    assert again.returncode == 2 and "exists already" in again.stderr
+    assert cli("key", "add", str(path)).returncode == 0
+    kids = [k.kid for k in keyfile.read(path).keys]
+    assert kids[0] == first and len(kids) == 2
+    assert cli("key", "use", str(path), kids[1]).returncode == 0
+    assert keyfile.read(path).signing_kid == kids[1]
+    refused = cli("key", "drop", str(path), kids[1])
+    assert refused.returncode == 2 and "signs now" in refused.stderr
+    assert cli("key", "drop", str(path), first).returncode == 0
+    listed = cli("key", "list", str(path))
+    assert listed.stdout.split() == [kids[1], "signs"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    secret = path.read_text().split()[-1]
+    assert all(secret not in r.stdout + r.stderr for r in (made, listed))
+
+
+def test_allow_compares_the_files_programs_are(tmp_path):
+    allow = AllowList.build(["sh"])
+    env = {"PATH": os.environ["PATH"]}
+    assert allow.resolve(["sh", "-c", "true"], env, None)[1:] == ("-c", "true")
+    assert allow.resolve([shutil.which("sh"), "-c", "true"], env, None) is not None
+    assert allow.resolve(["python3", "-c", "1"], env, None) is None
+    fake = tmp_path / "sh"  # not the same file, though it has the name
+    shutil.copy(shutil.which("python3"), fake)
+    assert allow.resolve([str(fake)], env, None) is None
+    assert allow.resolve(["sh"], {"PATH": str(tmp_path)}, None) is None  # PATH moved
+    assert AllowList().resolve(["anything"], env, None) == ("anything",)
+    with pytest.raises(BadInput, match="no such program"):
+        AllowList.build(["no-such-program-here"])
+
+
+def test_refusals_are_counted_and_logged_without_a_flood(caplog):
+    seen = []
+    refusals = Refusals(logging.getLogger("tickui.test"), clock=lambda: 100.0)
+    refusals.listeners.append(lambda kind, count, detail: seen.append((kind, count)))
+    with caplog.at_level(logging.WARNING, "tickui.test"):
+        for _ in range(50):
+            refusals.refuse("forged_command", "unsigned, token=abcdef")
+    assert refusals.counts == {"forged_command": 50} and len(seen) == 50
+    assert len(caplog.records) == 3  # the first three; then once a minute
+    assert "abcdef" not in caplog.text
+    assert said({"forged_command": 3, "replayed_command": 1}) == (
+        "3 forged commands, 1 replayed command"
+    )
+    assert said({}) == ""
+
+
+def test_security_lines_put_alarms_first():
+    class W:
+        def __init__(self, id, refused=None, insecure=False):
+            self.id, self.refused, self.insecure = id, refused or {}, insecure
+
+    class E:
+        name, insecure, key_id, refused = "engine h", False, "k1", {}
+
+    assert security_lines([W("w1")], [E()]) == [("engine h signs with key k1", False)]
+    lines = security_lines([W("w1", {"forged_command": 3}), W("w2", insecure=True)], [E()])
+    assert lines == [
+        ("worker w1: 3 forged commands refused", True),
+        ("worker w2: INSECURE, runs any command (no key)", True),
+    ]
+
+
+async def test_an_insecure_engine_says_so_in_its_status(tmp_path):
+    """The dashboard's header and `tickui run`'s last line show the engine's warning."""
+    from tickui.clock import ManualClock
+    from tickui.dispatch.kafka import KafkaDispatcher
+    from tickui.engine import EngineConfig, SchedulerEngine
+    from tickui.store import Store
+
+    store = await Store.open(tmp_path / "t.db")
+    try:
+        for keys, said in ((Keyring(), True), (ring("a"), False)):
+            dispatcher = KafkaDispatcher(store, ManualClock(0), "127.0.0.1:9", keyring=keys)
+            warning = SchedulerEngine(store, dispatcher, ManualClock(0), EngineConfig()).status()
+            assert ("dispatch unsigned" in (warning.warning or "")) is said
+    finally:
+        await store.close()
