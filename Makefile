@@ -84,7 +84,7 @@ test: deps $(STAMP)
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED: pytest collected no tests (exit 5)" >&2; fi; \
 	exit $$rc
 
-# The ONEX interop tests (issue 10): scripts/interop.sh builds .interop/ once (Python 3.12, uv,
+# The ONEX interop tests: scripts/interop.sh builds .interop/ once (Python 3.12, uv,
 # omnibase-infra 0.38.6 and 0.38.76) and runs interop/ in each under scripts/services.sh.
 interop: deps $(STAMP)
 	@scripts/interop.sh

@@ -5,7 +5,7 @@ few rounds; the parent prints medians and their ratio. The last line is one JSON
 
     .venv/bin/python benchmarks/engine_throughput.py [--tasks 10000] [--rounds 3] [--retries 3]
 
-`--retries N` gives every task `retries = N` (issue 12: the figure must hold with retries
+`--retries N` gives every task `retries = N` (the figure must hold with retries
 set on every task; the runs succeed, so no retry is queued, but each run's end is
 followed up as a retrying task's would be).
 """

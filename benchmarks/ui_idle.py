@@ -8,7 +8,7 @@ settle period, for each: CPU as utime+stime from /proc/PID/stat over `--seconds`
 the bytes the app wrote to its pane (tmux `pipe-pane` into a file) per second, and the
 wakeups per second (voluntary context switches of all its threads).
 
-Targets (issue 11): cpu_pct <= 1.5 (% of one core), ratio to the bare app <= 3,
+Targets: cpu_pct <= 1.5 (% of one core), ratio to the bare app <= 3,
 bytes_per_s <= 5,000.
 
     .venv/bin/python benchmarks/ui_idle.py                     # 1 round, 30 s

@@ -1,4 +1,4 @@
-"""tickui against the real ONEX package (issue 10), in a Python 3.12 venv of scripts/interop.sh.
+"""tickui against the real ONEX package, in a Python 3.12 venv of scripts/interop.sh.
 
 These tests import `omnibase_infra` (0.38.6 or 0.38.76: one venv each) and use ONEX's own models,
 consumer deserializer, header parser and RuntimeScheduler as the judges of what tickui puts on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make interop: check tickui against the real ONEX package (PyPI omnibase-infra), issue 10.
+# make interop: check tickui against the real ONEX package (PyPI omnibase-infra).
 #
 #   scripts/interop.sh            build the venvs if needed, then run interop/ in each
 #   scripts/interop.sh --build    build only

@@ -1,4 +1,4 @@
-"""Whole processes for the Kafka-dispatch tests (issue 13): `tickui worker`s, an engine
+"""Whole processes for the Kafka-dispatch tests: `tickui worker`s, an engine
 running `tickui run --dispatch kafka`, tasks whose command appends one line per run to a
 file, and readers of what they left (the file, `tickui history --json`, the SQLite file,
 the topics). Exactly-once is checked from the file AND the history, never from one alone.

@@ -1,4 +1,4 @@
-"""Real services for the tests (DESIGN.md section 9, shared/SERVICES-NOTES.md).
+"""Real services for the tests.
 
 ``make test`` runs pytest through ``scripts/services.sh``, which starts one Redis server and one
 Tansu (Kafka) broker for the whole run and exports their addresses:

@@ -1,4 +1,4 @@
-"""Backfill (issue 12, point 4): one occurrence of kind `backfill` per slot in (from, to],
+"""Backfill: one occurrence of kind `backfill` per slot in (from, to],
 run in order under the task's overlap policy. Pure slot computation, then the real
 engine with a manual clock and real processes, then the CLI."""
 

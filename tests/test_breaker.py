@@ -1,4 +1,4 @@
-"""The circuit breaker around publishing (DESIGN 4): pure, driven by monotonic time."""
+"""The circuit breaker around publishing: pure, driven by monotonic time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Overlap `buffer_one` (issue 12, point 5): while a run is active the next slot waits
+"""Overlap `buffer_one`: while a run is active the next slot waits
 (state `queued`) and starts as soon as the run ends; at most one waits; a further slot is
 skipped `concurrency_buffer_full`. Pure decisions with a manual clock, then real
 processes."""

@@ -292,3 +292,26 @@ def test_time_scale_counts_before_or_after_the_subcommand(argv) -> None:
 @pytest.mark.parametrize("argv", [[], ["demo"], ["run"]])
 def test_time_scale_defaults_to_real_time(argv) -> None:
     assert build_parser().parse_args(argv).time_scale == 1
+
+
+def test_every_subcommand_and_flag_has_help_text():
+    """`tickui <any command> --help` explains each subcommand, argument and flag."""
+    import argparse
+
+    from tickui.cli import build_parser
+
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                said = {choice.dest: choice.help for choice in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if not said.get(name):
+                        missing.append(f"{path} {name}")
+                    walk(sub, f"{path} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "tickui")
+    assert not missing, missing

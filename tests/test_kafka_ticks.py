@@ -283,7 +283,7 @@ def test_tickui_ticks_with_a_dead_broker_is_one_line_and_exit_1():
     assert len(result.stderr.strip().splitlines()) == 1 and "not reachable" in result.stderr
 
 
-# ---- wire formats (issue 10) ------------------------------------------------------------------
+# ---- wire formats ------------------------------------------------------------------
 
 
 def test_run_with_envelope_wire_publishes_onex_envelopes_that_tickui_ticks_reads(

@@ -1,4 +1,4 @@
-"""Issue 13, "How it is proven": whole `tickui run --dispatch kafka` engines and `tickui worker`
+"""Runs on workers, proven whole: `tickui run --dispatch kafka` engines and `tickui worker`
 processes on a real Tansu broker, tasks whose command appends one line per run to a file.
 Exactly-once is read from that file AND from `tickui history --json`; settlement from the
 engine's event log. Each test has its own consumer group (the shared broker's topics are

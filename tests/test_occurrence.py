@@ -1,4 +1,4 @@
-"""The occurrence state machine and settlement from runtime events (DESIGN 3)."""
+"""The occurrence state machine and settlement from runtime events."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pause after failures (issue 12.2): N consecutive failed slots (after their retries)
+"""Pause after failures: N consecutive failed slots (after their retries)
 disable the task with a note; a success resets the count; enabling clears it."""
 
 from __future__ import annotations

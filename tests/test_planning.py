@@ -1,4 +1,4 @@
-"""Misfire, overlap and run-now decisions (DESIGN 3: late runs, overlap, run now)."""
+"""Misfire, overlap and run-now decisions (late runs, overlap, run now)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retries (issue 12.1) and the queued-occurrence core they share with buffer_one and
+"""Retries and the queued-occurrence core they share with buffer_one and
 backfill: the schedule's pure logic, and the engine on real SQLite with real processes
 steered by a manual clock."""
 

@@ -1,4 +1,4 @@
-"""Schedules (DESIGN 2), the task spec validation and the time helpers.
+"""Schedules, the task spec validation and the time helpers.
 
 Every instant is integer microseconds since the epoch, UTC.
 """

@@ -1,5 +1,5 @@
 """`tickui task edit`, `tickui task export` and the overridden mark of a hand-edited
-config task (issue 12, point 6). Real SQLite files, the real CLI as a process."""
+config task. Real SQLite files, the real CLI as a process."""
 
 from __future__ import annotations
 

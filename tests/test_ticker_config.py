@@ -333,7 +333,7 @@ def test_bad_flags_are_named_as_the_flag(flags, field):
     assert caught.value.field == field
 
 
-# ---- the command line, exactly as in issue 3 ---------------------------------------------------
+# ---- the command line, as the README gives it ---------------------------------------------------
 
 
 def _one_line(result) -> str:
@@ -406,7 +406,7 @@ def test_cli_good_settings_run_and_report_them(tmp_path):
     assert metrics["ticks_emitted"] >= 3
 
 
-# ---- wire format, its default topic, and the 100 ms rule for Kafka (issue 10) ----------------
+# ---- wire format, its default topic, and the 100 ms rule for Kafka ----------------
 
 
 def test_wire_defaults_to_bare_and_the_topic_follows_the_wire():

@@ -1,4 +1,4 @@
-"""Pilot tests for the dashboard's hub (issue 11): settings, selection by id, edit, sort and
+"""Pilot tests for the dashboard's hub: settings, selection by id, edit, sort and
 filters, time zones, layout, live panes under dialogs, keys, toasts, quitting. Real SQLite,
 a manual clock, real processes."""
 
@@ -143,7 +143,7 @@ async def test_settings_that_cannot_be_saved_are_said_once(
         await until(pilot, lambda: any("settings not saved" in n for n in notes(app)))
         await pilot.pause(0.2)
         assert sum("settings not saved" in n for n in notes(app)) == 1
-        assert app.view.mode == "task" and app.prefs.side_hidden  # kept for this session
+        assert app.view.mode == "task" and app.prefs.side_hidden  # kept while the app runs
 
 
 async def test_an_app_can_keep_its_settings_in_a_file_of_its_own(tmp_db: Path) -> None:

@@ -1,4 +1,4 @@
-"""Issue 12 in the dashboard: a pending retry ("retry 2/2 in 1m00s", "attempt 2/2, next
+"""Failure handling in the dashboard: a pending retry ("retry 2/2 in 1m00s", "attempt 2/2, next
 in ..."), a task paused by pause_after (loud, with a toast), backfill runs, the edit
 form's failure fields, and the hook deliveries screen (key h). Real SQLite, the real
 engine and real processes; a manual clock moves time."""

@@ -1,4 +1,4 @@
-"""Hang-up (issue 11, point 10): SIGHUP, SIGTERM or the terminal going away do what `q`
+"""Hang-up: SIGHUP, SIGTERM or the terminal going away do what `q`
 then "cancel them" does. Real processes: the dashboard runs under tmux, a run of `sleep`
 is in flight, the signal goes to the tickui process (or the tmux session is killed, a real
 hang-up); afterwards the process is gone, the run's whole tree is gone, the run is recorded

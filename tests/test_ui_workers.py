@@ -1,4 +1,4 @@
-"""Pilot tests of the dashboard's view of workers (issue 13): the Workers pane, the WORKER
+"""Pilot tests of the dashboard's view of workers: the Workers pane, the WORKER
 columns, a remote run's output, the broker-down warning. Real SQLite, a manual clock;
 workers, runs and their events are written through the store as the engine's Kafka
 consumers write them (no broker here: the engine side has its own tests)."""

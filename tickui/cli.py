@@ -1,4 +1,4 @@
-"""The `tickui` command line (DESIGN 5). Exit 0 on success, 2 on bad input, 1 otherwise."""
+"""The `tickui` command line. Exit 0 on success, 2 on bad input, 1 otherwise."""
 
 from __future__ import annotations
 
@@ -67,23 +67,32 @@ def build_parser() -> argparse.ArgumentParser:
     scale = arg_number("--time-scale", 1, 3600)
     seconds = arg_number("--for", 0.001, MAX_SECONDS)
     kafka = arg(checks.bootstrap, "--kafka")
-    parser.add_argument("--time-scale", type=scale, default=1.0, metavar="N")
+    lapse = "run N times as fast on a copy of the database (time-lapse, 1 to 3600)"
+    parser.add_argument("--time-scale", type=scale, default=1.0, metavar="N", help=lapse)
     real = "with --time-scale: run the real commands (still on a copy of the database)"
     parser.add_argument("--real-commands", action="store_true", help=real)
     signing(parser)  # the dashboard's engine, when it dispatches to workers
     demo = sub.add_parser("demo", parents=[shared], help="the dashboard on sample tasks")
-    demo.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N")
+    demo.add_argument(
+        "--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N", help=lapse
+    )
     run = sub.add_parser("run", parents=[shared], help="run the engine headless")
-    run.add_argument("--for", dest="duration", type=seconds, metavar="SECONDS")
-    run.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N")
+    run.add_argument(
+        "--for", dest="duration", type=seconds, metavar="SECONDS", help="stop after this long"
+    )
+    run.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N", help=lapse)
     run.add_argument("--real-commands", action="store_true", default=argparse.SUPPRESS, help=real)
     run.add_argument(
-        "--stop-grace", type=arg_duration("--stop-grace", 0, 3600 * 1_000_000), metavar="DURATION"
+        "--stop-grace",
+        type=arg_duration("--stop-grace", 0, 3600 * 1_000_000),
+        metavar="DURATION",
+        help="at stop, how long running jobs get before they are cancelled (default 10s)",
     )
     run.add_argument(
         "--tick-interval",
         type=arg_duration("--tick-interval", 10_000, 60_000_000),
         metavar="DURATION",
+        help="time between ticks (default 1s; 100ms or more with Kafka)",
     )
     run.add_argument(
         "--kafka", type=kafka, metavar="BOOTSTRAP", help="publish ticks (and runs) to Kafka"
@@ -107,53 +116,84 @@ def build_parser() -> argparse.ArgumentParser:
     add_kafka_arguments(run)
 
     ticks = sub.add_parser("ticks", parents=[shared], help="follow ticks on Kafka")
-    ticks.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP")
-    ticks.add_argument("--topic", metavar="NAME")
+    ticks.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP", help="host:port[,host:port]")
+    ticks.add_argument("--topic", metavar="NAME", help="tick topic (default: the wire's)")
     ticks.add_argument("--wire", **wires, help="only picks the default topic; both are read")
     ticks.add_argument("--json", action="store_true", help="one JSON object per line")
-    ticks.add_argument("--for", dest="duration", type=seconds, metavar="SECONDS")
-    ticks.add_argument("--count", type=arg_number("--count", 1, 10**9, integer=True), metavar="N")
-    ticks.add_argument("--from-beginning", action="store_true")
+    ticks.add_argument(
+        "--for", dest="duration", type=seconds, metavar="SECONDS", help="stop after this long"
+    )
+    ticks.add_argument(
+        "--count",
+        type=arg_number("--count", 1, 10**9, integer=True),
+        metavar="N",
+        help="stop after N ticks",
+    )
+    ticks.add_argument("--from-beginning", action="store_true", help="the topic's oldest first")
     add_kafka_arguments(ticks)
 
     task = sub.add_parser("task", parents=[shared], help="add, list, show and change tasks")
     tsub = task.add_subparsers(dest="action", parser_class=_Parser, required=True)
     add = tsub.add_parser("add", parents=[shared], help="add a task: ... -- ARGV")
-    add.add_argument("name")
+    add.add_argument("name", help="the task's name (letters, digits, . _ -)")
     task_options(add)
     edit = tsub.add_parser("edit", parents=[shared], help="change a task: add's options")
-    edit.add_argument("name")
-    edit.add_argument("--rename", type=arg(check_name, "--rename"), metavar="NAME")
+    edit.add_argument("name", help="the task to change")
+    edit.add_argument(
+        "--rename", type=arg(check_name, "--rename"), metavar="NAME", help="its new name"
+    )
     task_options(edit, edit=True)
     export = tsub.add_parser("export", parents=[shared], help="every task as [[task]] entries")
     export.set_defaults(name=None)
     back = tsub.add_parser("backfill", parents=[shared], help="run past slots in (from, to]")
-    back.add_argument("name")
-    back.add_argument("--from", dest="start", type=arg(parse_instant, "--from"), metavar="INSTANT")
-    back.add_argument("--to", dest="end", type=arg(parse_instant, "--to"), metavar="INSTANT")
+    back.add_argument("name", help="the task whose past slots run")
+    back.add_argument(
+        "--from", dest="start", type=arg(parse_instant, "--from"), metavar="INSTANT",
+        help="slots after this instant",
+    )  # fmt: skip
+    back.add_argument(
+        "--to", dest="end", type=arg(parse_instant, "--to"), metavar="INSTANT",
+        help="up to this instant, included",
+    )  # fmt: skip
     most = arg_number("--max", 1, backfill.MAX_MAX, integer=True)
-    back.add_argument("--max", dest="limit", type=most, default=backfill.DEFAULT_MAX, metavar="N")
+    back.add_argument(
+        "--max", dest="limit", type=most, default=backfill.DEFAULT_MAX, metavar="N",
+        help=f"at most N slots (default {backfill.DEFAULT_MAX}, up to {backfill.MAX_MAX})",
+    )  # fmt: skip
     back.add_argument("--cancel", action="store_true", help="cancel its queued backfill runs")
-    lst = tsub.add_parser("list", parents=[shared])
-    lst.add_argument("--json", action="store_true")
-    show = tsub.add_parser("show", parents=[shared])
-    show.add_argument("name")
-    show.add_argument("--json", action="store_true")
-    for action in ("enable", "rm", "run-now"):
-        tsub.add_parser(action, parents=[shared]).add_argument("name")
-    disable = tsub.add_parser("disable", parents=[shared])
-    disable.add_argument("name")
-    disable.add_argument("--note", type=arg(checks.text, "--note"))
+    json_flag = "one JSON array"
+    lst = tsub.add_parser("list", parents=[shared], help="every task, with its next run")
+    lst.add_argument("--json", action="store_true", help=json_flag)
+    show = tsub.add_parser("show", parents=[shared], help="one task and its recent runs")
+    show.add_argument("name", help="the task")
+    show.add_argument("--json", action="store_true", help=json_flag)
+    for action, said in (
+        ("enable", "switch a task on"),
+        ("rm", "delete a task (its history stays)"),
+        ("run-now", "run a task once now (an engine must be running)"),
+    ):
+        tsub.add_parser(action, parents=[shared], help=said).add_argument("name", help="the task")
+    disable = tsub.add_parser("disable", parents=[shared], help="switch a task off")
+    disable.add_argument("name", help="the task")
+    disable.add_argument("--note", type=arg(checks.text, "--note"), help="why, shown beside it")
 
     hist = sub.add_parser("history", parents=[shared], help="occurrences, newest first")
-    hist.add_argument("name", nargs="?")
+    hist.add_argument("name", nargs="?", help="one task's only")
     hist.add_argument(
-        "--limit", type=arg_number("--limit", 1, MAX_HISTORY, integer=True), default=50
+        "--limit",
+        type=arg_number("--limit", 1, MAX_HISTORY, integer=True),
+        default=50,
+        help=f"at most this many (default 50, up to {MAX_HISTORY})",
     )
-    hist.add_argument("--json", action="store_true")
+    hist.add_argument("--json", action="store_true", help=json_flag)
     hooks = sub.add_parser("hooks", parents=[shared], help="recent hook deliveries")
-    hooks.add_argument("--json", action="store_true")
-    hooks.add_argument("--limit", type=arg_number("--limit", 1, 1000, integer=True), default=50)
+    hooks.add_argument("--json", action="store_true", help=json_flag)
+    hooks.add_argument(
+        "--limit",
+        type=arg_number("--limit", 1, 1000, integer=True),
+        default=50,
+        help="at most this many (default 50, up to 1000)",
+    )
     worker = sub.add_parser("worker", parents=[shared], help="run commands sent over Kafka")
     worker_cli.add_arguments(worker)
     workers = sub.add_parser("workers", parents=[shared], help="the workers the engine has heard")
@@ -185,18 +225,26 @@ def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
     same ones, each optional; there only the options given are in the namespace (their
     default is SUPPRESS) and only they change. Add an option of `task add` here."""
     when = parser.add_mutually_exclusive_group(required=not edit)
-    when.add_argument("--cron", metavar="EXPR")
-    when.add_argument("--every", metavar="DURATION")
-    when.add_argument("--at", metavar="INSTANT")
-    parser.add_argument("--tz", metavar="ZONE")
-    parser.add_argument("--misfire", metavar="POLICY")
-    parser.add_argument("--concurrency", metavar="POLICY")
-    parser.add_argument("--timeout", metavar="DURATION")
-    parser.add_argument("--jitter", metavar="DURATION")
-    parser.add_argument("--anchor", metavar="INSTANT")
-    parser.add_argument("--cwd", metavar="DIR")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--disabled", action="store_true")
+    when.add_argument("--cron", metavar="EXPR", help="5 fields (6 with seconds), or @hourly...")
+    when.add_argument("--every", metavar="DURATION", help="an interval: 30s, 5m, 1h (100ms-366d)")
+    when.add_argument("--at", metavar="INSTANT", help="once, at an ISO 8601 instant")
+    parser.add_argument("--tz", metavar="ZONE", help="IANA time zone of a cron (default UTC)")
+    parser.add_argument(
+        "--misfire", metavar="POLICY", help="late slots: run_once (default), run_all or skip"
+    )
+    parser.add_argument(
+        "--concurrency",
+        metavar="POLICY",
+        help="a slot while a run is active: forbid (default), allow, replace, buffer_one",
+    )
+    parser.add_argument("--timeout", metavar="DURATION", help="stop a run after this long")
+    parser.add_argument("--jitter", metavar="DURATION", help="start each run up to this late")
+    parser.add_argument("--anchor", metavar="INSTANT", help="an interval's first slot")
+    parser.add_argument("--cwd", metavar="DIR", help="the command's working folder")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="set for the command"
+    )
+    parser.add_argument("--disabled", action="store_true", help="add it switched off")
     parser.add_argument("--retries", metavar="N", help="retry a failed run N times (0-100)")
     parser.add_argument("--retry-delay", metavar="DURATION", help="first retry delay (10s)")
     parser.add_argument("--retry-max-delay", metavar="DURATION", help="longest delay (1h)")

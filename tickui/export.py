@@ -55,7 +55,7 @@ def spec_fields(spec: TaskSpec) -> dict[str, Any]:
         raw["anchor"] = iso(spec.anchor)
     if spec.cwd is not None:
         raw["cwd"] = spec.cwd
-    # The retry fields (issue 12), once spec.py has them: written when not the default.
+    # The retry fields: written when not the default.
     defaults = {f.name: f.default for f in fields(spec)}
     for name in _RETRY_FIELDS:
         value = getattr(spec, name, None)

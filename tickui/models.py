@@ -1,4 +1,4 @@
-"""Rows as the rest of tickui sees them, and their public JSON form (DESIGN 5)."""
+"""Rows as the rest of tickui sees them, and their public JSON form."""
 
 from __future__ import annotations
 

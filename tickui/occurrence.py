@@ -36,7 +36,7 @@ STARTED_STATES = frozenset({"running", "paused", "waiting"})
 
 
 def can_move(source: str, target: str) -> bool:
-    """Terminal states never change; everything else follows the diagram in DESIGN 3."""
+    """Terminal states never change; everything else moves as _MOVES allows."""
     return target in _MOVES.get(source, ())
 
 

@@ -49,7 +49,7 @@ def due_time(task: DueTask, slot: int) -> int:
 
 
 def plan_task(task: DueTask, now: int, grace: int, active: bool, waiting: bool = False) -> Plan:
-    """Decide what the due slots of one task become (DESIGN 3, late runs and overlap).
+    """Decide what the due slots of one task become (late runs and overlap).
     `waiting`: a slot of the task already waits its turn (buffer_one's buffered slot)."""
     if due_time(task, task.next_run_at) > now:
         return Plan(task, task.next_run_at)

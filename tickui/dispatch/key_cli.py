@@ -17,17 +17,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="key_command", metavar="new|add|use|drop|list")
     sub.required = True
     new = sub.add_parser("new", help="write a new key file (mode 600) with one key")
-    new.add_argument("path", metavar="PATH")
+    path = "the key file"
+    new.add_argument("path", metavar="PATH", help="the key file to write (never over another)")
     add = sub.add_parser("add", help="add a key that is accepted but does not sign yet")
-    add.add_argument("path", metavar="PATH")
+    add.add_argument("path", metavar="PATH", help=path)
     use = sub.add_parser("use", help="sign with this key (it moves to the first line)")
-    use.add_argument("path", metavar="PATH")
-    use.add_argument("kid", metavar="KEY_ID")
+    use.add_argument("path", metavar="PATH", help=path)
+    use.add_argument("kid", metavar="KEY_ID", help="the key that signs from now on")
     drop = sub.add_parser("drop", help="stop accepting a key (never the one that signs)")
-    drop.add_argument("path", metavar="PATH")
-    drop.add_argument("kid", metavar="KEY_ID")
+    drop.add_argument("path", metavar="PATH", help=path)
+    drop.add_argument("kid", metavar="KEY_ID", help="the key to forget")
     lst = sub.add_parser("list", help="the key ids, which one signs (never a secret)")
-    lst.add_argument("path", metavar="PATH")
+    lst.add_argument("path", metavar="PATH", help=path)
 
 
 def main(args: argparse.Namespace) -> int:

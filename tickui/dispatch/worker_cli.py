@@ -36,17 +36,34 @@ def _group(value: str, flag: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The worker's options; kept light: nothing heavy is imported to build the parser."""
-    parser.add_argument("--kafka", type=arg(checks.bootstrap, "--kafka"), metavar="BOOTSTRAP")
-    parser.add_argument("--group", type=arg(_group, "--group"), metavar="NAME")
-    parser.add_argument("--slots", type=arg_number("--slots", 1, 256, integer=True), default=4)
-    parser.add_argument("--id", dest="worker_id", type=arg(_name, "--id"), metavar="NAME")
     parser.add_argument(
-        "--for", dest="duration", type=arg_number("--for", 0.001, 366 * 86400.0), metavar="SECONDS"
-    )
+        "--kafka", type=arg(checks.bootstrap, "--kafka"), metavar="BOOTSTRAP",
+        help="host:port[,host:port] (TICKUI_KAFKA_BOOTSTRAP)",
+    )  # fmt: skip
     parser.add_argument(
-        "--stop-grace", type=arg_duration("--stop-grace", 0, 3600 * 1_000_000), metavar="DURATION"
-    )
-    parser.add_argument("--log-dir", type=arg(checks.path_text, "--log-dir"), metavar="DIR")
+        "--group", type=arg(_group, "--group"), metavar="NAME",
+        help="the consumer group the workers share (default tickui-workers)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--slots", type=arg_number("--slots", 1, 256, integer=True), default=4,
+        help="commands run at once (1 to 256, default 4)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--id", dest="worker_id", type=arg(_name, "--id"), metavar="NAME",
+        help="this worker's name (default HOST-PID; runs see it as TICKUI_WORKER)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--for", dest="duration", type=arg_number("--for", 0.001, 366 * 86400.0),
+        metavar="SECONDS", help="drain and stop after this long",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stop-grace", type=arg_duration("--stop-grace", 0, 3600 * 1_000_000),
+        metavar="DURATION", help="at stop, how long runs get before they are cancelled (10s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--log-dir", type=arg(checks.path_text, "--log-dir"), metavar="DIR",
+        help="where runs' output goes (default: the user state folder)",
+    )  # fmt: skip
     parser.add_argument(
         "--key-file",
         type=arg(checks.path_text, "--key-file"),

@@ -245,7 +245,7 @@ class StoreBase:
     async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row (every caller's query has at most one). One trip to the
         connection's thread, not three (execute, fetch, close): an idle dashboard's
-        queries are mostly such trips, each waking two threads (issue 11)."""
+        queries are mostly such trips, each waking two threads."""
         rows = await self._conn.execute_fetchall(sql, params)
         return rows[0] if rows else None
 

@@ -179,7 +179,7 @@ class Coordination(StoreBase):
             " OR EXISTS (SELECT 1 FROM tasks WHERE enabled = 1 AND due_at IS NOT NULL"
             " AND due_at <= ?)"
             f" OR EXISTS (SELECT 1 FROM occurrences WHERE state IN {_ACTIVE_SQL})"
-            # queued rows due, or to cancel (issue 12, helper R: see store/queue.py)
+            # queued rows due, or to cancel (see store/queue.py)
             " OR EXISTS (SELECT 1 FROM occurrences o LEFT JOIN tasks t ON t.id = o.task_id"
             " WHERE o.state = 'queued' AND (coalesce(o.retry_at, o.scheduled_for) <= ?"
             " OR t.id IS NULL OR t.enabled = 0 OR t.generation <> o.generation))",

@@ -183,7 +183,7 @@ class TaskQueries(StoreBase):
             await self._conn.execute(QUEUED_CANCEL, (at, "task removed", task.id))
 
     async def sync_tasks(self, specs: Sequence[TaskSpec], now: int) -> SyncReport:
-        """Make the config-declared tasks match `specs` (DESIGN 6); CLI-made tasks are kept."""
+        """Make the config-declared tasks match `specs`; CLI-made tasks are kept."""
         report = SyncReport()
         rows = await self._all("SELECT id, name, definition_hash, source, anchor FROM tasks")
         existing = {row[1]: row for row in rows}

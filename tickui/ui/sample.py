@@ -222,9 +222,16 @@ async def workers_scene(pilot) -> None:
                 "build-01", "build-01.lan", 4, [reindex], "0.13", "alive", now - 1 * MICROS, log_dir
             ),
             Beat(
-                "build-02", "build-02.lan", 4, [], "0.13", "alive", now - 2 * MICROS, log_dir,
+                "build-02",
+                "build-02.lan",
+                4,
+                [],
+                "0.13",
+                "alive",
+                now - 2 * MICROS,
+                log_dir,
                 refused={"forged_command": 3},
-            ),  # fmt: skip
+            ),
             Beat("gpu-box", "gpu-box.lan", 2, [], "0.13", "alive", now - 15 * MICROS, log_dir),
             Beat("old-ci", "ci-7.lan", 8, [], "0.12", "drained", now - 200 * MICROS, log_dir),
         ]

@@ -1,6 +1,6 @@
 """A table on Textual's Line API: it renders only the rows on screen.
 
-`DataTable` rebuilds its caches in O(rows) on every change (TEXTUAL-NOTES.md); this one
+`DataTable` rebuilds its caches in O(rows) on every change; this one
 asks its source for the visible rows at paint time, so a change costs what is visible.
 The cursor follows a row's key (task id, occurrence id), not its index, so rows added,
 removed or reordered around it leave it on the same row. Colours come from the theme.
