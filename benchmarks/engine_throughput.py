@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tickui.clock import ManualClock
-from tickui.dispatch import Receipt
+from tickui.dispatch import Dispatcher, Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.occurrence import RUN_COMPLETED
 from tickui.spec import build_spec
@@ -82,7 +82,7 @@ def _figures(tasks: int, elapsed: float, probe: LagProbe) -> dict:
     }
 
 
-class InstantDispatcher:
+class InstantDispatcher(Dispatcher):
     """Accepts every job and records its start and completion at once, in one batch."""
 
     def __init__(self, store: Store, clock: ManualClock) -> None:

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tickui.clock import Clock, SystemClock
 from tickui.config import Settings
-from tickui.dispatch import DispatchFailure, Fence, Job, Receipt
+from tickui.dispatch import Dispatcher, DispatchFailure, Fence, Job, Receipt
 from tickui.dispatch.base import wait_until_done
 from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION, TERMINAL
 from tickui.spec import build_spec
@@ -182,7 +182,7 @@ class _FakeRun:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class InProcessDispatcher:
+class InProcessDispatcher(Dispatcher):
     """What SubprocessDispatcher writes, with no process behind it: a batch of
     `control.run_transition` (running) events at dispatch, then per run, from its watcher,
     one `run.completed` (or `run.canceled` when cancelled) a fraction of a second later."""

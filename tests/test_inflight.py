@@ -7,14 +7,14 @@ import pytest
 
 from helpers import T0
 from tickui.clock import ManualClock
-from tickui.dispatch import Receipt
+from tickui.dispatch import Dispatcher, Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.occurrence import RUN_COMPLETED
 from tickui.spec import build_spec
 from tickui.store import NewEvent, Store
 
 
-class EndsAtOnce:
+class EndsAtOnce(Dispatcher):
     """A runtime that reports a run's end (no transition before it) while the dispatch is
     still under way, and lets another reconcile run before the receipt is returned."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from helpers import T0, Rig
 from tickui.clock import ManualClock
-from tickui.dispatch import Receipt
+from tickui.dispatch import Dispatcher, Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.models import Occurrence
 from tickui.occurrence import DETAIL_MAX
@@ -23,7 +23,7 @@ from tickui.store import NewEvent, Store
 TRANSITION = "control.run_transition"
 
 
-class AcceptingDispatcher:
+class AcceptingDispatcher(Dispatcher):
     """Accepts every job and starts nothing: only the events a test appends settle it."""
 
     def __init__(self) -> None:

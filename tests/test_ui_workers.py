@@ -30,7 +30,7 @@ def kafka(problem: str | None = None):
     """A host whose engine says it dispatches to workers (as KafkaDispatcher does)."""
 
     async def prepare(host) -> None:
-        host.engine.dispatcher.mode = "kafka"
+        host.engine.dispatcher.remote = True
         if problem is not None:
             host.engine.dispatcher.dispatch_problem = problem
 

@@ -141,17 +141,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         )
 
     def _warning(self) -> str | None:
-        said = []
-        for attribute, what in (
-            ("recording_problem", "run events not recorded"),
-            ("output_problem", "run output not written"),
-            ("dispatch_problem", "runs not handed to workers"),
-            ("security_problem", "dispatch unsigned"),
-        ):
-            problem = getattr(self.dispatcher, attribute, None)
-            if isinstance(problem, str):
-                said.append(f"{what} ({problem})")
-        return "; ".join(said) or None
+        return "; ".join(self.dispatcher.problems()) or None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -160,9 +150,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             return
         self._running = True
         await self.store.list_tasks(with_stats=False)  # parses every definition once, up front
-        starter = getattr(self.dispatcher, "start", None)
-        if callable(starter):  # a remote dispatcher connects (in the background)
-            await starter()
+        await self.dispatcher.start()  # a remote dispatcher connects (in the background)
         self._reconciler = asyncio.create_task(self._reconcile_loop(), name="tickui-reconcile")
         await self.tick(self.clock.now())
 
@@ -227,9 +215,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
     async def _tend(self, now: int) -> None:
         """A remote dispatcher settles, on this clock, what its workers will not report
         (a deadline passed, a worker gone silent)."""
-        tend = getattr(self.dispatcher, "tend", None)
-        if callable(tend):
-            await tend(now)
+        await self.dispatcher.tend(now)
 
     def _set_result(self, now: int, result: str, detail: str | None) -> None:
         self._scan.at, self._scan.result, self._scan.detail = now, result, detail

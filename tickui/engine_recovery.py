@@ -28,7 +28,7 @@ class Recovery:
         # (their outcome could not be written) are left to recover.
         # Runs handed to workers (a dispatch deadline) live on: their events, a lost
         # worker or their deadline settle them, when this engine dispatches to workers too.
-        remote = getattr(self.dispatcher, "mode", "local") == "kafka"
+        remote = self.dispatcher.remote
         orphans = [
             occ
             for occ in await self.store.foreign_active(self._lease.token)

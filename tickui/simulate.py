@@ -28,7 +28,7 @@ from typing import Any
 from urllib.request import pathname2url
 
 from tickui.clock import Clock
-from tickui.dispatch import DispatchFailure, Fence, Job, NotStarted, Receipt
+from tickui.dispatch import Dispatcher, DispatchFailure, Fence, Job, NotStarted, Receipt
 from tickui.dispatch.base import wait_until_done
 from tickui.errors import StoreError
 from tickui.occurrence import ACTIVE, RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, RUN_TRANSITION
@@ -284,7 +284,7 @@ class _SimRun:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class SimulatedDispatcher:
+class SimulatedDispatcher(Dispatcher):
     """The Dispatcher protocol without processes: a run is a running event now and an
     outcome event when its engine-time duration has passed on the engine's clock."""
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from tickui.models import Occurrence, Task
 
@@ -45,16 +45,51 @@ Fence = Callable[[], Awaitable[bool]]
 Result = Receipt | DispatchFailure | NotStarted
 
 
-class Dispatcher(Protocol):
+class Dispatcher(ABC):
+    """Everything the engine asks of whoever runs its jobs. `dispatch`, `cancel`, `active`
+    and `shutdown` are each dispatcher's own; the rest has the defaults of a dispatcher
+    whose runs are this process's children."""
+
+    # Runs live in other processes that report on them (workers over Kafka): the engine's
+    # recovery leaves a run handed out that way to its events, its deadline or its worker.
+    remote: bool = False
+    # Why runs cannot be handed out now (the broker is down), for the Workers pane.
+    dispatch_problem: str | None = None
+
+    @abstractmethod
     async def dispatch(
         self, jobs: Sequence[Job], may_start: Fence | None = None
-    ) -> list[Receipt | DispatchFailure | NotStarted]: ...
+    ) -> list[Receipt | DispatchFailure | NotStarted]:
+        """Start each job, after `may_start` says yes for it; one answer per job."""
 
-    async def cancel(self, occurrence_id: int, reason: str) -> bool: ...
+    @abstractmethod
+    async def cancel(self, occurrence_id: int, reason: str) -> bool:
+        """Stop a run; False when this dispatcher does not have it."""
 
-    def active(self) -> int: ...
+    @abstractmethod
+    def active(self) -> int:
+        """Runs this process waits for at shutdown."""
 
-    async def shutdown(self, grace: float) -> None: ...
+    @abstractmethod
+    async def shutdown(self, grace: float) -> None:
+        """Let active runs end within `grace` seconds, then stop them."""
+
+    async def start(self) -> None:
+        """Called once as the engine starts, before the first dispatch; never waits for
+        anything remote (a broker that is down is retried in the background)."""
+        return None
+
+    async def tend(self, now: int) -> None:
+        """Called on every engine tick while the engine holds the lease: settle, on the
+        engine's clock, what no one will report (a deadline passed, a worker gone)."""
+        return None
+
+    def problems(self) -> list[str]:
+        """What is degraded now while scheduling still works, one phrase each (the
+        engine's status warning: the dashboard's header, `tickui run`'s last line)."""
+        if self.dispatch_problem is not None:
+            return [f"runs not handed to workers ({self.dispatch_problem})"]
+        return []
 
 
 async def wait_until_done(runs_done: Iterable[asyncio.Event], grace: float) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tickui import procs
-from tickui.dispatch.base import DispatchFailure, Fence, Job, NotStarted, Receipt
+from tickui.dispatch.base import Dispatcher, DispatchFailure, Fence, Job, NotStarted, Receipt
 from tickui.dispatch.kafka_feeds import EventFeed, HeartbeatFeed
 from tickui.dispatch.kafka_link import KafkaLink, LinkDown
 from tickui.dispatch.messages import (
@@ -54,11 +54,11 @@ class _Pending:
     command_id: str
 
 
-class KafkaDispatcher:
+class KafkaDispatcher(Dispatcher):
     """Dispatcher over Kafka (see the module doc). `tend(now)` is called on every engine
     tick while it holds the lease."""
 
-    mode = "kafka"
+    remote = True
 
     def __init__(
         self,
@@ -120,14 +120,17 @@ class KafkaDispatcher:
 
     # ---- what the engine reads ---------------------------------------------------------
 
-    @property
-    def security_problem(self) -> str | None:
+    def problems(self) -> list[str]:
+        said = super().problems()
         if self.keyring.insecure:
-            return "INSECURE: anyone who can write to the topics can run commands on workers"
-        return None
+            said.append(
+                "dispatch unsigned (INSECURE: anyone who can write to the topics can run"
+                " commands on workers)"
+            )
+        return said
 
     @property
-    def dispatch_problem(self) -> str | None:
+    def dispatch_problem(self) -> str | None:  # type: ignore[override]
         problem = self.link.problem
         if problem is None and self._outbox:
             problem = f"kafka {self.bootstrap}: {len(self._outbox)} message(s) waiting to be sent"

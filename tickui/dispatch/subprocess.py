@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from tickui import procs
 from tickui.clock import Clock
 from tickui.dispatch.base import (
+    Dispatcher,
     DispatchFailure,
     Fence,
     Job,
@@ -40,7 +41,7 @@ def _occ(run: ProcessRun) -> Occurrence:
     return run.tag
 
 
-class SubprocessDispatcher:
+class SubprocessDispatcher(Dispatcher):
     """Runs a task's argv in its own process group, with cwd, env, timeout and a log file.
 
     Whatever goes wrong starting or watching one run fails that run alone: `dispatch`,
@@ -98,6 +99,14 @@ class SubprocessDispatcher:
     def output_problem(self) -> str | None:
         """Why run output cannot be written to the logs right now (None when it can)."""
         return self._output_health.problem
+
+    def problems(self) -> list[str]:
+        said = super().problems()
+        if self.recording_problem is not None:
+            said.append(f"run events not recorded ({self.recording_problem})")
+        if self.output_problem is not None:
+            said.append(f"run output not written ({self.output_problem})")
+        return said
 
     def _env(self, job: Job) -> dict[str, str]:
         occ = job.occurrence

@@ -47,10 +47,8 @@ STATE_ORDER = {"lost": 0, "alive": 1, "draining": 2, "drained": 3}  # trouble on
 
 
 def dispatch_mode(engine: Any) -> str:
-    """ "kafka" when the engine hands its runs to workers, else "local" (a dispatcher
-    says so with a `mode` attribute; the subprocess one has none)."""
-    mode = getattr(getattr(engine, "dispatcher", None), "mode", None)
-    return mode if isinstance(mode, str) else "local"
+    """ "kafka" when the engine hands its runs to workers, else "local"."""
+    return "kafka" if engine is not None and engine.dispatcher.remote else "local"
 
 
 def ago(last_seen: int | None, now: int) -> str:
@@ -282,11 +280,10 @@ class WorkersView:
         with contextlib.suppress(Exception):  # the dashboard is not mounted yet (or any more)
             pane = self.dashboard.query_one(WorkersPane)
             if show:
-                problem = getattr(host.engine.dispatcher, "dispatch_problem", None)
                 pane.show(
                     workers,
                     host.clock.now(),
-                    problem if isinstance(problem, str) else None,
+                    host.engine.dispatcher.dispatch_problem,
                     security_lines(workers, engines),
                 )
             if pane.display != show:
