@@ -116,8 +116,10 @@ def test_run_and_history_json(tmp_path):
     }
     assert all(keys <= set(o) for o in history)
     assert [o["id"] for o in history] == sorted((o["id"] for o in history), reverse=True)
-    ticks = [o for o in history if o["task"] == "tick"]
-    assert {o["state"] for o in ticks} == {"succeeded"}
+    # A slot claimed as the engine stops (or while a loaded machine still runs the one
+    # before) may be skipped, never run: every other one ran, once, and succeeded.
+    ticks = [o for o in history if o["task"] == "tick" and o["state"] != "skipped"]
+    assert ticks and {o["state"] for o in ticks} == {"succeeded"}
     assert sorted(o["scheduled_for"] for o in ticks) == sorted(out.read_text().split())
     bad = [o for o in history if o["task"] == "bad"]
     assert bad and all(o["error_code"] == "EXIT_NONZERO" and o["exit_code"] == 4 for o in bad)

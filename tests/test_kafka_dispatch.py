@@ -15,7 +15,7 @@ from helpers import T0, wait_for
 from services import private_tansu
 from tickui.clock import ManualClock
 from tickui.dispatch.kafka import KafkaDispatcher
-from tickui.dispatch.kafka_link import KafkaLink, quietly_stop
+from tickui.dispatch.kafka_link import KafkaLink
 from tickui.dispatch.messages import (
     CONTROL_TOPIC,
     EVENTS_TOPIC,
@@ -28,6 +28,7 @@ from tickui.dispatch.messages import (
     new_event_id,
 )
 from tickui.engine import EngineConfig, SchedulerEngine
+from tickui.kafka_access import quietly_stop
 from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION
 from tickui.spec import build_spec
 from tickui.store import Store

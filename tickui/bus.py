@@ -8,8 +8,14 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from tickui.kafka_access import KafkaAccess
-from tickui.redact import redact
+from tickui.kafka_access import (
+    KafkaAccess,
+    TopicError,
+    create_topics,
+    describe,
+    quietly_stop,
+    start_producer,
+)
 from tickui.wire import kafka_headers
 
 log = logging.getLogger("tickui.bus")
@@ -102,47 +108,19 @@ class KafkaBus:
     async def _ensure_producer(self) -> None:
         if self._producer is not None:
             return
-        from aiokafka import AIOKafkaProducer
-
-        producer = AIOKafkaProducer(
-            **self.access.options(),
-            acks="all",
-            enable_idempotence=False,
-            request_timeout_ms=self.request_timeout_ms,
-            retry_backoff_ms=100,
-            linger_ms=0,
-        )
         try:
-            await producer.start()
+            self._producer = await start_producer(self.access, self.request_timeout_ms)
         except Exception as exc:
-            await _quietly_stop(producer)
-            raise PublishError(
-                redact(f"kafka {self.bootstrap}: {type(exc).__name__}: {exc}")
-            ) from None
-        self._producer = producer
+            raise PublishError(describe(exc, self.bootstrap)) from None
 
     async def _ensure_topic(self, topic: str) -> None:
         if topic in self._topics_ready:
             return
-        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-        admin = AIOKafkaAdminClient(
-            **self.access.options(), request_timeout_ms=self.request_timeout_ms
-        )
         try:
-            await admin.start()
-            response = await admin.create_topics([NewTopic(topic, self.partitions, 1)])
-            for _, code, *_ in getattr(response, "topic_errors", []):
-                if code not in (0, 36):  # 36: it exists already
-                    raise PublishError(f"kafka: creating topic {topic} failed (error {code})")
-        except PublishError:
-            raise
+            await create_topics(self.access, {topic: self.partitions}, self.request_timeout_ms)
         except Exception as exc:
-            raise PublishError(
-                redact(f"kafka {self.bootstrap}: {type(exc).__name__}: {exc}")
-            ) from None
-        finally:
-            await _quietly_stop(admin, "close")
+            said = str(exc) if isinstance(exc, TopicError) else describe(exc, self.bootstrap)
+            raise PublishError(said) from None
         self._topics_ready.add(topic)
 
     async def publish(self, topic: str, key: bytes, value: bytes, headers: Headers) -> None:
@@ -158,9 +136,7 @@ class KafkaBus:
         except PublishError:
             raise
         except Exception as exc:
-            raise PublishError(
-                redact(f"kafka {self.bootstrap}: {type(exc).__name__}: {exc}")
-            ) from None
+            raise PublishError(describe(exc, self.bootstrap)) from None
         finally:
             if not delivered:  # failed, or cancelled by the caller's timeout
                 self._topics_ready.discard(topic)
@@ -168,11 +144,4 @@ class KafkaBus:
     async def stop(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
-            await _quietly_stop(producer)
-
-
-async def _quietly_stop(client, method: str = "stop", timeout: float = 3.0) -> None:
-    try:
-        await asyncio.wait_for(getattr(client, method)(), timeout)
-    except Exception:
-        log.debug("stopping a kafka client failed", exc_info=True)
+            await quietly_stop(producer)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tickui.errors import BadInput, Unavailable
-from tickui.redact import hide, redact
+from tickui.redact import hide, printable, redact
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -186,3 +186,85 @@ async def preflight(access: KafkaAccess, timeout: float = 5.0) -> None:
             continue
         conn.close()
         return
+
+
+# ---- what every Kafka client of tickui shares ------------------------------------------------
+
+EXISTS = 36  # Kafka's TOPIC_ALREADY_EXISTS: a topic another client made first is no failure
+
+
+def describe(exc: BaseException, bootstrap: str | None = None) -> str:
+    """One redacted line for a Kafka failure: aiokafka's messages carry newlines and
+    indentation, and often start with their class name already."""
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())
+    text = text if text.startswith(name) else f"{name}: {text}" if text else name
+    if bootstrap is not None:
+        text = f"kafka {bootstrap}: {text}"
+    return printable(redact(text))[:300]
+
+
+async def start_producer(access: KafkaAccess, request_timeout_ms: int, **options: Any):
+    """A started producer: acks from all replicas, no idempotence (Tansu refuses it), sent
+    at once (no linger). Nothing is left open when it cannot start."""
+    from aiokafka import AIOKafkaProducer
+
+    settings: dict[str, Any] = {
+        "acks": "all",
+        "enable_idempotence": False,
+        "linger_ms": 0,
+        "retry_backoff_ms": 100,
+        **options,
+    }
+    producer = AIOKafkaProducer(
+        **access.options(), request_timeout_ms=request_timeout_ms, **settings
+    )
+    try:
+        await producer.start()
+    except BaseException:
+        await quietly_stop(producer)
+        raise
+    return producer
+
+
+class TopicError(Exception):
+    """The broker refused to make a topic (an error other than "it exists")."""
+
+
+async def create_topics(
+    access: KafkaAccess, topics: dict[str, int], request_timeout_ms: int
+) -> set[str]:
+    """Make the topics (name -> partitions) that do not exist yet, one replica each; the
+    names made now (the others existed). TopicError when the broker refuses one."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(**access.options(), request_timeout_ms=request_timeout_ms)
+    try:
+        await admin.start()
+        response = await admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()])
+        made = set()
+        for topic, code, *_ in getattr(response, "topic_errors", []):
+            if code not in (0, EXISTS):
+                raise TopicError(f"kafka: creating topic {topic} failed (error {code})")
+            if code == 0:
+                made.add(topic)
+        return made
+    finally:
+        await quietly_stop(admin, "close")
+
+
+async def quietly_stop(client: Any, method: str = "stop", timeout: float = 3.0) -> None:
+    """Stop a Kafka client, bounded (a stop can hang while the broker is down); a failure
+    is logged at debug. Cancelling the caller still cancels."""
+    import asyncio
+    import logging
+
+    try:
+        await asyncio.wait_for(getattr(client, method)(), timeout)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        logging.getLogger("tickui.kafka").debug("stopping a kafka client was cut short")
+    except Exception:
+        logging.getLogger("tickui.kafka").debug("stopping a kafka client failed", exc_info=True)

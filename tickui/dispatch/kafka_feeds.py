@@ -11,7 +11,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from tickui.dispatch.kafka_link import describe, quietly_stop
 from tickui.dispatch.messages import (
     EVENTS_TOPIC,
     WORKERS_TOPIC,
@@ -22,7 +21,7 @@ from tickui.dispatch.messages import (
 from tickui.dispatch.refusals import Refusals
 from tickui.dispatch.signing import Keyring
 from tickui.dispatch.worker_state import Bounded
-from tickui.kafka_access import KafkaAccess
+from tickui.kafka_access import KafkaAccess, describe, quietly_stop
 from tickui.occurrence import RUN_TRANSITION
 from tickui.store import NewEvent
 
@@ -121,7 +120,7 @@ class Feed:
         return kept
 
     def _failed(self, exc: BaseException) -> None:
-        text = self.access.refusal(exc) or describe(self.bootstrap, exc)
+        text = self.access.refusal(exc) or describe(exc, self.bootstrap)
         if text != self.error:
             log.warning("reading %s: %s (trying again)", self.topic, text)
         self.error = text

@@ -9,19 +9,20 @@ import time
 
 from tickui.dispatch.messages import DEFAULT_PARTITIONS, RUNS_TOPIC, TOPICS
 from tickui.dispatch.signing import Keyring
-from tickui.kafka_access import KafkaAccess
-from tickui.redact import redact
+from tickui.kafka_access import (
+    KafkaAccess,
+    TopicError,
+    create_topics,
+    describe,
+    quietly_stop,
+    start_producer,
+)
 
 log = logging.getLogger("tickui.dispatch.kafka")
 
 
 class LinkDown(Exception):
     """Kafka did not take a message; the text is one redacted line."""
-
-
-def describe(bootstrap: str, exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return redact(f"kafka {bootstrap}: {type(exc).__name__}: {text}")[:300]
 
 
 class KafkaLink:
@@ -55,7 +56,7 @@ class KafkaLink:
         return f"kafka {self.bootstrap}: broker down since {since} ({why})"
 
     def _failed(self, exc: BaseException) -> LinkDown:
-        text = describe(self.bootstrap, exc)
+        text = describe(exc, self.bootstrap)
         if self.down_since is None:
             self.down_since = time.time()
             log.warning("%s (runs wait until it answers)", text)
@@ -90,41 +91,14 @@ class KafkaLink:
                 raise self._failed(exc) from None
 
     async def _start_producer(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
-        producer = AIOKafkaProducer(
-            **self.access.options(),
-            acks="all",
-            enable_idempotence=False,
-            request_timeout_ms=self.request_timeout_ms,
-            retry_backoff_ms=100,
-            linger_ms=0,
-        )
-        try:
-            await producer.start()
-        except BaseException:
-            await quietly_stop(producer)
-            raise
-        self._producer = producer
+        self._producer = await start_producer(self.access, self.request_timeout_ms)
 
     async def _make_topics(self) -> None:
-        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-        admin = AIOKafkaAdminClient(
-            **self.access.options(), request_timeout_ms=self.request_timeout_ms
-        )
+        wanted = {t: self.partitions if t == RUNS_TOPIC else DEFAULT_PARTITIONS for t in TOPICS}
         try:
-            await admin.start()
-            wanted = [
-                NewTopic(t, self.partitions if t == RUNS_TOPIC else DEFAULT_PARTITIONS, 1)
-                for t in TOPICS
-            ]
-            response = await admin.create_topics(wanted)
-            for topic, code, *_ in getattr(response, "topic_errors", []):
-                if code not in (0, 36):  # 36: it exists already
-                    raise LinkDown(f"kafka: creating topic {topic} failed (error {code})")
-        finally:
-            await quietly_stop(admin, "close")
+            await create_topics(self.access, wanted, self.request_timeout_ms)
+        except TopicError as exc:
+            raise LinkDown(str(exc)) from None
 
     async def send_all(self, messages: list[tuple[str, bytes, bytes]]) -> list[str | None]:
         """Send (topic, key, value) messages at once and wait for each; per message None
@@ -145,7 +119,7 @@ class KafkaLink:
             raise self._failed(exc) from None
         results = await asyncio.gather(*futures, return_exceptions=True)
         errors = [
-            describe(self.bootstrap, r) if isinstance(r, BaseException) else None for r in results
+            describe(r, self.bootstrap) if isinstance(r, BaseException) else None for r in results
         ]
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
@@ -158,16 +132,3 @@ class KafkaLink:
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await quietly_stop(producer)
-
-
-async def quietly_stop(client, method: str = "stop", timeout: float = 3.0) -> None:
-    """Stop a Kafka client, bounded (a stop can hang while the broker is down)."""
-    try:
-        await asyncio.wait_for(getattr(client, method)(), timeout)
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
-        log.debug("stopping a kafka client was cut short", exc_info=True)
-    except Exception:
-        log.debug("stopping a kafka client failed", exc_info=True)

@@ -34,10 +34,10 @@ from tickui.dispatch.refusals import Refusals
 from tickui.dispatch.signing import Keyring
 from tickui.dispatch.worker_control import WorkerControl
 from tickui.dispatch.worker_events import EventsView
-from tickui.dispatch.worker_publish import Publisher, describe
+from tickui.dispatch.worker_publish import Publisher
 from tickui.dispatch.worker_state import Bounded, Journal, file_name
 from tickui.errors import BadInput, Unavailable
-from tickui.kafka_access import KafkaAccess
+from tickui.kafka_access import KafkaAccess, describe
 from tickui.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
 from tickui.procs import stop_on_signals
 from tickui.redact import redact

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from tickui.dispatch import messages as m
-from tickui.dispatch.worker_publish import describe
+from tickui.kafka_access import describe
 from tickui.occurrence import RUN_INTERRUPTED
 from tickui.timeutil import MICROS
 

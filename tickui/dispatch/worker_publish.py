@@ -5,29 +5,23 @@ with backoff until they are taken."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from tickui.dispatch import messages as m
-from tickui.dispatch.output import visible
 from tickui.dispatch.signing import Keyring
-from tickui.kafka_access import KafkaAccess
-from tickui.redact import redact
+from tickui.kafka_access import (
+    KafkaAccess,
+    create_topics,
+    describe,
+    quietly_stop,
+    start_producer,
+)
 
 log = logging.getLogger("tickui.worker")
 
 SEND_TIMEOUT_S = 3.0
-
-
-def describe(exc: BaseException) -> str:
-    """One line: aiokafka's messages carry newlines and indentation, and often start with
-    their class name already."""
-    name = type(exc).__name__
-    text = " ".join(str(exc).split())
-    text = text if text.startswith(name) else f"{name}: {text}" if text else name
-    return redact(visible(text))[:300]
 
 
 class Publisher:
@@ -51,41 +45,20 @@ class Publisher:
         self._topics_ok = False
 
     async def ensure_topics(self) -> None:
-        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-        admin = AIOKafkaAdminClient(**self.access.options(), request_timeout_ms=3000)
-        try:
-            await asyncio.wait_for(admin.start(), 5)
-            new = [NewTopic(t, m.DEFAULT_PARTITIONS, 1) for t in m.TOPICS]
-            response = await asyncio.wait_for(admin.create_topics(new), 5)
-            created = False
-            for topic, code, *_ in getattr(response, "topic_errors", []):
-                if code not in (0, 36):  # 36: it exists already
-                    raise RuntimeError(f"creating topic {topic} failed (error {code})")
-                created |= code == 0 and topic == m.EVENTS_TOPIC
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(admin.close(), 3)
+        """The four topics, made when missing (TimeoutError when no broker answers in 5 s)."""
+        wanted = dict.fromkeys(m.TOPICS, m.DEFAULT_PARTITIONS)
+        made = await asyncio.wait_for(create_topics(self.access, wanted, 3000), 5)
+        created = m.EVENTS_TOPIC in made
         self._topics_ok = True
         if created and self._started:  # a broker that came back empty: it lost events
             self.on_new_topics()
         self._started = True
 
     async def start(self) -> None:
-        from aiokafka import AIOKafkaProducer
-
         # A send fails within a second of the broker going away: retried by aiokafka across
         # a restart, it would land before the topics are created again (Tansu then keeps it
         # where no consumer can read it); the outbox retries after creating them instead.
-        self.producer = AIOKafkaProducer(
-            **self.access.options(),
-            request_timeout_ms=1000,
-            acks="all",
-            enable_idempotence=False,
-            linger_ms=0,
-            retry_backoff_ms=100,
-        )
-        await self.producer.start()
+        self.producer = await start_producer(self.access, 1000)
 
     async def send(self, topic: str, key: str, value: bytes) -> Any:
         """Send, signed, and wait for the broker's acknowledgement (all replicas); raises on
@@ -155,5 +128,4 @@ class Publisher:
         if self.flusher is not None:
             self.flusher.cancel()
         if self.producer is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.producer.stop(), 3)
+            await quietly_stop(self.producer)
