@@ -392,11 +392,12 @@ class Tap:
                 last[data["worker"]] = data
         return last
 
-    def resend(self, key: bytes, value: bytes, partition: int) -> None:
-        """Put a run command on the runs topic again, on the given partition, signed as the
-        engine signed it (the same bytes under the same key: a perfect copy)."""
+    def resend(self, key: bytes, value: bytes, partition: int, signed_for: int) -> None:
+        """Put a run command on the runs topic again, on `partition`, signed as the engine
+        signed it for `signed_for` (its own partition: the same bytes and the same headers,
+        a perfect copy)."""
         assert self._loop is not None and self._producer is not None
-        headers = signing_support.headers(RUNS_TOPIC, key, value)
+        headers = signing_support.headers(RUNS_TOPIC, key, value, signed_for)
         send = self._producer.send_and_wait(
             RUNS_TOPIC, value, key=key, partition=partition, headers=headers
         )

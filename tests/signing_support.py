@@ -18,7 +18,19 @@ os.environ["TICKUI_KEY_FILE"] = str(KEY_FILE)
 KEYRING: Keyring = keyfile.read(KEY_FILE)
 
 
-def headers(topic: str, key: bytes | str | None, value: bytes) -> list[tuple[str, bytes]]:
-    """The headers that make a hand-made message one the engine or a worker believes."""
+def headers(
+    topic: str, key: bytes | str | None, value: bytes, partition: int | None = None
+) -> list[tuple[str, bytes]]:
+    """The headers that make a hand-made message one the engine or a worker believes (a run
+    command's name the partition it is sent to: `runs_partition`)."""
     raw = key.encode() if isinstance(key, str) else key
-    return KEYRING.seal(topic, raw, value)
+    return KEYRING.seal(topic, raw, value, partition)
+
+
+def runs_partition(key: bytes | str, partitions: int = 12) -> int:
+    """The partition the engine sends a run command with this key to (the default
+    partitioner's choice, which the engine makes itself to sign it)."""
+    from aiokafka.partitioner import DefaultPartitioner
+
+    raw = key.encode() if isinstance(key, str) else key
+    return DefaultPartitioner()(raw, list(range(partitions)), list(range(partitions)))

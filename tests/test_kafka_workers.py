@@ -113,8 +113,8 @@ def test_three_workers_run_every_slot_exactly_once_spread_over_all(
             10, "the tap to see the started commands",
         )  # fmt: skip
         for partition, command_id in enumerate(started):
-            _, key, value = commands[command_id]
-            tap.resend(key, value, partition)
+            original, key, value = commands[command_id]
+            tap.resend(key, value, partition, original)
 
         wait_for(lambda: time.time() > window[-1] + 1, 40, "the 20 s window", 0.2)
         wait_for(lambda: _settled(db, last, set(tasks)), 20, "every run to settle")
@@ -361,11 +361,11 @@ def test_drain_cancel_and_replace_reach_the_right_worker(tmp_path, kafka_bootstr
 
         # The running rep command, delivered again on every partition: nobody starts it twice.
         running = rep[1]
-        _, key, value = wait_for(
+        original, key, value = wait_for(
             lambda: tap.commands().get(running["command_id"]), 10, "the tap to see rep's command"
         )
         for partition in range(12):
-            tap.resend(key, value, partition)
+            tap.resend(key, value, partition, original)
         disabled = cli("task", "disable", "rep", db=db)
         assert disabled.returncode == 0, disabled.stderr
         time.sleep(2)  # room for a wrong second start to show in the file (not an assertion)

@@ -39,7 +39,9 @@ pytestmark = pytest.mark.slow
 OTHER = Keyring([keyfile.new_key()])  # a key the engine and the workers never heard of
 
 
-def produce(bootstrap: str, topic: str, key: str, value: bytes, headers=None) -> None:
+def produce(
+    bootstrap: str, topic: str, key: str, value: bytes, headers=None, partition=None
+) -> None:
     """One message on `topic`, as anyone with access to the broker can write it."""
     from aiokafka import AIOKafkaProducer
 
@@ -47,7 +49,9 @@ def produce(bootstrap: str, topic: str, key: str, value: bytes, headers=None) ->
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False)
         await producer.start()
         try:
-            await producer.send_and_wait(topic, value, key=key.encode(), headers=headers)
+            await producer.send_and_wait(
+                topic, value, key=key.encode(), headers=headers, partition=partition
+            )
         finally:
             await producer.stop()
 
@@ -135,21 +139,26 @@ def test_forged_expired_and_replayed_commands_never_run(tmp_path, broker, procs)
         wait_for(lambda: any(o["state"] == "succeeded" for o in occurrences(db)), 30, "the run")
         real = occurrences(db)[0]["command_id"]
         commands = wait_for(lambda: real in (c := tap.commands()) and c, 10, "the command")
-        _, key, value = commands[real]
+        original, key, value = commands[real]
+        signed = signing_support.headers(m.RUNS_TOPIC, key, value, original)
 
         marks = {name: tmp_path / f"{name}.mark" for name in ("unsigned", "other", "late")}
+        at = signing_support.runs_partition("t")
         unsigned = command(["sh", "-c", f"id > {marks['unsigned']}"]).encode()
-        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", unsigned)
+        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", unsigned, partition=at)
         other = command(["sh", "-c", f"id > {marks['other']}"]).encode()
-        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", other, OTHER.seal(m.RUNS_TOPIC, b"t", other))
+        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", other,
+                OTHER.seal(m.RUNS_TOPIC, b"t", other, at), at)  # fmt: skip
         late = command(["sh", "-c", f"id > {marks['late']}"], deadline_in=-5).encode()
-        signed_late = signing_support.headers(m.RUNS_TOPIC, "t", late)
-        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", late, signed_late)
-        # a perfect copy of the real command (same bytes, same signature): a replay
-        produce(kafka_bootstrap, m.RUNS_TOPIC, key.decode(), value,
-                signing_support.headers(m.RUNS_TOPIC, key, value))  # fmt: skip
+        produce(kafka_bootstrap, m.RUNS_TOPIC, "t", late,
+                signing_support.headers(m.RUNS_TOPIC, "t", late, at), at)  # fmt: skip
+        # a perfect copy of the real command (same bytes, same headers) where it was: a
+        # replay; and on another partition (another worker's): its signature names the
+        # partition it was sent to, so there it does not check
+        produce(kafka_bootstrap, m.RUNS_TOPIC, key.decode(), value, signed, original)
+        produce(kafka_bootstrap, m.RUNS_TOPIC, key.decode(), value, signed, (original + 1) % 12)
 
-        want = {"forged_command": 2, "expired_command": 1, "replayed_command": 1}
+        want = {"forged_command": 3, "expired_command": 1, "replayed_command": 1}
         wait_for(
             lambda: refused_by_worker(db, worker.id) == want, 20, f"the worker to count {want}"
         )
@@ -157,7 +166,7 @@ def test_forged_expired_and_replayed_commands_never_run(tmp_path, broker, procs)
     assert out.read_text().count("real") == 1
     said = cli("workers", db=db)
     assert said.returncode == 0
-    assert "2 forged commands, 1 expired command, 1 replayed command" in said.stdout
+    assert "3 forged commands, 1 expired command, 1 replayed command" in said.stdout
     assert "refused a forged command: unsigned" in worker.output()
     # the engine's hook is told, once for the kind (then at most once a minute)
     told = wait_for(lambda: hooked.exists() and "FORGED_COMMAND" in hooked.read_text() and

@@ -188,3 +188,11 @@ async def test_an_insecure_engine_says_so_in_its_status(tmp_path):
             assert ("dispatch unsigned" in (warning.warning or "")) is said
     finally:
         await store.close()
+
+
+def test_a_run_command_signed_for_one_partition_does_not_check_on_another():
+    keys = ring("a")
+    headers = keys.seal(TOPIC, KEY, VALUE, 3)
+    assert keys.check(TOPIC, KEY, VALUE, headers, partition=3) is None
+    assert keys.check(TOPIC, KEY, VALUE, headers, partition=4) == BAD_SIGNATURE
+    assert keys.check(TOPIC, KEY, VALUE, headers) == BAD_SIGNATURE

@@ -103,8 +103,11 @@ class Bus:
 
     async def send(self, cmd: m.RunCommand | bytes, key: str = "t", signed: bool = True) -> None:
         raw = cmd if isinstance(cmd, bytes) else cmd.encode()
-        sig = signing_support.headers(m.RUNS_TOPIC, key, raw) if signed else None
-        await self.producer.send_and_wait(m.RUNS_TOPIC, raw, key=key.encode(), headers=sig)
+        partition = signing_support.runs_partition(key)
+        sig = signing_support.headers(m.RUNS_TOPIC, key, raw, partition) if signed else None
+        await self.producer.send_and_wait(
+            m.RUNS_TOPIC, raw, key=key.encode(), partition=partition, headers=sig
+        )
 
     async def control(
         self, kind: str, cid: str, worker: str | None, reason: str = "", key: str | None = None

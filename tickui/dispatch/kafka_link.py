@@ -43,6 +43,7 @@ class KafkaLink:
         self.request_timeout_ms = max(500, int(request_timeout * 1000))
         self._producer = None
         self._topics_ready = False
+        self._run_partitions: list[int] = []  # of the runs topic, as the broker has it
         self._lock = asyncio.Lock()
         self.down_since: float | None = None  # wall clock of the first failure
         self.error: str | None = None
@@ -99,6 +100,21 @@ class KafkaLink:
             await create_topics(self.access, wanted, self.request_timeout_ms)
         except TopicError as exc:
             raise LinkDown(str(exc)) from None
+        assert self._producer is not None
+        found = await self._producer.partitions_for(RUNS_TOPIC)
+        if not found:
+            raise LinkDown(f"kafka {self.bootstrap}: {RUNS_TOPIC} has no partitions yet")
+        self._run_partitions = sorted(found)
+
+    def _partition(self, topic: str, key: bytes) -> int | None:
+        """A run command's partition, chosen here (as the default partitioner would) so
+        that its signature can name it; the other topics' messages go where the producer
+        puts them."""
+        if topic != RUNS_TOPIC:
+            return None
+        from aiokafka.partitioner import DefaultPartitioner
+
+        return DefaultPartitioner()(key, self._run_partitions, self._run_partitions)
 
     async def send_all(self, messages: list[tuple[str, bytes, bytes]]) -> list[str | None]:
         """Send (topic, key, value) messages at once and wait for each; per message None
@@ -108,13 +124,15 @@ class KafkaLink:
         await self.ready()
         assert self._producer is not None
         try:
-            seal = self.keyring.seal
-            futures = [
-                await self._producer.send(
-                    topic, value, key=key, headers=seal(topic, key, value) or None
+            futures = []
+            for topic, key, value in messages:
+                partition = self._partition(topic, key)
+                headers = self.keyring.seal(topic, key, value, partition) or None
+                futures.append(
+                    await self._producer.send(
+                        topic, value, key=key, partition=partition, headers=headers
+                    )
                 )
-                for topic, key, value in messages
-            ]
         except Exception as exc:
             raise self._failed(exc) from None
         results = await asyncio.gather(*futures, return_exceptions=True)

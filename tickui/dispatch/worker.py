@@ -321,7 +321,9 @@ class Worker(WorkerControl):
         command the engine signed, seen in no other record, before its deadline, of a
         program this worker allows, is ever started."""
         where = f"{tp.topic}[{tp.partition}]@{record.offset}"
-        forged = self.keyring.check(tp.topic, record.key, record.value, record.headers)
+        forged = self.keyring.check(
+            tp.topic, record.key, record.value, record.headers, partition=tp.partition
+        )
         if forged is not None:
             self.refusals.refuse("forged_command", f"{forged}, {where}")
             await self._commit(tp, record.offset + 1)
