@@ -196,3 +196,29 @@ def test_a_run_command_signed_for_one_partition_does_not_check_on_another():
     assert keys.check(TOPIC, KEY, VALUE, headers, partition=3) is None
     assert keys.check(TOPIC, KEY, VALUE, headers, partition=4) == BAD_SIGNATURE
     assert keys.check(TOPIC, KEY, VALUE, headers) == BAD_SIGNATURE
+
+
+def test_a_key_file_behind_a_link_is_read_and_its_target_must_be_private(tmp_path):
+    """Mounted secrets are links to the file: followed, and the file itself is checked."""
+    target = tmp_path / "data" / "dispatch.key"
+    target.parent.mkdir()
+    keyfile.write(target, [keyfile.new_key()], new=True)
+    link = tmp_path / "dispatch.key"
+    link.symlink_to(target)
+    assert keyfile.read(link).signing_kid == keyfile.read(target).signing_kid
+    target.chmod(0o644)
+    with pytest.raises(BadInput, match="mode 644"):
+        keyfile.read(link)
+
+
+def test_a_worker_remembers_starts_for_as_long_as_any_command_can_wait():
+    """A copy of a command is refused by whichever worker holds its partition as long as
+    the command's deadline has not passed: the events a worker reads at start reach back
+    as far as the longest start_timeout tickui accepts."""
+    from tickui.config import HOUR, dispatch_settings
+    from tickui.dispatch.worker_events import LOOKBACK_S
+
+    longest = dispatch_settings({"start_timeout": "1h"}, {}).start_timeout
+    assert longest == HOUR and longest <= LOOKBACK_S * 1_000_000
+    with pytest.raises(BadInput):
+        dispatch_settings({"start_timeout": "61m"}, {})

@@ -60,10 +60,11 @@ def parse(text: str, where: str) -> list[Key]:
 
 
 def read(path: Path, where: str = "key_file") -> Keyring:
-    """The keys of a key file; BadInput (one line, never a secret) when it cannot be used."""
+    """The keys of a key file; BadInput (one line, never a secret) when it cannot be used. A
+    link is followed (mounted secrets are links): the file it leads to must be private."""
     label = f"{where} {path}"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise BadInput(label, f"does not exist ({HOW_TO_MAKE})") from None
     except OSError as exc:
