@@ -4,7 +4,6 @@ modes, `tickui key`, the allow list, the refusal counters and the words they are
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import stat
 
@@ -128,17 +127,31 @@ def test_tickui_key_new_add_use_drop_list(tmp_path):
 
 def test_allow_compares_the_files_programs_are(tmp_path):
     allow = AllowList.build(["sh"])
-    env = {"PATH": os.environ["PATH"]}
-    assert allow.resolve(["sh", "-c", "true"], env, None)[1:] == ("-c", "true")
-    assert allow.resolve([shutil.which("sh"), "-c", "true"], env, None) is not None
-    assert allow.resolve(["python3", "-c", "1"], env, None) is None
+    argv, _ = allow.resolve(["sh", "-c", "true"], {}, None)
+    assert argv[0] == shutil.which("sh") and argv[1:] == ("-c", "true")
+    assert allow.resolve([shutil.which("sh"), "-c", "true"], {}, None)[0] is not None
+    assert allow.resolve(["python3", "-c", "1"], {}, None) == (None, "not allowed on this worker")
     fake = tmp_path / "sh"  # not the same file, though it has the name
     shutil.copy(shutil.which("python3"), fake)
-    assert allow.resolve([str(fake)], env, None) is None
-    assert allow.resolve(["sh"], {"PATH": str(tmp_path)}, None) is None  # PATH moved
-    assert AllowList().resolve(["anything"], env, None) == ("anything",)
+    assert allow.resolve([str(fake)], {}, None)[0] is None
+    assert AllowList().resolve(["anything"], {"LD_PRELOAD": "x"}, None) == (("anything",), "")
     with pytest.raises(BadInput, match="no such program"):
         AllowList.build(["no-such-program-here"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "ENV", "BASH_FUNC_x%%",
+     "PYTHONPATH", "PYTHONSTARTUP", "PERL5OPT", "NODE_OPTIONS", "RUBYOPT", "SHELLOPTS",
+     "JAVA_TOOL_OPTIONS", "GCONV_PATH", "IFS"],
+)  # fmt: skip
+def test_allow_refuses_a_command_that_would_make_its_program_run_other_code(name):
+    """An allowed shell or interpreter loads what such variables name: refused, so that
+    the allowed program is all that runs (the worker's own environment is not judged)."""
+    allow = AllowList.build(["sh"])
+    argv, why = allow.resolve(["sh", "-c", "true"], {name: "/tmp/x", "GREETING": "hi"}, None)
+    assert argv is None and name in why and "not allowed on this worker" in why
+    assert allow.resolve(["sh", "-c", "true"], {"GREETING": "hi", "TARGET": "x"}, None)[0]
 
 
 def test_refusals_are_counted_and_logged_without_a_flood(caplog):
@@ -222,3 +235,22 @@ def test_a_worker_remembers_starts_for_as_long_as_any_command_can_wait():
     assert longest == HOUR and longest <= LOOKBACK_S * 1_000_000
     with pytest.raises(BadInput):
         dispatch_settings({"start_timeout": "61m"}, {})
+
+
+def test_a_heartbeat_sent_again_is_older_than_the_last_one_heard():
+    """The engine keeps a worker's newest heartbeat only: by its signed process start and
+    count, not by clocks, so a copy of an old one cannot keep a gone worker alive."""
+    from tickui.dispatch.messages import Heartbeat
+
+    def beat(boot: int, seq: int, at: int = 5) -> Heartbeat:
+        return Heartbeat("w", "h", 2, (), "v", at, boot=boot, seq=seq)
+
+    assert beat(10, 2).order > beat(10, 1).order
+    assert beat(10, 2, at=1).order > beat(10, 1, at=9).order  # a clock stepped back
+    assert beat(11, 1).order > beat(10, 99).order  # the worker restarted
+    again = Heartbeat.decode(beat(10, 2).encode())
+    assert again.order == (10, 2)
+    from tickui.dispatch.messages import BadMessage
+
+    with pytest.raises(BadMessage, match="nested too deeply"):  # never a reader's crash
+        Heartbeat.decode(b"[" * 100_000 + b"]" * 100_000)

@@ -197,7 +197,7 @@ def describe(exc: BaseException, bootstrap: str | None = None) -> str:
     """One redacted line for a Kafka failure: aiokafka's messages carry newlines and
     indentation, and often start with their class name already."""
     name = type(exc).__name__
-    text = " ".join(str(exc).split())
+    text = " ".join(redact(str(exc)).split())  # a secret is found before spaces move
     text = text if text.startswith(name) else f"{name}: {text}" if text else name
     if bootstrap is not None:
         text = f"kafka {bootstrap}: {text}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from tickui import checks, procs
 from tickui.errors import BadInput
@@ -203,6 +204,9 @@ def _check(cfg: TickerConfig, origin: dict[str, str]) -> None:
     if cfg.valkey_url:
         # valkey:// comes back as redis://, the form the client library reads
         cfg.valkey_url = checks.valkey_url(cfg.valkey_url, origin.get("valkey_url", "valkey_url"))
+        password = urlsplit(cfg.valkey_url).password
+        if password:
+            hide(unquote(password))  # hidden even where no URL shape stands around it
     if cfg.kafka_bootstrap:
         checks.bootstrap(cfg.kafka_bootstrap, origin.get("kafka_bootstrap", "kafka_bootstrap"))
     cfg.kafka_security_protocol = cfg.kafka_security_protocol.upper()

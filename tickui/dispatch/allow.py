@@ -1,14 +1,26 @@
 """What a worker may run (`--allow PROGRAM`): programs are compared as the files they
-are, after PATH lookup and symlinks, so `/tmp/x/sh` is not `sh` and `/bin/sh` is."""
+are, after a lookup on the worker's own PATH and symlinks, so `/tmp/x/sh` is not `sh` and
+`/bin/sh` is. A command may then not set the variables that make a program load or run
+other code (LD_PRELOAD, BASH_ENV, PYTHONPATH, NODE_OPTIONS...) nor PATH: an allowed
+program must stay the only thing it runs of its own accord."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tickui.errors import BadInput
+
+# Environment variables that make a program (a dynamic loader, a shell, an interpreter) load
+# or run code other than its own: refused under --allow.
+UNSAFE_ENV = re.compile(
+    r"(LD_|DYLD_|BASH_FUNC_|PYTHON|PERL5|PERLIO|RUBY|NODE_|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS"
+    r"|JDK_JAVA_OPTIONS|GCONV_PATH|LOCPATH|NLSPATH|TCLLIBPATH|LUA_).*"
+    r"|PATH|BASH_ENV|ENV|PERLLIB|SHELLOPTS|BASHOPTS|PS4|IFS|CDPATH|GIT_EXEC_PATH"
+)
 
 
 def _locate(program: str, path: str | None, cwd: str | None) -> str | None:
@@ -38,12 +50,16 @@ class AllowList:
         return cls(tuple(names), frozenset(files))
 
     def resolve(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
-    ) -> tuple[str, ...] | None:
-        """The argv to run (argv[0] as the path it was found at), or None: not allowed."""
+        self, argv: Sequence[str], command_env: Mapping[str, str], cwd: str | None
+    ) -> tuple[tuple[str, ...] | None, str]:
+        """(the argv to run, argv[0] as the path it was found at, ""), or (None, why not).
+        `command_env` is what the command asks to set on top of the worker's own."""
         if not self.files:
-            return tuple(argv)
-        found = _locate(argv[0], env.get("PATH"), cwd)
+            return tuple(argv), ""
+        unsafe = sorted(name for name in command_env if UNSAFE_ENV.fullmatch(name))
+        if unsafe:
+            return None, f"sets {', '.join(unsafe)[:100]}: not allowed on this worker"
+        found = _locate(argv[0], os.environ.get("PATH"), cwd)
         if found is None or os.path.realpath(found) not in self.files:
-            return None
-        return (found, *argv[1:])
+            return None, "not allowed on this worker"
+        return (found, *argv[1:]), ""

@@ -99,6 +99,7 @@ class KafkaDispatcher(Dispatcher):
             lambda kind, count, detail: self._tell(f"engine {procs.host()}", kind, count, detail)
         )
         self._worker_refused: dict[str, dict[str, int]] | None = None  # as last heard
+        self._beat_at: dict[str, tuple[int, int]] = {}  # worker -> its newest heartbeat's order
         self.events.prepare = self.heartbeats.prepare = self.link.ready
         self.events.restarted = self.heartbeats.restarted = self._restarted
         self.heartbeats.opened = self._hearing
@@ -351,6 +352,17 @@ class KafkaDispatcher(Dispatcher):
             self._worker_refused[beat.worker] = dict(beat.refused)
 
     async def _record_beats(self, beats: list[Heartbeat]) -> None:
+        """A heartbeat counts only when it is newer than the last one of its worker (its
+        signed process start and count): an old one sent again cannot keep a gone worker
+        alive, nor bring back a state, a running list or counts it has left behind."""
+        fresh = []
+        for beat in beats:
+            if beat.order > self._beat_at.get(beat.worker, (-1, -1)):
+                self._beat_at[beat.worker] = beat.order
+                fresh.append(beat)
+        beats = fresh
+        if not beats:
+            return
         now = self.clock.now()
         if any(b.refused for b in beats):
             await self._workers_refusals(beats)

@@ -80,6 +80,8 @@ def _decode(raw: bytes | None, what: str) -> dict[str, Any]:
         value = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadMessage(redact(f"{what}: not JSON ({exc})")[:300]) from None
+    except RecursionError:
+        raise BadMessage(f"{what}: JSON nested too deeply") from None
     if not isinstance(value, dict):
         raise BadMessage(f"{what}: not a JSON object")
     return value
@@ -263,12 +265,23 @@ class Heartbeat:
     log_dir: str | None = None
     refused: dict[str, int] = field(default_factory=dict)  # messages refused, by kind
     insecure: bool = False  # runs without a key: signs nothing, checks nothing
+    # Which of the worker's heartbeats this is: its process's start (micros) and a count
+    # from 1. Newer is a later start, or the same start and a higher count: an old one
+    # sent again is older, whatever the clocks did meanwhile.
+    boot: int = 0
+    seq: int = 0
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.boot, self.seq) if self.seq else (self.at, 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "v": VERSION,
             "refused": dict(self.refused),
             "insecure": self.insecure,
+            "boot": self.boot,
+            "seq": self.seq,
             "worker": self.worker,
             "host": self.host,
             "slots": self.slots,
@@ -311,6 +324,8 @@ class Heartbeat:
             log_dir=_str(data, "log_dir", what, optional=True),
             refused=refused,
             insecure=data.get("insecure") is True,
+            boot=_int(data, "boot", what, optional=True) or 0,
+            seq=_int(data, "seq", what, optional=True) or 0,
         )
 
 

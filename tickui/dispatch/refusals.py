@@ -14,6 +14,10 @@ from tickui.redact import safe_text
 # kind -> (one, many): what the dashboard and `tickui workers` say.
 KINDS: dict[str, tuple[str, str]] = {
     "forged_command": ("forged command", "forged commands"),
+    "unverifiable_command": (
+        "signed command this worker cannot check (it has no key)",
+        "signed commands this worker cannot check (it has no key)",
+    ),
     "expired_command": ("expired command", "expired commands"),
     "replayed_command": ("replayed command", "replayed commands"),
     "disallowed_command": ("command not allowed", "commands not allowed"),

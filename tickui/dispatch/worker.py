@@ -31,7 +31,7 @@ from tickui.dispatch.allow import AllowList
 from tickui.dispatch.output import read_tail, visible
 from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
 from tickui.dispatch.refusals import Refusals
-from tickui.dispatch.signing import Keyring
+from tickui.dispatch.signing import SIG_HEADER, Keyring
 from tickui.dispatch.worker_control import WorkerControl
 from tickui.dispatch.worker_events import EventsView
 from tickui.dispatch.worker_publish import Publisher
@@ -108,6 +108,7 @@ class Worker(WorkerControl):
         self.stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._keys = itertools.count(1)
+        self._beats = itertools.count(1)  # each heartbeat's count (its order, with the start)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()
         self.pub = Publisher(self.access, self.keyring, self._event_sent, self.broker_restarted)
@@ -203,6 +204,8 @@ class Worker(WorkerControl):
             log_dir=str(self.opts.log_dir),
             refused=self.refusals.snapshot(),
             insecure=self.keyring.insecure,
+            boot=int(self.started_at * MICROS),
+            seq=next(self._beats),
         )
         try:
             async with self._beating:  # one at a time: their offsets are compared
@@ -298,9 +301,14 @@ class Worker(WorkerControl):
             self._read_problem = None
             checked = False
             for tp, records in batch.items():
+                refused_to: int | None = None  # commit past refused records, once
                 for record in records:
                     if self.stopping.is_set():
                         return  # not committed: redelivered to another worker
+                    if self._refused(tp, record):  # no read of the events topic, no commit
+                        refused_to = record.offset + 1
+                        continue
+                    refused_to = None  # this record's own commit covers them
                     if not checked:  # once a batch: read events to their end as of now
                         if not await self.view.read_to_end():
                             self.runs.seek(tp, record.offset)
@@ -315,19 +323,33 @@ class Worker(WorkerControl):
                         self.runs.seek(tp, record.offset)  # again, once the broker is back
                         await asyncio.sleep(0.5)
                         break
+                else:
+                    if refused_to is not None and tp in self.runs.assignment():
+                        await self._commit(tp, refused_to)
 
-    async def _handle(self, tp: Any, record: Any) -> bool:
-        """Answer or start one command; False: nothing done, read it again later. Only a
-        command the engine signed, seen in no other record, before its deadline, of a
-        program this worker allows, is ever started."""
+    def _refused(self, tp: Any, record: Any) -> bool:
+        """A record that is no command of this worker's engine: its signature does not
+        check (counted, logged), or, without a key, the engine signed it (this worker
+        cannot tell a real one from a copy)."""
         where = f"{tp.topic}[{tp.partition}]@{record.offset}"
+        if self.keyring.insecure:
+            if any(name == SIG_HEADER for name, _ in record.headers or ()):
+                self.refusals.refuse("unverifiable_command", f"{where}: this worker has no key")
+                return True
+            return False
         forged = self.keyring.check(
             tp.topic, record.key, record.value, record.headers, partition=tp.partition
         )
         if forged is not None:
             self.refusals.refuse("forged_command", f"{forged}, {where}")
-            await self._commit(tp, record.offset + 1)
             return True
+        return False
+
+    async def _handle(self, tp: Any, record: Any) -> bool:
+        """Answer or start one command (its signature checked already, `_refused`); False:
+        nothing done, read it again later. Only a command the engine signed, seen in no
+        other record, before its deadline, of a program this worker allows, is started."""
+        where = f"{tp.topic}[{tp.partition}]@{record.offset}"
         try:
             command = m.RunCommand.decode(record.value)
         except m.BadMessage as exc:
@@ -382,11 +404,11 @@ class Worker(WorkerControl):
         cid = command.command_id
         env, marker = self._env(command)
         log_path = self.opts.log_dir / f"{file_name(cid)}.log"
-        argv = self.opts.allow.resolve(command.argv, env, command.cwd)
+        argv, why = self.opts.allow.resolve(command.argv, command.env, command.cwd)
         if argv is None:
             program = visible(command.argv[0])[:200]
-            self.refusals.refuse("disallowed_command", f"{cid}: {program} is not in --allow")
-            detail = str(bound(redact(f"{program}: not allowed on this worker")))
+            self.refusals.refuse("disallowed_command", f"{cid}: {program}: {why}")
+            detail = str(bound(redact(f"{program}: {why}")))
             await self.emit(self._event(RUN_FAILED, cid, None, exit_code=None,
                                         error_code="DISPATCH_FAILED", detail=detail))  # fmt: skip
             await self._commit(tp, offset + 1)

@@ -9,13 +9,17 @@ import time
 from typing import Any
 
 from tickui.dispatch import messages as m
+from tickui.dispatch.worker_events import LOOKBACK_S
 from tickui.kafka_access import describe
 from tickui.occurrence import RUN_INTERRUPTED
 from tickui.timeutil import MICROS
 
 log = logging.getLogger("tickui.worker")
 
-REPUBLISH_S = 600  # after a broker restart, run events this recent are sent again
+# After a broker came back empty, run events this recent are sent again: as far back as a
+# worker reads the events topic, so a copy of a command still before its deadline finds
+# the "running" event of the record it was started from.
+REPUBLISH_S = LOOKBACK_S
 
 
 def now_micros() -> int:

@@ -18,10 +18,11 @@ from tickui.occurrence import RUN_TRANSITION
 
 log = logging.getLogger("tickui.worker")
 
-# The events topic is read from this long ago at start: the longest start_timeout, so that
-# a copy of any command still before its deadline finds the "running" event of the record
-# it was first started from, whichever worker holds its partition now.
-LOOKBACK_S = 60 * 60
+# The events topic is read from this long ago at start: the longest start_timeout and a
+# margin for clocks, so that a copy of any command still before its deadline finds the
+# "running" event of the record it was first started from, whichever worker holds its
+# partition now.
+LOOKBACK_S = 65 * 60
 CHECK_WAIT_S = 5.0  # how long a start waits for the events topic to be read to its end
 OWN_SPAN = 64  # a lag of at most this many records, all this worker's own, is no lag
 
