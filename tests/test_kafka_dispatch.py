@@ -46,6 +46,7 @@ class FakeWorker:
         self.name = name
         self.producer = None
         self.consumer = None
+        self.beats = 0
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -108,7 +109,10 @@ class FakeWorker:
         await self.producer.send_and_wait(topic, value, key=key, headers=headers)
 
     async def heartbeat(self, running=(), state="alive", at=T0) -> None:
-        beat = Heartbeat(self.name, "host-x", 2, tuple(running), "t", at, state, "g", "/wl")
+        """One heartbeat, numbered as a worker numbers them (the engine keeps the newest)."""
+        self.beats += 1
+        beat = Heartbeat(self.name, "host-x", 2, tuple(running), "t", at, state, "g", "/wl",
+                         boot=1, seq=self.beats)  # fmt: skip
         await self.signed(WORKERS_TOPIC, self.name.encode(), beat.encode())
 
 

@@ -252,6 +252,14 @@ def test_no_key_no_start_unless_insecure(tmp_path, broker, procs, monkeypatch):
     )
     assert f"worker {insecure.id}: INSECURE" in said
     assert "INSECURE" in engine.output()
+    # a keyed engine's command reaching an insecure worker: it cannot tell it from a copy
+    mark = tmp_path / "signed.mark"
+    at = signing_support.runs_partition("t")
+    signed = command(["sh", "-c", f"id > {mark}"]).encode()
+    produce(kafka_bootstrap, m.RUNS_TOPIC, "t", signed,
+            signing_support.headers(m.RUNS_TOPIC, "t", signed, at), at)  # fmt: skip
+    wait_for(lambda: refused_by_worker(db, insecure.id) == {"unverifiable_command": 1}, 20, "count")
+    assert not mark.exists()
 
 
 def test_allow_refuses_other_programs(tmp_path, broker, procs):
