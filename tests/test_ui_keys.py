@@ -10,7 +10,8 @@ from tickui.clock import ManualClock
 from tickui.ui.detail import DetailScreen
 from tickui.ui.dialogs import HelpScreen
 from tickui.ui.keys import DETAIL_KEYS, KEY_GROUPS, RUN_VIEW_KEYS, keys_markdown
-from tickui.ui.output import LogView, RunScreen
+from tickui.ui.log_view import LogView
+from tickui.ui.output import RunScreen
 from ui_support import make_app, screen_text, until
 
 README = Path(__file__).resolve().parent.parent / "README.md"

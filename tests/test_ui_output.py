@@ -15,7 +15,8 @@ from tickui.clock import ManualClock
 from tickui.spec import build_spec
 from tickui.ui import sample
 from tickui.ui.detail import DetailScreen
-from tickui.ui.output import LineIndex, RunScreen
+from tickui.ui.log_index import LineIndex
+from tickui.ui.output import RunScreen
 from ui_support import make_app, notes, screen_text, until
 
 SIZE = (140, 40)

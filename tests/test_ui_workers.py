@@ -16,7 +16,8 @@ from tickui.store import Beat, NewEvent, Store
 from tickui.timeutil import MICROS
 from tickui.ui.columns import OCCURRENCE_COLUMNS
 from tickui.ui.detail import DetailScreen
-from tickui.ui.output import LogView, RunScreen
+from tickui.ui.log_view import LogView
+from tickui.ui.output import RunScreen
 from tickui.ui.panes import StatusLine
 from tickui.ui.table import Column, layout_columns
 from tickui.ui.workers import WorkersPane
