@@ -29,7 +29,7 @@ import statistics
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -49,6 +49,7 @@ from tickui.errors import (
 )
 from tickui.metrics import SchedulerMetrics, SchedulerStatus
 from tickui.sequence import SequenceAllocator
+from tickui.tick import Tick
 from tickui.ticker_config import TickerConfig
 from tickui.tickmath import clock_jump, deadline, draw_jitter, first_slot, newest_slot, next_tick
 from tickui.timeutil import MICROS, from_micros, iso, to_micros
@@ -63,22 +64,6 @@ SPIN = 0.0015  # the last stretch before a deadline, waited out by yielding
 GUARD = 0.002  # wake this long after a wall-clock slot, so `now` is never before it
 ONEX_PUBLISH_TIMEOUT_S = 5.0  # ONEX's config has none: its bus times out on its own
 ONEX_SEQUENCE_BLOCK_S = 60  # sequence numbers reserved ahead in Valkey, in seconds of ticks
-
-
-@dataclass(slots=True)
-class Tick:
-    now: int
-    tick_id: str
-    sequence_number: int
-    scheduled_at: int
-    correlation_id: str
-    scheduler_id: str
-    tick_interval_ms: int
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["now"], data["scheduled_at"] = iso(self.now), iso(self.scheduled_at)
-        return data
 
 
 Subscriber = Callable[[Tick], Awaitable[None]]
