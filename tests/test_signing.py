@@ -229,7 +229,7 @@ def test_a_worker_remembers_starts_for_as_long_as_any_command_can_wait():
     the command's deadline has not passed: the events a worker reads at start reach back
     as far as the longest start_timeout tickui accepts."""
     from tickui.config import HOUR, dispatch_settings
-    from tickui.dispatch.worker_events import LOOKBACK_S
+    from tickui.worker.events_view import LOOKBACK_S
 
     longest = dispatch_settings({"start_timeout": "1h"}, {}).start_timeout
     assert longest == HOUR and longest <= LOOKBACK_S * 1_000_000

@@ -19,7 +19,7 @@ from tickui import config as config_mod
 from tickui.checks import arg, arg_duration, arg_number
 from tickui.cli_output import UsageError
 from tickui.clock import SystemClock
-from tickui.dispatch import key_cli, worker_cli
+from tickui.dispatch import key_cli
 from tickui.errors import BadInput, NotFound, StoreError, TickuiError
 from tickui.redact import safe_text
 from tickui.spec import check_name
@@ -27,6 +27,7 @@ from tickui.task_cli import cmd_history, cmd_task
 from tickui.ticker_config import TOPIC, add_kafka_arguments
 from tickui.timeutil import parse_instant
 from tickui.wire import DEFAULT_TOPIC, WIRES
+from tickui.worker import cli as worker_cli
 
 EXIT_BAD_INPUT = 2
 MAX_HISTORY = 100_000

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from tickui.dispatch.bounded import Bounded
 from tickui.dispatch.messages import (
     EVENTS_TOPIC,
     WORKERS_TOPIC,
@@ -20,7 +21,6 @@ from tickui.dispatch.messages import (
 )
 from tickui.dispatch.refusals import Refusals
 from tickui.dispatch.signing import Keyring
-from tickui.dispatch.worker_state import Bounded
 from tickui.kafka_access import KafkaAccess, describe, quietly_stop
 from tickui.occurrence import RUN_TRANSITION
 from tickui.store import NewEvent

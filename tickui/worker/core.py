@@ -28,20 +28,21 @@ from aiokafka import ConsumerRebalanceListener
 from tickui import __version__
 from tickui.dispatch import messages as m
 from tickui.dispatch.allow import AllowList
+from tickui.dispatch.bounded import Bounded
 from tickui.dispatch.output import read_tail, visible
 from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
 from tickui.dispatch.refusals import Refusals
 from tickui.dispatch.signing import SIG_HEADER, Keyring
-from tickui.dispatch.worker_control import WorkerControl
-from tickui.dispatch.worker_events import EventsView
-from tickui.dispatch.worker_publish import Publisher
-from tickui.dispatch.worker_state import Bounded, Journal, file_name
 from tickui.errors import BadInput, Unavailable
 from tickui.kafka_access import KafkaAccess, describe
 from tickui.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
 from tickui.procs import stop_on_signals
 from tickui.redact import redact
 from tickui.timeutil import MICROS, iso
+from tickui.worker.control import WorkerControl
+from tickui.worker.events_view import EventsView
+from tickui.worker.publisher import Publisher
+from tickui.worker.state import Journal, file_name
 
 log = logging.getLogger("tickui.worker")
 

@@ -97,10 +97,10 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     from tickui.dispatch import keyfile
     from tickui.dispatch.allow import AllowList
     from tickui.dispatch.messages import DEFAULT_GROUP
-    from tickui.dispatch.worker import WorkerOptions
     from tickui.runner import setup_logging
     from tickui.ticker_config import build, kafka_access, kafka_flags
     from tickui.timeutil import MICROS, parse_duration
+    from tickui.worker.core import WorkerOptions
 
     flags = {"kafka_bootstrap": (args.kafka, "--kafka"), **kafka_flags(args)}
     access = kafka_access(build(settings.raw, settings.env, flags))
@@ -145,8 +145,8 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run(opts: object) -> int:
-    from tickui.dispatch.worker import Worker
     from tickui.kafka_access import preflight
+    from tickui.worker.core import Worker
 
     await preflight(opts.bootstrap)  # type: ignore[attr-defined]
     return await Worker(opts).run()  # type: ignore[arg-type]

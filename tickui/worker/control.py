@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 from tickui.dispatch import messages as m
-from tickui.dispatch.worker_events import LOOKBACK_S
 from tickui.kafka_access import describe
 from tickui.occurrence import RUN_INTERRUPTED
 from tickui.timeutil import MICROS
+from tickui.worker.events_view import LOOKBACK_S
 
 log = logging.getLogger("tickui.worker")
 

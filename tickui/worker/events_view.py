@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tickui.dispatch import messages as m
+from tickui.dispatch.bounded import Bounded
 from tickui.dispatch.signing import Keyring
-from tickui.dispatch.worker_state import Bounded
 from tickui.occurrence import RUN_TRANSITION
 
 log = logging.getLogger("tickui.worker")

@@ -1,5 +1,5 @@
 """What a worker remembers: the command ids it started (a journal file that survives a
-restart of the same worker id) and small bounded maps, so memory stays flat for good."""
+restart of the same worker id), and file names made safe."""
 
 from __future__ import annotations
 
@@ -8,45 +8,12 @@ import hashlib
 import logging
 import os
 import re
-from collections import OrderedDict
 from pathlib import Path
-from typing import Generic, TypeVar
+
+from tickui.dispatch.bounded import Bounded
 
 log = logging.getLogger("tickui.worker")
-
-K = TypeVar("K")
-V = TypeVar("V")
 SAFE = re.compile(r"[A-Za-z0-9._-]{1,100}")
-
-
-class Bounded(Generic[K, V]):
-    """A map that forgets its oldest entries past `limit`."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self.limit:
-            self._items.popitem(last=False)
-
-    def get(self, key: K) -> V | None:
-        return self._items.get(key)
-
-    def pop(self, key: K) -> V | None:
-        return self._items.pop(key, None)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._items
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def items(self) -> list[tuple[K, V]]:
-        """Oldest first."""
-        return list(self._items.items())
 
 
 def file_name(text: str) -> str:
