@@ -25,11 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.bus import KafkaBus
 from tickui.clock import SystemClock
-from tickui.sequence import SequenceAllocator
-from tickui.ticker import RuntimeScheduler
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.bus import KafkaBus
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.sequence import SequenceAllocator
+from tickui.ticks.ticker import RuntimeScheduler
 
 INTERVAL = 0.01
 

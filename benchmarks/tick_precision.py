@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.bus import MemoryBus
 from tickui.clock import SystemClock
-from tickui.sequence import SequenceAllocator
-from tickui.ticker import RuntimeScheduler
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.bus import MemoryBus
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.sequence import SequenceAllocator
+from tickui.ticks.ticker import RuntimeScheduler
 
 PUBLISH_SECONDS = 0.0003
 

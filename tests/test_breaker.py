@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickui.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from tickui.ticks.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 
 WALL = 1_800_000_000_000_000  # wall time in microseconds; only recorded, never decisive
 

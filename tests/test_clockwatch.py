@@ -14,9 +14,9 @@ import time
 import pytest
 
 from tickui.clock import SystemClock
-from tickui.clockwatch import ClockSetWatch
-from tickui.ticker import RuntimeScheduler
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.clockwatch import ClockSetWatch
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.ticker import RuntimeScheduler
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux timerfd")
 

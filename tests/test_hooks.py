@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from helpers import cli, cli_json, poll, rig, wait_for
-from tickui.breaker import CircuitBreaker
 from tickui.errors import BadInput
 from tickui.hooks import HookConfig, HookService, attach, parse_hook
 from tickui.hooks.events import (
@@ -25,6 +24,7 @@ from tickui.hooks.events import (
     slack_text,
 )
 from tickui.hooks.service import CRASHED, STOPPED
+from tickui.ticks.breaker import CircuitBreaker
 from tickui.timeutil import MICROS
 
 FIELDS = {
@@ -768,12 +768,12 @@ async def test_a_command_that_ignores_stdin_and_floods_stderr_is_read_in_bounded
 
 
 async def test_a_real_tickers_breaker_opening_and_closing_reach_the_hook(tmp_path):
-    from tickui.bus import MemoryBus
     from tickui.clock import SystemClock
-    from tickui.sequence import SequenceAllocator
     from tickui.store import Store
-    from tickui.ticker import RuntimeScheduler
-    from tickui.ticker_config import TickerConfig
+    from tickui.ticks.bus import MemoryBus
+    from tickui.ticks.config import TickerConfig
+    from tickui.ticks.sequence import SequenceAllocator
+    from tickui.ticks.ticker import RuntimeScheduler
 
     config = TickerConfig(
         interval_ms=20, breaker_threshold=3, breaker_reset_s=1, scheduler_id="test-ticker"

@@ -232,7 +232,7 @@ def test_the_checker_refuses_what_python_would_take():
     assert checks.valkey_url("redis://:p%2Fw@host:6379", "u")
     # valkey:// is accepted as README says, and handed on as the client reads it
     assert checks.valkey_url("valkey://h:6379/0", "u") == "redis://h:6379/0"
-    from tickui import ticker_config
+    from tickui.ticks import config as ticker_config
 
     built = ticker_config.build({}, {"TICKUI_VALKEY_URL": "valkey://h:6379/0"})
     assert built.valkey_url == "redis://h:6379/0"

@@ -14,17 +14,17 @@ import uuid
 
 import services
 from helpers import cli
-from tickui.bus import KafkaBus
 from tickui.clock import SystemClock
 from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.sequence import SequenceAllocator
 from tickui.spec import build_spec
 from tickui.store import Store
-from tickui.ticker import RuntimeScheduler
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.bus import KafkaBus
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.sequence import SequenceAllocator
+from tickui.ticks.ticker import RuntimeScheduler
+from tickui.ticks.wire import DEFAULT_TOPIC, ENVELOPE_KEYS, HEADER_NAMES
 from tickui.timeutil import MICROS
-from tickui.wire import DEFAULT_TOPIC, ENVELOPE_KEYS, HEADER_NAMES
 
 
 async def _consume(bootstrap: str, topic: str, want: int, timeout: float = 15.0) -> list:
@@ -427,8 +427,8 @@ def test_tickui_ticks_on_a_topic_with_both_formats_and_junk(kafka_bootstrap):
 def test_tickui_ticks_lines_stay_fast_and_short_for_a_huge_message():
     """Kafka takes 1 MB messages: a tick whose fields are huge (or carry a huge extra field)
     is shown bounded, in milliseconds, never redacted whole (that took hours)."""
-    from tickui.tail import FIELD_MAX, _line
-    from tickui.wire import decode
+    from tickui.ticks.tail import FIELD_MAX, _line
+    from tickui.ticks.wire import decode
 
     huge = "x" * 900_000
     raw = json.dumps(

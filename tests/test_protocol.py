@@ -16,7 +16,6 @@ import pytest
 
 import services
 from tickui import RuntimeScheduler
-from tickui.bus import MemoryBus
 from tickui.clock import SystemClock
 from tickui.errors import (
     InfraConnectionError,
@@ -26,9 +25,10 @@ from tickui.errors import (
     TickPublishError,
     TickTimeError,
 )
-from tickui.metrics import ONEX_FIELDS, SchedulerMetrics, SchedulerStatus
-from tickui.sequence import SequenceAllocator, SequenceStoreError, ValkeySequenceStore
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.bus import MemoryBus
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.metrics import ONEX_FIELDS, SchedulerMetrics, SchedulerStatus
+from tickui.ticks.sequence import SequenceAllocator, SequenceStoreError, ValkeySequenceStore
 
 WHEN = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 _LIVE: list[RuntimeScheduler] = []

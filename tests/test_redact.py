@@ -195,7 +195,7 @@ def test_kafka_and_valkey_passwords_given_to_tickui_never_show(tmp_path):
     """A password tickui was given (a file, TICKUI_KAFKA_PASSWORD, TICKUI_VALKEY_PASSWORD) is
     hidden from any text, even standing alone where no pattern would know it for a secret."""
     from tickui.redact import redact
-    from tickui.ticker_config import build, kafka_access, valkey_password
+    from tickui.ticks.config import build, kafka_access, valkey_password
 
     pw_file = tmp_path / "kafka.password"
     pw_file.write_text("Fil3dSecretWord\n")

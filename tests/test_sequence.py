@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from tickui.sequence import SequenceAllocator, SequenceStoreError, SqliteSequenceStore
 from tickui.store import Store
+from tickui.ticks.sequence import SequenceAllocator, SequenceStoreError, SqliteSequenceStore
 
 
 class FakeStore:

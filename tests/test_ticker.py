@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from tickui.bus import MemoryBus
 from tickui.clock import SystemClock
-from tickui.sequence import SequenceAllocator, SequenceStoreError
-from tickui.ticker import RuntimeScheduler
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.bus import MemoryBus
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.sequence import SequenceAllocator, SequenceStoreError
+from tickui.ticks.ticker import RuntimeScheduler
+from tickui.ticks.wire import HEADER_NAMES, onex_time
 from tickui.timeutil import iso
-from tickui.wire import HEADER_NAMES, onex_time
 
 _LIVE: list[RuntimeScheduler] = []
 
@@ -854,11 +854,11 @@ _ABANDON = textwrap.dedent(
     """
     import asyncio
 
-    from tickui.bus import MemoryBus
+    from tickui.ticks.bus import MemoryBus
     from tickui.clock import SystemClock
-    from tickui.sequence import SequenceAllocator
-    from tickui.ticker import RuntimeScheduler
-    from tickui.ticker_config import TickerConfig
+    from tickui.ticks.sequence import SequenceAllocator
+    from tickui.ticks.ticker import RuntimeScheduler
+    from tickui.ticks.config import TickerConfig
 
 
     async def main():

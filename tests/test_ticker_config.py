@@ -9,7 +9,7 @@ import pytest
 import services
 from helpers import cli
 from tickui.errors import BadInput
-from tickui.ticker_config import build
+from tickui.ticks.config import build
 
 
 def test_defaults():

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tickui.tickmath import (
+from tickui.ticks.tickmath import (
     clock_jump,
     deadline,
     draw_jitter,

@@ -13,7 +13,7 @@ import pytest
 from helpers import T0, cli
 from tickui.clock import ManualClock, SystemClock
 from tickui.schedules import preview
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.config import TickerConfig
 from tickui.ui.app import STALLED, TickuiApp
 from tickui.ui.cells import stamp_text
 from tickui.ui.detail import DetailScreen

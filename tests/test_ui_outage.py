@@ -14,7 +14,7 @@ import pytest
 
 import services
 from tickui.clock import SystemClock
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.config import TickerConfig
 from ui_support import make_app, screen_text, until
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ import uuid
 import services
 from helpers import cli
 from tickui.clock import SystemClock
-from tickui.sequence import SequenceAllocator, ValkeySequenceStore
-from tickui.ticker import RuntimeScheduler
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.sequence import SequenceAllocator, ValkeySequenceStore
+from tickui.ticks.ticker import RuntimeScheduler
 
 
 async def _until(predicate, timeout: float, what: str) -> None:

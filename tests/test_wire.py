@@ -17,9 +17,8 @@ from uuid import UUID
 
 import pytest
 
-from tickui.bus import MemoryBus, to_kafka
-from tickui.timeutil import to_micros
-from tickui.wire import (
+from tickui.ticks.bus import MemoryBus, to_kafka
+from tickui.ticks.wire import (
     DEFAULT_TOPIC,
     ENVELOPE_KEYS,
     EVENT_TYPE,
@@ -32,6 +31,7 @@ from tickui.wire import (
     onex_time,
     tick_json,
 )
+from tickui.timeutil import to_micros
 
 ONEX_BARE = (
     b'{"now":"2026-12-03T15:04:01.003412Z","tick_id":"7d4c2a8e-1f3b-4c6d-9e0a-b1c2d3e4f506",'
@@ -70,7 +70,7 @@ TEN = [
 
 
 @dataclass(frozen=True)
-class Tick:  # tickui.ticker.Tick's fields; wire.encode reads only these attributes
+class Tick:  # tickui.ticks.ticker.Tick's fields; wire.encode reads only these attributes
     now: int
     tick_id: str
     sequence_number: int
@@ -264,7 +264,9 @@ def test_buses_turn_a_headers_object_or_old_tuples_into_kafka_headers():
 
 
 def test_the_tickers_own_tick_encodes_as_the_stand_in_does():
-    from tickui.ticker import Tick as Real  # imported here: the stand-in keeps this file alone
+    from tickui.ticks.ticker import (
+        Tick as Real,  # imported here: the stand-in keeps this file alone
+    )
 
     values = {f: getattr(_tick(), f) for f in Tick.__dataclass_fields__}
     real = Real(**values)

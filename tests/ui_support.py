@@ -11,7 +11,7 @@ from tickui.clock import ManualClock
 from tickui.config import EngineSettings, Settings
 from tickui.spec import build_spec
 from tickui.store import Store
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.config import TickerConfig
 from tickui.ui.app import TickuiApp
 from tickui.ui.host import Host, build_host
 

@@ -1,7 +1,7 @@
 """tickui: a terminal dashboard that hosts a local job scheduler.
 
 `from tickui import RuntimeScheduler` gives the ticker, a drop-in for ONEX's
-(`RuntimeScheduler(config=..., event_bus=...)`, see tickui.ticker); it is loaded on first
+(`RuntimeScheduler(config=..., event_bus=...)`, see tickui.ticks.ticker); it is loaded on first
 use, so importing any other part of tickui does not load the ticker.
 """
 
@@ -15,11 +15,11 @@ __all__ = ["RuntimeScheduler", "SchedulerMetrics", "SchedulerStatus", "__version
 
 def __getattr__(name: str) -> Any:
     if name == "RuntimeScheduler":
-        from tickui.ticker import RuntimeScheduler
+        from tickui.ticks.ticker import RuntimeScheduler
 
         return RuntimeScheduler
     if name in ("SchedulerMetrics", "SchedulerStatus"):
-        from tickui import metrics
+        from tickui.ticks import metrics
 
         return getattr(metrics, name)
     raise AttributeError(f"module 'tickui' has no attribute {name!r}")

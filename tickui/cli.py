@@ -24,9 +24,9 @@ from tickui.errors import BadInput, NotFound, StoreError, TickuiError
 from tickui.redact import safe_text
 from tickui.spec import check_name
 from tickui.task_cli import cmd_history, cmd_task
-from tickui.ticker_config import TOPIC, add_kafka_arguments
+from tickui.ticks.config import TOPIC, add_kafka_arguments
+from tickui.ticks.wire import DEFAULT_TOPIC, WIRES
 from tickui.timeutil import parse_instant
-from tickui.wire import DEFAULT_TOPIC, WIRES
 from tickui.worker import cli as worker_cli
 
 EXIT_BAD_INPUT = 2
@@ -291,8 +291,8 @@ def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
 
 
 def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
-    from tickui.tail import main_sync
-    from tickui.ticker_config import build, kafka_access, kafka_flags
+    from tickui.ticks.config import build, kafka_access, kafka_flags
+    from tickui.ticks.tail import main_sync
 
     flags = {"kafka_bootstrap": (args.kafka, "--kafka"), **kafka_flags(args)}
     bootstrap = kafka_access(build(settings.raw, settings.env, flags))
@@ -325,7 +325,7 @@ def run(argv: Sequence[str]) -> int:
             raise UsageError("", "'--' and a command only go with 'task add'")
         if args.command is None:  # its engine dispatches as the settings say
             from tickui.runner import check_dispatch
-            from tickui.ticker_config import kafka_access
+            from tickui.ticks.config import kafka_access
 
             check_dispatch(settings.dispatch, kafka_access(settings.ticker))
         return run_dashboard(args, settings, path, demo=args.command == "demo")

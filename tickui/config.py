@@ -18,8 +18,8 @@ from tickui.checks import KIB, MIB
 from tickui.errors import BadInput
 from tickui.hooks.config import HookConfig, parse_hook
 from tickui.spec import TaskSpec, build_spec
-from tickui.ticker_config import TickerConfig
-from tickui.ticker_config import build as build_ticker
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.config import build as build_ticker
 from tickui.timeutil import MICROS
 
 DEFAULT_CONFIG = Path("tickui.toml")

@@ -12,7 +12,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tickui.bus import KafkaBus, MemoryBus
 from tickui.clock import Clock, ScaledClock, SystemClock
 from tickui.config import DispatchSettings, Settings
 from tickui.dispatch import Dispatcher, SubprocessDispatcher
@@ -26,12 +25,13 @@ from tickui.hooks import attach as attach_hooks
 from tickui.kafka_access import KafkaAccess, preflight
 from tickui.procs import stop_on_signals
 from tickui.redact import RedactingFilter
-from tickui.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
 from tickui.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import Store
-from tickui.ticker import RuntimeScheduler, Tick
-from tickui.ticker_config import TickerConfig, kafka_access, kafka_flags, valkey_password
-from tickui.ticker_config import build as build_ticker
+from tickui.ticks.bus import KafkaBus, MemoryBus
+from tickui.ticks.config import TickerConfig, kafka_access, kafka_flags, valkey_password
+from tickui.ticks.config import build as build_ticker
+from tickui.ticks.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
+from tickui.ticks.ticker import RuntimeScheduler, Tick
 from tickui.timeutil import MICROS, parse_duration
 
 MIN_INTERVAL_MS = 10

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tickui import procs
-from tickui.breaker import CLOSED, OPEN
 from tickui.clock import Clock
 from tickui.hooks.config import HookConfig
 from tickui.hooks.delivery import send
@@ -29,13 +28,14 @@ from tickui.hooks.events import (
     refused_event,
 )
 from tickui.redact import safe_text
+from tickui.ticks.breaker import CLOSED, OPEN
 
 if TYPE_CHECKING:
     import aiohttp
 
     from tickui.engine import EngineChange, SchedulerEngine
     from tickui.store import Store
-    from tickui.ticker import RuntimeScheduler
+    from tickui.ticks.ticker import RuntimeScheduler
 
 log = logging.getLogger("tickui.hooks")
 

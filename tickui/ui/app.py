@@ -19,11 +19,11 @@ from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
 
-from tickui.breaker import CLOSED
 from tickui.engine import EngineChange
 from tickui.errors import TickuiError
 from tickui.models import Occurrence
 from tickui.redact import redact
+from tickui.ticks.breaker import CLOSED
 from tickui.ui import settings as saved
 from tickui.ui.cells import MODES, TimeView, clock_in, occurrence_cells, short_path, task_cells
 from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource

@@ -6,7 +6,6 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tickui.bus import MemoryBus
 from tickui.clock import Clock
 from tickui.config import DispatchSettings, Settings
 from tickui.dispatch import Dispatcher
@@ -15,8 +14,9 @@ from tickui.hooks import HookService
 from tickui.hooks import attach as attach_hooks
 from tickui.runner import build_engine, build_ticker_for, hear_refusals, real_ticker_config
 from tickui.store import Store
-from tickui.ticker import RuntimeScheduler, Tick
-from tickui.ticker_config import TickerConfig
+from tickui.ticks.bus import MemoryBus
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.ticker import RuntimeScheduler, Tick
 
 MEMORY_BUS_KEEP = 100
 

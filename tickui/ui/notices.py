@@ -3,11 +3,11 @@ lease lost. Plain state taking the loop time; the app shows what these return.""
 
 from __future__ import annotations
 
-from tickui.breaker import OPEN
 from tickui.engine import EngineStatus
 from tickui.models import Occurrence, Task
 from tickui.redact import safe_text
-from tickui.ticker import TickerMetrics
+from tickui.ticks.breaker import OPEN
+from tickui.ticks.ticker import TickerMetrics
 from tickui.ui.cells import outcome_code, paused
 
 

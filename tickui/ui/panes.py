@@ -19,10 +19,10 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
-from tickui.breaker import CLOSED, HALF_OPEN, OPEN
 from tickui.engine import EngineStatus
 from tickui.redact import safe_text
-from tickui.ticker import TickerMetrics
+from tickui.ticks.breaker import CLOSED, HALF_OPEN, OPEN
+from tickui.ticks.ticker import TickerMetrics
 from tickui.ui.cells import clock_in, span
 from tickui.ui.table import RowTable
 

@@ -11,11 +11,11 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tickui.breaker import OPEN
 from tickui.clock import ManualClock
 from tickui.config import EngineSettings, Settings
 from tickui.spec import build_spec
 from tickui.store import Store
+from tickui.ticks.breaker import OPEN
 from tickui.timeutil import MICROS
 from tickui.ui.app import TickuiApp
 from tickui.ui.host import Host, build_host

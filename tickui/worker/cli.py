@@ -14,7 +14,7 @@ from tickui import checks
 from tickui.checks import arg, arg_duration, arg_number
 from tickui.config import Settings
 from tickui.errors import BadInput
-from tickui.ticker_config import add_kafka_arguments
+from tickui.ticks.config import add_kafka_arguments
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 GROUP = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -98,7 +98,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     from tickui.dispatch.allow import AllowList
     from tickui.dispatch.messages import DEFAULT_GROUP
     from tickui.runner import setup_logging
-    from tickui.ticker_config import build, kafka_access, kafka_flags
+    from tickui.ticks.config import build, kafka_access, kafka_flags
     from tickui.timeutil import MICROS, parse_duration
     from tickui.worker.core import WorkerOptions
 

@@ -16,7 +16,7 @@ from tickui.kafka_access import (
     quietly_stop,
     start_producer,
 )
-from tickui.wire import kafka_headers
+from tickui.ticks.wire import kafka_headers
 
 log = logging.getLogger("tickui.bus")
 # A TickHeaders (or any object with ONEX ModelEventHeaders' attributes), or, for old

@@ -1,6 +1,6 @@
 """`tickui ticks`: follow ticks on Kafka as an orchestrator would, flagging restarts and gaps.
 
-Both wire formats are read, told apart per message (tickui.wire.decode): the bare tick of
+Both wire formats are read, told apart per message (tickui.ticks.wire.decode): the bare tick of
 the seed and ONEX 0.38.6, and the envelope of ONEX 0.38.76; each line says which it was.
 """
 
@@ -18,7 +18,7 @@ from tickui.errors import TickuiError
 from tickui.kafka_access import KafkaAccess, preflight
 from tickui.procs import stop_on_signals
 from tickui.redact import redact, redact_data, safe_text
-from tickui.wire import TICK_KEYS, DecodedTick, WireError, decode
+from tickui.ticks.wire import TICK_KEYS, DecodedTick, WireError, decode
 
 
 @dataclass(slots=True)

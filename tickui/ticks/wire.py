@@ -20,7 +20,7 @@ from uuid import UUID
 from tickui.timeutil import MICROS, from_micros
 
 if TYPE_CHECKING:
-    from tickui.tick import Tick
+    from tickui.ticks.tick import Tick
 
 WIRES = ("bare", "envelope")
 DEFAULT_TOPIC = {"bare": "runtime.tick.v1", "envelope": "onex.intent.platform.runtime-tick.v1"}

@@ -34,11 +34,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from tickui import wire
-from tickui.breaker import CLOSED, OPEN, CircuitBreaker
-from tickui.bus import EventBus
 from tickui.clock import Clock, SystemClock
-from tickui.clockwatch import ClockSetWatch
 from tickui.errors import (
     InfraConnectionError,
     InfraTimeoutError,
@@ -47,11 +43,22 @@ from tickui.errors import (
     TickPublishError,
     TickTimeError,
 )
-from tickui.metrics import SchedulerMetrics, SchedulerStatus
-from tickui.sequence import SequenceAllocator
-from tickui.tick import Tick
-from tickui.ticker_config import TickerConfig
-from tickui.tickmath import clock_jump, deadline, draw_jitter, first_slot, newest_slot, next_tick
+from tickui.ticks import wire
+from tickui.ticks.breaker import CLOSED, OPEN, CircuitBreaker
+from tickui.ticks.bus import EventBus
+from tickui.ticks.clockwatch import ClockSetWatch
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.metrics import SchedulerMetrics, SchedulerStatus
+from tickui.ticks.sequence import SequenceAllocator
+from tickui.ticks.tick import Tick
+from tickui.ticks.tickmath import (
+    clock_jump,
+    deadline,
+    draw_jitter,
+    first_slot,
+    newest_slot,
+    next_tick,
+)
 from tickui.timeutil import MICROS, from_micros, iso, to_micros
 
 log = logging.getLogger("tickui.ticker")
@@ -208,7 +215,7 @@ class RuntimeScheduler:
             if sequence is None:
                 store = None
                 if config.persist_sequence and config.valkey_url:
-                    from tickui.sequence import ValkeySequenceStore
+                    from tickui.ticks.sequence import ValkeySequenceStore
 
                     store = ValkeySequenceStore(
                         config.valkey_url, config.valkey_timeout_s, config.valkey_retries
@@ -380,7 +387,7 @@ class RuntimeScheduler:
         return tick, None
 
     async def get_metrics(self) -> SchedulerMetrics:
-        """ONEX's `get_metrics`: an immutable snapshot (see tickui.metrics)."""
+        """ONEX's `get_metrics`: an immutable snapshot (see tickui.ticks.metrics)."""
         return self.metrics()
 
     # ---- the loop -------------------------------------------------------------------
