@@ -10,7 +10,7 @@ from tickui.backfill import backfill_slots
 from tickui.cli_output import task_line
 from tickui.clock import Clock
 from tickui.engine import RunNowRefused, queue_run_now
-from tickui.engine_requests import CANCEL_BACKFILL
+from tickui.engine.requests import CANCEL_BACKFILL
 from tickui.errors import BadInput, TickuiError
 from tickui.export import spec_fields
 from tickui.models import Task

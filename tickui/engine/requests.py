@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 from tickui.dispatch import Job
-from tickui.engine_types import EngineChange
+from tickui.engine.records import EngineChange
 from tickui.errors import TickuiError
 from tickui.models import Occurrence, Task
 from tickui.planning import run_now_refusal

@@ -16,36 +16,25 @@ from dataclasses import dataclass, field
 
 from tickui.clock import Clock
 from tickui.dispatch import Dispatcher, DispatchFailure, Job, NotStarted
-from tickui.engine_queued import QueuedStarts
-from tickui.engine_recovery import Recovery
-from tickui.engine_requests import RunNowRefused, RunsOnRequest, queue_run_now
-from tickui.engine_settle import Settling
-from tickui.engine_types import (
+from tickui.engine.lease import LeaseKeeper
+from tickui.engine.queued import QueuedStarts
+from tickui.engine.records import (
     NOT_STARTED,
     EngineChange,
     EngineConfig,
     EngineStatus,
     default_owner,
 )
+from tickui.engine.recovery import Recovery
+from tickui.engine.requests import RunsOnRequest
+from tickui.engine.settle import Settling
 from tickui.faults import fault_text, is_disk_full
-from tickui.lease import LeaseKeeper
 from tickui.models import Occurrence, Task
 from tickui.planning import DueTask, Plan, plan_task
 from tickui.redact import redact
 from tickui.store import LeaseLost, Store
 
 log = logging.getLogger("tickui.engine")
-
-__all__ = [
-    "NOT_STARTED",
-    "EngineChange",
-    "EngineConfig",
-    "EngineStatus",
-    "RunNowRefused",
-    "SchedulerEngine",
-    "default_owner",
-    "queue_run_now",
-]
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tickui.dispatch import Job
-from tickui.engine_types import EngineChange
+from tickui.engine.records import EngineChange
 from tickui.models import Task
 from tickui.queueing import plan_queued
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tickui.engine_types import EngineChange
+from tickui.engine.records import EngineChange
 from tickui.occurrence import Change, Progress, fold_events
 
 

@@ -9,7 +9,7 @@ import os
 
 from tickui import procs
 from tickui.dispatch.containment import end_orphaned_run
-from tickui.engine_types import EngineChange
+from tickui.engine.records import EngineChange
 from tickui.models import Occurrence
 
 log = logging.getLogger("tickui.engine")
