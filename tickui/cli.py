@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=scale, default=1.0, metavar="N", help=lapse)
     real = "with --time-scale: run the real commands (still on a copy of the database)"
     parser.add_argument("--real-commands", action="store_true", help=real)
-    signing(parser)  # the dashboard's engine, when it dispatches to workers
+    key_cli.add_signing_arguments(parser)  # the dashboard's engine, dispatching to workers
     demo = sub.add_parser("demo", parents=[shared], help="the dashboard on sample tasks")
     demo.add_argument(
         "--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N", help=lapse
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="keep tick sequence numbers in Valkey",
     )
-    signing(run)
+    key_cli.add_signing_arguments(run)
     add_kafka_arguments(run)
 
     ticks = sub.add_parser("ticks", parents=[shared], help="follow ticks on Kafka")
@@ -202,23 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
     key = sub.add_parser("key", help="make and rotate the key dispatch messages are signed with")
     key_cli.add_arguments(key)
     return parser
-
-
-def signing(parser: argparse.ArgumentParser) -> None:
-    """--key-file and --insecure: how an engine that dispatches to workers signs."""
-    parser.add_argument(
-        "--key-file",
-        type=arg(checks.path_text, "--key-file"),
-        default=argparse.SUPPRESS,
-        metavar="PATH",
-        help="sign dispatch messages with this key ([dispatch] key_file, TICKUI_KEY_FILE)",
-    )
-    parser.add_argument(
-        "--insecure",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="dispatch to workers unsigned (anyone who can write to the topics runs commands)",
-    )
 
 
 def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:

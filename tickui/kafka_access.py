@@ -5,6 +5,7 @@ out of every repr, and hidden wherever text leaves tickui (redact.hide)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import ssl
 from dataclasses import dataclass, field
@@ -28,7 +29,6 @@ class KafkaAccess:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
-    _context: list[ssl.SSLContext] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def of(cls, value: str | KafkaAccess) -> KafkaAccess:
@@ -76,22 +76,12 @@ class KafkaAccess:
             self.ssl_context()
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """Made once: the CA to trust (the system's when none is given) and the client's
-        own certificate when one is given. A file that cannot be read is bad input."""
+        """The CA to trust (the system's when none is given) and the client's own
+        certificate when one is given; None without TLS. A file that cannot be read is bad
+        input. Made once per process for the same files."""
         if not self.uses_tls:
             return None
-        if not self._context:
-            try:
-                context = ssl.create_default_context(cafile=self.ssl_cafile)
-            except (OSError, ssl.SSLError) as exc:
-                raise BadInput("ssl_cafile", f"{self.ssl_cafile}: {_why(exc)}") from None
-            if self.ssl_certfile:
-                try:
-                    context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
-                except (OSError, ssl.SSLError) as exc:
-                    raise BadInput("ssl_certfile", f"{self.ssl_certfile}: {_why(exc)}") from None
-            self._context.append(context)
-        return self._context[0]
+        return _ssl_context(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile)
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments every aiokafka client (producer, consumer, admin) takes."""
@@ -130,6 +120,20 @@ class KafkaAccess:
         if isinstance(exc, ssl.SSLError):
             return f"{where}: TLS failed: {redact(str(exc))[:200]}"
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _ssl_context(cafile: str | None, certfile: str | None, keyfile: str | None) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        raise BadInput("ssl_cafile", f"{cafile}: {_why(exc)}") from None
+    if certfile:
+        try:
+            context.load_cert_chain(certfile, keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise BadInput("ssl_certfile", f"{certfile}: {_why(exc)}") from None
+    return context
 
 
 def _why(exc: BaseException) -> str:

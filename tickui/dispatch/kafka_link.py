@@ -114,7 +114,7 @@ class KafkaLink:
             return None
         from aiokafka.partitioner import DefaultPartitioner
 
-        return DefaultPartitioner()(key, self._run_partitions, self._run_partitions)
+        return DefaultPartitioner.__call__(key, self._run_partitions, self._run_partitions)
 
     async def send_all(self, messages: list[tuple[str, bytes, bytes]]) -> list[str | None]:
         """Send (topic, key, value) messages at once and wait for each; per message None

@@ -9,8 +9,33 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tickui import checks
+from tickui.checks import arg
 from tickui.dispatch import keyfile
 from tickui.errors import BadInput
+
+
+def add_signing_arguments(parser: argparse.ArgumentParser, who: str = "engine") -> None:
+    """--key-file and --insecure, for an engine dispatching to workers or for a worker.
+    Absent unless given: the command line merges them into [dispatch] (with_flags)."""
+    said = {
+        "engine": (
+            "sign dispatch messages with this key ([dispatch] key_file, TICKUI_KEY_FILE)",
+            "dispatch to workers unsigned (anyone who can write to the topics runs commands)",
+        ),
+        "worker": (
+            "the key the engine signs with ([dispatch] key_file, TICKUI_KEY_FILE)",
+            "run without a key: any command on the runs topic runs (never on a shared broker)",
+        ),
+    }[who]
+    parser.add_argument(
+        "--key-file",
+        type=arg(checks.path_text, "--key-file"),
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help=said[0],
+    )
+    parser.add_argument("--insecure", action="store_true", default=argparse.SUPPRESS, help=said[1])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

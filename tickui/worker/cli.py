@@ -13,6 +13,7 @@ from pathlib import Path
 from tickui import checks
 from tickui.checks import arg, arg_duration, arg_number
 from tickui.config import Settings
+from tickui.dispatch.key_cli import add_signing_arguments
 from tickui.errors import BadInput
 from tickui.ticks.config import add_kafka_arguments
 
@@ -64,17 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-dir", type=arg(checks.path_text, "--log-dir"), metavar="DIR",
         help="where runs' output goes (default: the user state folder)",
     )  # fmt: skip
-    parser.add_argument(
-        "--key-file",
-        type=arg(checks.path_text, "--key-file"),
-        metavar="PATH",
-        help="the key the engine signs with ([dispatch] key_file, TICKUI_KEY_FILE)",
-    )
-    parser.add_argument(
-        "--insecure",
-        action="store_true",
-        help="run without a key: any command on the runs topic runs (never on a shared broker)",
-    )
+    add_signing_arguments(parser, "worker")
     parser.add_argument(
         "--allow",
         action="append",
@@ -106,12 +97,10 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     access = kafka_access(build(settings.raw, settings.env, flags))
     if access is None:
         raise BadInput("--kafka", "give --kafka BOOTSTRAP (or TICKUI_KAFKA_BOOTSTRAP)")
-    dispatch = settings.dispatch
-    key_file, origin = dispatch.key_file, dispatch.key_origin
-    if args.key_file:
-        key_file, origin = Path(args.key_file).expanduser(), "--key-file"
-    insecure = args.insecure or dispatch.insecure
-    keyring = keyfile.keyring_for(key_file, origin, insecure, "a worker")
+    dispatch = settings.dispatch  # --key-file and --insecure already merged in (cli.run)
+    keyring = keyfile.keyring_for(
+        dispatch.key_file, dispatch.key_origin, dispatch.insecure, "a worker"
+    )
     if args.allow:
         allow = AllowList.build(args.allow, "--allow")
     else:
