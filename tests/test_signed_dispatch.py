@@ -290,3 +290,46 @@ def test_allow_refuses_other_programs(tmp_path, broker, procs):
         20,
         f"the count: {workers_json(db)}",
     )
+
+
+@pytest.mark.parametrize("insecure", [False, True])
+def test_odd_records_on_every_topic_stop_no_reader(tmp_path, broker, procs, monkeypatch, insecure):
+    """Empty records (no value), oversized ones, a pile of headers, a signature header
+    holding junk, nested JSON: on every topic, to a keyed engine and worker (and to
+    insecure ones, whose readers decode all of it). Nothing is believed, no reader stops: a
+    real run afterwards still runs and settles."""
+    from aiokafka import AIOKafkaProducer
+
+    flags = ("--insecure",) if insecure else ()
+    if insecure:
+        monkeypatch.delenv("TICKUI_KEY_FILE")
+    db, worker, engine, _ = _start(tmp_path, broker, procs, *flags, engine_args=flags)
+    junk = [(None, []), (b"x" * 900_000, []), (b"[" * 50_000, []),
+            (b"{}", [(f"h{i}", b"v") for i in range(200)]),
+            (b"{}", [("tickui-kid", b"\\xff"), ("tickui-sig", b"\\x00" * 64)])]  # fmt: skip
+
+    async def flood() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=broker, enable_idempotence=False, max_request_size=2_000_000
+        )
+        await producer.start()
+        try:
+            for topic in m.TOPICS:
+                for value, headers in junk:
+                    for partition in (0, signing_support.runs_partition("t")):
+                        await producer.send_and_wait(
+                            topic, value, key=b"t", headers=headers, partition=partition
+                        )
+        finally:
+            await producer.stop()
+
+    asyncio.run(flood())
+    out = tmp_path / "ran.txt"
+    run_now(db, "after", out)
+    wait_for(lambda: any(o["state"] == "succeeded" for o in occurrences(db)), 30, "the run")
+    assert out.read_text().count("after") == 1
+    assert worker.alive and engine.alive
+    kind = "unverifiable_command" if insecure else "forged_command"
+    wait_for(lambda: refused_by_worker(db, worker.id).get(kind, 0) >= (2 if insecure else 10),
+             20, "count")  # fmt: skip
+    assert "Traceback" not in worker.output() + engine.output()
