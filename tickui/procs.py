@@ -78,24 +78,43 @@ def signal_group(pgid: int | None, sig: signal.Signals) -> bool:
     return True
 
 
+def _noted(signum: int, frame: object) -> None:
+    """The signal's number already reached the wakeup socket; nothing else to do here."""
+
+
 @contextlib.contextmanager
 def stop_on_signals(
     loop: asyncio.AbstractEventLoop, stop: Callable[[], object], signals: Sequence[int]
 ) -> Iterator[None]:
     """Inside, `signals` call `stop` (a clean stop). On leaving they are ignored until the
     process exits: a supervisor repeating SIGTERM must not kill it halfway through its exit
-    with -15. SIG_IGN, not a Python handler, which the interpreter resets as it finalizes;
-    removing the loop's handler restores the default action for a moment, so the signals
-    are blocked across the swap (one sent meanwhile waits, then meets SIG_IGN)."""
-    for sig in signals:
-        loop.add_signal_handler(sig, stop)
+    with -15. The loop's own signal handlers are not used because removing one restores the
+    default action, and a signal sent to the process may be taken by any of its threads,
+    so no mask held by this one thread closes that gap. Here each signal goes from a no-op
+    handler straight to SIG_IGN; its number reaches the loop through the wakeup socket."""
+    wanted = frozenset(int(sig) for sig in signals)
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+
+    def woken() -> None:
+        try:
+            numbers = reader.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        if wanted.intersection(numbers):
+            stop()
+
+    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    loop.add_reader(reader.fileno(), woken)
     try:
+        for sig in signals:
+            signal.signal(sig, _noted)
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-        try:
-            for sig in signals:
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, signal.SIG_IGN)
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+        loop.remove_reader(reader.fileno())
+        signal.set_wakeup_fd(previous)
+        reader.close()
+        writer.close()
