@@ -24,7 +24,7 @@ help:
 	@echo "make demo          run tickui demo"
 	@echo "make lint          ruff check ."
 	@echo "make bench         run every benchmarks/*.py"
-	@echo "make screenshots   python -m tickui.screenshots"
+	@echo "make screenshots   python -m tickui.ui.screenshots"
 	@echo "make clean         remove $(VENV) and caches"
 
 # apt_install(packages): `apt-get update` fails at once (status 100) while another process holds
@@ -101,7 +101,7 @@ bench: $(STAMP)
 	for f in "$${files[@]}"; do echo "== $$f"; $(VPY) "$$f" || exit $$?; done
 
 screenshots: $(STAMP)
-	$(VPY) -m tickui.screenshots
+	$(VPY) -m tickui.ui.screenshots
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info snapshot_report.html

@@ -27,13 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.clock import ManualClock
+from tickui.common.clock import ManualClock
+from tickui.common.timeutil import MICROS
 from tickui.dispatch import Dispatcher, Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.occurrence import RUN_COMPLETED
-from tickui.spec import build_spec
+from tickui.model.occurrence import RUN_COMPLETED
+from tickui.model.spec import build_spec
 from tickui.store import NewEvent, Store
-from tickui.timeutil import MICROS
 
 T0 = 1_800_000_000 * MICROS
 HISTORY = 100_000

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.clock import SystemClock
+from tickui.common.clock import SystemClock
 from tickui.ticks.bus import KafkaBus
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.sequence import SequenceAllocator

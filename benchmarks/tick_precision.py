@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.clock import SystemClock
+from tickui.common.clock import SystemClock
 from tickui.ticks.bus import MemoryBus
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.sequence import SequenceAllocator

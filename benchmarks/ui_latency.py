@@ -25,12 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tickui.clock import SystemClock
-from tickui.config import Settings
-from tickui.spec import build_spec
+from tickui.common.clock import SystemClock
+from tickui.model.spec import build_spec
+from tickui.runtime.host import Host, build_host
+from tickui.runtime.settings import Settings
 from tickui.store import Store
 from tickui.ui.app import TickuiApp
-from tickui.ui.host import Host, build_host
 
 STAMP = [sys.executable, "-c", "import time; print(repr(time.time()), flush=True)"]
 

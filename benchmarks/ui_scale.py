@@ -53,16 +53,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.clock import Clock, SystemClock
-from tickui.config import Settings
+from tickui.common.clock import Clock, SystemClock
+from tickui.common.timeutil import MICROS, iso
 from tickui.dispatch import Dispatcher, DispatchFailure, Fence, Job, Receipt
 from tickui.dispatch.base import wait_until_done
-from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION, TERMINAL
-from tickui.spec import build_spec
+from tickui.model.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION, TERMINAL
+from tickui.model.spec import build_spec
+from tickui.runtime.host import Host, build_host
+from tickui.runtime.settings import Settings
 from tickui.store import NewEvent, Store
-from tickui.timeutil import MICROS, iso
 from tickui.ui.app import TickuiApp
-from tickui.ui.host import Host, build_host
 
 SIZE = (200, 60)
 BIG, SMALL, PER_TASK = 10_000, 100, 10

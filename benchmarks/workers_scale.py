@@ -48,13 +48,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tickui.common.timeutil import MICROS, iso
 from tickui.dispatch import keyfile
 from tickui.dispatch.messages import EVENTS_TOPIC, RUNS_TOPIC, TOPICS, RunCommand
 from tickui.dispatch.process import ProcessRunner
 from tickui.dispatch.signing import Keyring
-from tickui.spec import build_spec
+from tickui.model.spec import build_spec
 from tickui.store import Store
-from tickui.timeutil import MICROS, iso
 
 PARTITIONS = 12
 ACTIVE = ("claimed", "accepted", "running")
@@ -200,7 +200,7 @@ async def read_topics(bootstrap: str) -> tuple[dict[str, int], dict[str, dict]]:
 
 
 def datetime_micros(text: str) -> int:
-    from tickui.timeutil import parse_instant
+    from tickui.common.timeutil import parse_instant
 
     return parse_instant(text, "at")
 

@@ -113,7 +113,7 @@ async def test_onex_style_calls_on_a_running_tickui_scheduler(boot):
 async def test_failures_breaker_and_metrics_mean_what_onex_means(boot):
     """Same config, same bus faults, same calls: ONEX's scheduler and tickui's must agree."""
     from tickui import RuntimeScheduler
-    from tickui.errors import TickPublishError
+    from tickui.common.errors import TickPublishError
 
     t0 = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
     results = {}

@@ -14,13 +14,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tickui.clock import ManualClock
+from tickui.common.clock import ManualClock
+from tickui.common.timeutil import MICROS
 from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.models import Occurrence
-from tickui.spec import build_spec
+from tickui.model.records import Occurrence
+from tickui.model.spec import build_spec
 from tickui.store import Store
-from tickui.timeutil import MICROS
 
 # A fixed, whole-minute instant for manual clocks: 2027-01-15T08:00:00Z.
 T0 = 1_800_000_000 * MICROS

@@ -25,7 +25,10 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            # `from a.b import c` depends on module a.b.c when there is one, else on a.b
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                names.append(sub if sub in modules else node.module)
         wanted.update(name for name in names if name in modules)
     return wanted
 

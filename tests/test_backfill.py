@@ -13,11 +13,11 @@ import pytest
 from engine_procs import Engine, wait_for
 
 from helpers import T0, cli, cli_json, rig
-from tickui.backfill import DEFAULT_MAX, MAX_MAX, backfill_slots
-from tickui.errors import BadInput
-from tickui.occurrence import TERMINAL
-from tickui.schedules import cron, interval, once
-from tickui.timeutil import MICROS, iso, parse_instant
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS, iso, parse_instant
+from tickui.model.backfill import DEFAULT_MAX, MAX_MAX, backfill_slots
+from tickui.model.occurrence import TERMINAL
+from tickui.schedules.triggers import cron, interval, once
 
 S = MICROS
 M = 60 * S

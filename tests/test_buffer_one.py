@@ -11,10 +11,10 @@ import pytest
 
 from helpers import T0 as RIG_T0
 from helpers import cli, cli_json, rig
-from tickui.planning import DueTask, Planned, _overlap, plan_task
-from tickui.schedules import interval
-from tickui.spec import build_spec
-from tickui.timeutil import MICROS, iso, parse_instant
+from tickui.common.timeutil import MICROS, iso, parse_instant
+from tickui.model.planning import DueTask, Planned, _overlap, plan_task
+from tickui.model.spec import build_spec
+from tickui.schedules.triggers import interval
 
 S = MICROS
 MS = 1_000
@@ -157,7 +157,7 @@ def test_the_choice_is_accepted_by_spec_cli_and_toml(tmp_path, value) -> None:
     toml.write_text(
         f'[[task]]\nname = "c"\nevery = "1s"\nconcurrency = "{value}"\ncommand = ["true"]\n'
     )
-    from tickui import config as config_mod
+    from tickui.runtime import settings as config_mod
 
     assert config_mod.load(toml, T0).tasks[0].concurrency == "buffer_one"
     bad = cli(

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from helpers import cli, cli_json
-from tickui import schema
-from tickui.cli import build_parser
+from tickui.cli.main import build_parser
+from tickui.store import schema
 
 
 def test_add_list_show_enable_disable_rm(tmp_path):
@@ -300,7 +300,7 @@ def test_every_subcommand_and_flag_has_help_text():
     """`tickui <any command> --help` explains each subcommand, argument and flag."""
     import argparse
 
-    from tickui.cli import build_parser
+    from tickui.cli.main import build_parser
 
     missing = []
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tickui.clock import ManualClock, ScaledClock
-from tickui.errors import BadInput
-from tickui.timeutil import MICROS
+from tickui.common.clock import ManualClock, ScaledClock
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS
 
 
 def test_manual_clock_moves_only_when_told():

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tickui.clock import SystemClock
+from tickui.common.clock import SystemClock
 from tickui.ticks.clockwatch import ClockSetWatch
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.ticker import RuntimeScheduler

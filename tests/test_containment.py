@@ -251,7 +251,7 @@ def test_a_reused_pid_is_never_signalled(tmp_path):
 async def test_an_orphaned_run_is_found_by_its_environment_after_a_crash(tmp_path):
     """What a kill -9'd engine left: the main process and a setsid child that carries the
     occurrence's variables, reparented elsewhere; end_orphaned_run finds and ends both."""
-    from tickui.models import Occurrence
+    from tickui.model.records import Occurrence
 
     pids = tmp_path / "pids"
     lib = tmp_path / "lib.sh"

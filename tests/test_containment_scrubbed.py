@@ -16,9 +16,9 @@ import uuid
 import pytest
 
 from helpers import rig, wait_for
+from tickui.common.timeutil import MICROS
 from tickui.dispatch import containment
 from tickui.dispatch.containment import read_proc, scan
-from tickui.timeutil import MICROS
 
 pytestmark = pytest.mark.skipif(
     not containment.HAVE_PROC or not containment.enable_subreaper(),

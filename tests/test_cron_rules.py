@@ -15,11 +15,11 @@ from cronsim import CronSim, CronSimError
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tickui import cron as cron_rules
-from tickui.errors import BadInput
-from tickui.schedules import CronSchedule, SlotWindow, _changes_in_year, cron, preview
-from tickui.spec import build_spec
-from tickui.timeutil import MICROS, from_micros, iso, parse_instant, to_micros
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS, from_micros, iso, parse_instant, to_micros
+from tickui.model.spec import build_spec
+from tickui.schedules import cron as cron_rules
+from tickui.schedules.triggers import CronSchedule, SlotWindow, _changes_in_year, cron, preview
 
 S = MICROS
 MINUTE = 60 * S

@@ -13,7 +13,7 @@ import time
 
 from helpers import T0, rig
 from tickui.dispatch import DispatchFailure, Job, NotStarted, Receipt, SubprocessDispatcher
-from tickui.models import Occurrence
+from tickui.model.records import Occurrence
 
 HEALTHY = ("alpha", "bravo", "delta")
 

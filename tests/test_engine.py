@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from helpers import T0, rig, wait_for
+from tickui.common.timeutil import MICROS
 from tickui.engine import EngineChange, RunNowRefused
-from tickui.occurrence import RUN_FAILED
-from tickui.planning import DueTask, Plan, Planned
+from tickui.model.occurrence import RUN_FAILED
+from tickui.model.planning import DueTask, Plan, Planned
 from tickui.store import LeaseLost, NewEvent
-from tickui.timeutil import MICROS
 
 SLOW = [sys.executable, "-c", "import time; time.sleep(30)"]
 

@@ -19,12 +19,12 @@ from pathlib import Path
 from engine_procs import wait_for
 
 from helpers import T0, rig
-from tickui.clock import ManualClock
+from tickui.common.clock import ManualClock
+from tickui.common.timeutil import MICROS
 from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import NOT_STARTED, EngineConfig, SchedulerEngine
-from tickui.spec import build_spec
+from tickui.model.spec import build_spec
 from tickui.store import Store
-from tickui.timeutil import MICROS
 
 
 class PausingDispatcher(SubprocessDispatcher):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cli
-from tickui import schema
+from tickui.store import schema
 
 READ_ONLY = [
     ["task", "list"],

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from helpers import cli, cli_json, poll, rig, wait_for
-from tickui.errors import BadInput
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS
 from tickui.hooks import HookConfig, HookService, attach, parse_hook
 from tickui.hooks.events import (
     HookEvent,
@@ -25,7 +26,6 @@ from tickui.hooks.events import (
 )
 from tickui.hooks.service import CRASHED, STOPPED
 from tickui.ticks.breaker import CircuitBreaker
-from tickui.timeutil import MICROS
 
 FIELDS = {
     "event",
@@ -685,11 +685,11 @@ def test_tickui_run_calls_hooks_and_tickui_hooks_lists_them(tmp_path):
 
 async def test_the_dashboards_host_calls_hooks_and_the_demo_does_not(tmp_path):
     from helpers import T0
-    from tickui.clock import ManualClock
-    from tickui.config import Settings
-    from tickui.spec import build_spec
+    from tickui.common.clock import ManualClock
+    from tickui.model.spec import build_spec
+    from tickui.runtime.host import build_host
+    from tickui.runtime.settings import Settings
     from tickui.store import Store
-    from tickui.ui.host import build_host
 
     with Receiver() as receiver:
         settings = Settings(hooks=(hook(url=receiver.url, on=["failed"]),))
@@ -768,7 +768,7 @@ async def test_a_command_that_ignores_stdin_and_floods_stderr_is_read_in_bounded
 
 
 async def test_a_real_tickers_breaker_opening_and_closing_reach_the_hook(tmp_path):
-    from tickui.clock import SystemClock
+    from tickui.common.clock import SystemClock
     from tickui.store import Store
     from tickui.ticks.bus import MemoryBus
     from tickui.ticks.config import TickerConfig

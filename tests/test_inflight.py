@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from helpers import T0
-from tickui.clock import ManualClock
+from tickui.common.clock import ManualClock
 from tickui.dispatch import Dispatcher, Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.occurrence import RUN_COMPLETED
-from tickui.spec import build_spec
+from tickui.model.occurrence import RUN_COMPLETED
+from tickui.model.spec import build_spec
 from tickui.store import NewEvent, Store
 
 

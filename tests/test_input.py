@@ -10,9 +10,10 @@ import sys
 import pytest
 
 from helpers import cli
-from tickui import checks, config
-from tickui.errors import BadInput
-from tickui.timeutil import MICROS, parse_duration
+from tickui.common import checks
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS, parse_duration
+from tickui.runtime import settings as config
 
 ADD = ["task", "add", "job"]
 OK = ["--every", "1s"]
@@ -241,7 +242,7 @@ def test_the_checker_refuses_what_python_would_take():
 def test_a_cli_with_no_traceback_even_for_a_bug(tmp_path):
     """The last resort: an unexpected exception is still one line (exit 1)."""
     code = (
-        "import sys, tickui.cli as c\n"
+        "import sys, tickui.cli.main as c\n"
         "def boom(argv): raise ZeroDivisionError('x')\n"
         "c.run = boom\n"
         "c.main(['task', 'list'])\n"

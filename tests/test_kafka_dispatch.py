@@ -13,7 +13,9 @@ import pytest
 import signing_support
 from helpers import T0, wait_for
 from services import private_tansu
-from tickui.clock import ManualClock
+from tickui.common.clock import ManualClock
+from tickui.common.kafka import quietly_stop
+from tickui.common.timeutil import MICROS
 from tickui.dispatch.kafka import KafkaDispatcher
 from tickui.dispatch.kafka_link import KafkaLink
 from tickui.dispatch.messages import (
@@ -28,11 +30,9 @@ from tickui.dispatch.messages import (
     new_event_id,
 )
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.kafka_access import quietly_stop
-from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION
-from tickui.spec import build_spec
+from tickui.model.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_TRANSITION
+from tickui.model.spec import build_spec
 from tickui.store import Store
-from tickui.timeutil import MICROS
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import sqlite3
 
 from helpers import T0
-from tickui import schema
-from tickui.occurrence import RUN_COMPLETED, RUN_TRANSITION
-from tickui.spec import build_spec
-from tickui.store import Beat, NewEvent, Store
-from tickui.timeutil import MICROS
+from tickui.common.timeutil import MICROS
+from tickui.model.occurrence import RUN_COMPLETED, RUN_TRANSITION
+from tickui.model.spec import build_spec
+from tickui.store import Beat, NewEvent, Store, schema
 
 
 def _write_v7(path) -> None:

@@ -14,17 +14,17 @@ import uuid
 
 import services
 from helpers import cli
-from tickui.clock import SystemClock
+from tickui.common.clock import SystemClock
+from tickui.common.timeutil import MICROS
 from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.spec import build_spec
+from tickui.model.spec import build_spec
 from tickui.store import Store
 from tickui.ticks.bus import KafkaBus
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.sequence import SequenceAllocator
 from tickui.ticks.ticker import RuntimeScheduler
 from tickui.ticks.wire import DEFAULT_TOPIC, ENVELOPE_KEYS, HEADER_NAMES
-from tickui.timeutil import MICROS
 
 
 async def _consume(bootstrap: str, topic: str, want: int, timeout: float = 15.0) -> list:

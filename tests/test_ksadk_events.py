@@ -13,11 +13,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from helpers import T0, Rig
-from tickui.clock import ManualClock
+from tickui.common.clock import ManualClock
 from tickui.dispatch import Dispatcher, Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.models import Occurrence
-from tickui.occurrence import DETAIL_MAX
+from tickui.model.occurrence import DETAIL_MAX
+from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store
 
 TRANSITION = "control.run_transition"

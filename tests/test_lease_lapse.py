@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 
 from helpers import T0, rig, wait_for
-from tickui.clock import ManualClock
+from tickui.common.clock import ManualClock
+from tickui.common.timeutil import MICROS
 from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.spec import build_spec
+from tickui.model.spec import build_spec
 from tickui.store import Store
-from tickui.timeutil import MICROS
 
 
 async def test_own_runs_survive_taking_a_lapsed_lease_back(tmp_path):

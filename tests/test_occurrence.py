@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from tickui.occurrence import (
+from tickui.model.occurrence import (
     ACTIVE,
     DETAIL_MAX,
     RUN_CANCELED,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import cli, cli_json, rig
-from tickui import retries
+from tickui.model import retries
 from tickui.store.queue import Queued
 
 

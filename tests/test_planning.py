@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from tickui.errors import BadInput
-from tickui.planning import RUN_ALL_CAP, DueTask, Plan, Planned, plan_task, run_now_refusal
-from tickui.schedules import cron, interval, jitter_offset, once
-from tickui.spec import build_spec
-from tickui.timeutil import MICROS, parse_instant
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS, parse_instant
+from tickui.model.planning import RUN_ALL_CAP, DueTask, Plan, Planned, plan_task, run_now_refusal
+from tickui.model.spec import build_spec
+from tickui.schedules.triggers import cron, interval, jitter_offset, once
 
 S = MICROS
 MS = 1_000

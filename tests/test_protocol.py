@@ -16,8 +16,8 @@ import pytest
 
 import services
 from tickui import RuntimeScheduler
-from tickui.clock import SystemClock
-from tickui.errors import (
+from tickui.common.clock import SystemClock
+from tickui.common.errors import (
     InfraConnectionError,
     InfraTimeoutError,
     InfraUnavailableError,

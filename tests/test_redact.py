@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from helpers import cli
-from tickui.redact import RedactingFilter, printable, redact, redact_data, safe_text
+from tickui.common.redact import RedactingFilter, printable, redact, redact_data, safe_text
 
 # (text holding a secret, the secret) for every form the issue names, and a few more.
 FORMS = [
@@ -194,7 +194,7 @@ def test_a_long_word_is_redacted_whole_and_its_secret_still_found() -> None:
 def test_kafka_and_valkey_passwords_given_to_tickui_never_show(tmp_path):
     """A password tickui was given (a file, TICKUI_KAFKA_PASSWORD, TICKUI_VALKEY_PASSWORD) is
     hidden from any text, even standing alone where no pattern would know it for a secret."""
-    from tickui.redact import redact
+    from tickui.common.redact import redact
     from tickui.ticks.config import build, kafka_access, valkey_password
 
     pw_file = tmp_path / "kafka.password"

@@ -9,13 +9,13 @@ import time
 import pytest
 
 from helpers import T0, cli, cli_json, rig
-from tickui import retries
-from tickui.errors import BadInput
-from tickui.queueing import plan_queued
-from tickui.spec import build_spec
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS, iso
+from tickui.model import retries
+from tickui.model.queueing import plan_queued
+from tickui.model.spec import build_spec
 from tickui.store import LeaseLost
 from tickui.store.queue import Queued
-from tickui.timeutil import MICROS, iso
 
 S = MICROS
 
@@ -244,7 +244,7 @@ async def test_a_queued_row_is_taken_once_and_only_under_the_lease(tmp_path):
 
 
 def test_plan_queued_is_pure_overlap_logic():
-    from tickui.models import Occurrence, Task
+    from tickui.model.records import Occurrence, Task
 
     spec = _spec()
     task = Task(1, "t", spec, "cli", True, None, 1, T0, T0, T0, None, None)

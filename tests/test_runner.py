@@ -13,7 +13,7 @@ import sys
 import time
 
 from helpers import cli, cli_json
-from tickui.redact import RedactingFilter, redact
+from tickui.common.redact import RedactingFilter, redact
 
 
 def test_sigterm_stops_gracefully_and_cancels_what_still_runs(tmp_path):

@@ -13,9 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tickui import schedules
-from tickui.errors import BadInput
-from tickui.schedules import (
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import (
+    MICROS,
+    format_duration,
+    from_micros,
+    iso,
+    parse_duration,
+    parse_instant,
+    to_micros,
+)
+from tickui.model.spec import build_spec, check_name
+from tickui.schedules import triggers as schedules
+from tickui.schedules.triggers import (
     COUNT_CAP,
     CronSchedule,
     IntervalSchedule,
@@ -27,16 +37,6 @@ from tickui.schedules import (
     jitter_offset,
     once,
     preview,
-)
-from tickui.spec import build_spec, check_name
-from tickui.timeutil import (
-    MICROS,
-    format_duration,
-    from_micros,
-    iso,
-    parse_duration,
-    parse_instant,
-    to_micros,
 )
 
 S = MICROS

@@ -10,6 +10,8 @@ import stat
 import pytest
 
 from helpers import cli
+from tickui.common.errors import BadInput
+from tickui.common.redact import redact
 from tickui.dispatch import keyfile
 from tickui.dispatch.allow import AllowList
 from tickui.dispatch.refusals import Refusals, said, security_lines
@@ -22,8 +24,6 @@ from tickui.dispatch.signing import (
     Key,
     Keyring,
 )
-from tickui.errors import BadInput
-from tickui.redact import redact
 
 TOPIC, KEY, VALUE = "tickui.runs.v1", b"task", b'{"argv":["true"]}'
 
@@ -188,7 +188,7 @@ def test_security_lines_put_alarms_first():
 
 async def test_an_insecure_engine_says_so_in_its_status(tmp_path):
     """The dashboard's header and `tickui run`'s last line show the engine's warning."""
-    from tickui.clock import ManualClock
+    from tickui.common.clock import ManualClock
     from tickui.dispatch.kafka import KafkaDispatcher
     from tickui.engine import EngineConfig, SchedulerEngine
     from tickui.store import Store
@@ -228,7 +228,7 @@ def test_a_worker_remembers_starts_for_as_long_as_any_command_can_wait():
     """A copy of a command is refused by whichever worker holds its partition as long as
     the command's deadline has not passed: the events a worker reads at start reach back
     as far as the longest start_timeout tickui accepts."""
-    from tickui.config import HOUR, dispatch_settings
+    from tickui.runtime.settings import HOUR, dispatch_settings
     from tickui.worker.events_view import LOOKBACK_S
 
     longest = dispatch_settings({"start_timeout": "1h"}, {}).start_timeout

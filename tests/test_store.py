@@ -9,10 +9,9 @@ import stat
 import pytest
 
 from helpers import T0
-from tickui import schema
-from tickui.errors import StoreError
-from tickui.spec import build_spec
-from tickui.store import Store
+from tickui.common.errors import StoreError
+from tickui.model.spec import build_spec
+from tickui.store import Store, schema
 
 
 def _digest(path) -> str:

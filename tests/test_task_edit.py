@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from helpers import T0, cli, cli_json
-from tickui import config as config_mod
-from tickui.cli import build_parser
-from tickui.commands import edited_spec_fields
-from tickui.errors import BadInput
-from tickui.export import export_text, spec_fields, toml_string
-from tickui.spec import build_spec
+from tickui.cli.changes import edited_spec_fields
+from tickui.cli.main import build_parser
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS
+from tickui.model.export import export_text, spec_fields, toml_string
+from tickui.model.spec import build_spec
+from tickui.runtime import settings as config_mod
 from tickui.store import Store
-from tickui.timeutil import MICROS
 
 
 def _digest(path: Path) -> str:

@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from tickui.clock import SystemClock
+from tickui.common.clock import SystemClock
+from tickui.common.timeutil import iso
 from tickui.ticks.bus import MemoryBus
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.sequence import SequenceAllocator, SequenceStoreError
 from tickui.ticks.ticker import RuntimeScheduler
 from tickui.ticks.wire import HEADER_NAMES, onex_time
-from tickui.timeutil import iso
 
 _LIVE: list[RuntimeScheduler] = []
 
@@ -855,7 +855,7 @@ _ABANDON = textwrap.dedent(
     import asyncio
 
     from tickui.ticks.bus import MemoryBus
-    from tickui.clock import SystemClock
+    from tickui.common.clock import SystemClock
     from tickui.ticks.sequence import SequenceAllocator
     from tickui.ticks.ticker import RuntimeScheduler
     from tickui.ticks.config import TickerConfig

@@ -8,7 +8,7 @@ import pytest
 
 import services
 from helpers import cli
-from tickui.errors import BadInput
+from tickui.common.errors import BadInput
 from tickui.ticks.config import build
 
 

@@ -23,17 +23,17 @@ from pathlib import Path
 import pytest
 
 from helpers import T0, cli, wait_for
-from tickui.clock import ManualClock, ScaledClock, SystemClock
-from tickui.config import Settings
+from tickui.common.clock import ManualClock, ScaledClock, SystemClock
+from tickui.common.timeutil import MICROS
 from tickui.dispatch import Job, NotStarted, Receipt, SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.runner import build_ticker_for
-from tickui.simulate import TEMP_PREFIX, Profile, SimulatedDispatcher, TimeLapse, succeeds
-from tickui.spec import build_spec
+from tickui.model.spec import build_spec
+from tickui.runtime.runner import build_ticker_for
+from tickui.runtime.settings import Settings
+from tickui.runtime.simulate import TEMP_PREFIX, Profile, SimulatedDispatcher, TimeLapse, succeeds
 from tickui.store import Store
 from tickui.ticks.bus import MemoryBus
 from tickui.ticks.sequence import SqliteSequenceStore
-from tickui.timeutil import MICROS
 from tickui.ui.launch import dashboard_session
 
 MARK = "touch {dir}/ran-$TICKUI_OCCURRENCE_ID"

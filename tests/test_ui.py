@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from helpers import T0, cli
-from tickui.clock import ManualClock, SystemClock
-from tickui.schedules import preview
+from tickui.common.clock import ManualClock, SystemClock
+from tickui.schedules.triggers import preview
 from tickui.ticks.config import TickerConfig
 from tickui.ui.app import STALLED, TickuiApp
-from tickui.ui.cells import stamp_text
-from tickui.ui.detail import DetailScreen
-from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
-from tickui.ui.form import AddTaskScreen
 from tickui.ui.keys import KEYS
+from tickui.ui.screens.detail import DetailScreen
+from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.screens.form import AddTaskScreen
+from tickui.ui.view.cells import stamp_text
 from ui_support import make_app, notes, screen_text, stored_state, until
 
 SIZE = (140, 40)
@@ -151,7 +151,7 @@ async def test_enter_opens_the_detail_with_the_next_ten_fire_times(tmp_db: Path)
 
 async def test_detail_output_follows_a_running_task(tmp_db: Path) -> None:
     async def seed(store, clock):
-        from tickui.spec import build_spec
+        from tickui.model.spec import build_spec
 
         gate = tmp_db.parent / "go-on"  # the second line waits for the test, not a timer
         script = (
@@ -311,7 +311,7 @@ async def test_q_wait_lets_the_active_run_finish(tmp_db: Path) -> None:
     go = tmp_db.with_name("go")  # the run ends when the test says so, not after a sleep
 
     async def seed(store, clock):
-        from tickui.spec import build_spec
+        from tickui.model.spec import build_spec
 
         script = f"while [ ! -e {go} ]; do sleep 0.05; done"
         spec = build_spec({"name": "brief", "every": "1h", "command": ["sh", "-c", script]}, T0)

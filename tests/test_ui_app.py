@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from helpers import T0, cli
-from tickui.clock import ManualClock
-from tickui.config import load as config_load
-from tickui.spec import build_spec
+from tickui.common.clock import ManualClock
+from tickui.model.spec import build_spec
+from tickui.runtime.settings import load as config_load
 from tickui.store import Store
 from tickui.ui import settings as saved
 from tickui.ui.app import TickuiApp
-from tickui.ui.dashboard import Dashboard
-from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
-from tickui.ui.form import AddTaskScreen
 from tickui.ui.keys import KEY_GROUPS
-from tickui.ui.panes import BreakerPane, KeyFooter, StatusLine
+from tickui.ui.screens.dashboard import Dashboard
+from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.screens.form import AddTaskScreen
+from tickui.ui.widgets.panes import BreakerPane, KeyFooter, StatusLine
 from ui_support import make_app, notes, screen_text, seed_basic, stored_state, until
 
 SIZE = (140, 40)

@@ -7,13 +7,13 @@ from dataclasses import replace
 import pytest
 
 from helpers import T0
+from tickui.common.timeutil import MICROS
 from tickui.engine import EngineStatus
-from tickui.models import Occurrence, Task
-from tickui.spec import build_spec
-from tickui.timeutil import MICROS
-from tickui.ui.cells import countdown, detail_text, lateness, outcome_code, span
-from tickui.ui.panes import engine_state
-from tickui.ui.rows import OccurrenceRows, TaskRows
+from tickui.model.records import Occurrence, Task
+from tickui.model.spec import build_spec
+from tickui.ui.view.cells import countdown, detail_text, lateness, outcome_code, span
+from tickui.ui.view.rows import OccurrenceRows, TaskRows
+from tickui.ui.widgets.panes import engine_state
 
 S = MICROS
 

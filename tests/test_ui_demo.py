@@ -12,7 +12,7 @@ import pytest
 
 from helpers import T0
 from helpers import wait_for as wait_until
-from tickui.clock import ManualClock
+from tickui.common.clock import ManualClock
 from tickui.ui.launch import DEMO_NOTE, seed_demo
 from ui_support import make_app, screen_text, until, wait_for
 

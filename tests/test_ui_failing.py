@@ -11,15 +11,18 @@ from pathlib import Path
 from textual.widgets import Collapsible
 
 from helpers import T0
-from tickui.clock import ManualClock
-from tickui.config import EngineSettings, Settings
+from tickui.common.clock import ManualClock
+from tickui.common.timeutil import MICROS
 from tickui.hooks.config import HookConfig
-from tickui.models import Occurrence, Task, TaskStats
-from tickui.spec import build_spec
+from tickui.model.records import Occurrence, Task, TaskStats
+from tickui.model.spec import build_spec
+from tickui.runtime.host import Host, build_host
+from tickui.runtime.settings import EngineSettings, Settings
 from tickui.store import Store
-from tickui.timeutil import MICROS
 from tickui.ui.app import TickuiApp
-from tickui.ui.cells import (
+from tickui.ui.screens.form import AddTaskScreen
+from tickui.ui.screens.hooks import HooksScreen
+from tickui.ui.view.cells import (
     TimeView,
     attempt_text,
     countdown,
@@ -27,9 +30,6 @@ from tickui.ui.cells import (
     occurrence_cells,
     task_cells,
 )
-from tickui.ui.form import AddTaskScreen
-from tickui.ui.hooks_view import HooksScreen
-from tickui.ui.host import Host, build_host
 from ui_support import notes, screen_text, until
 
 SIZE = (160, 40)

@@ -6,12 +6,12 @@ import re
 from pathlib import Path
 
 from helpers import T0
-from tickui.clock import ManualClock
-from tickui.ui.detail import DetailScreen
-from tickui.ui.dialogs import HelpScreen
+from tickui.common.clock import ManualClock
 from tickui.ui.keys import DETAIL_KEYS, KEY_GROUPS, RUN_VIEW_KEYS, keys_markdown
-from tickui.ui.log_view import LogView
-from tickui.ui.output import RunScreen
+from tickui.ui.screens.detail import DetailScreen
+from tickui.ui.screens.dialogs import HelpScreen
+from tickui.ui.screens.run import RunScreen
+from tickui.ui.widgets.log_view import LogView
 from ui_support import make_app, screen_text, until
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import services
-from tickui.clock import SystemClock
+from tickui.common.clock import SystemClock
 from tickui.ticks.config import TickerConfig
 from ui_support import make_app, screen_text, until
 

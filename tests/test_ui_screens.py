@@ -16,15 +16,15 @@ from textual.screen import Screen
 
 import tickui.ui
 from helpers import T0
-from tickui.clock import ManualClock
-from tickui.errors import BadInput
-from tickui.spec import build_spec
+from tickui.common.clock import ManualClock
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS, iso
+from tickui.model.spec import build_spec
 from tickui.store import Store
-from tickui.timeutil import MICROS, iso
-from tickui.ui.cells import TimeView
-from tickui.ui.detail import DetailScreen, DetailSource, sparkline
-from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
-from tickui.ui.form import CONCURRENCY_HELP, MISFIRE_HELP, AddTaskScreen
+from tickui.ui.screens.detail import DetailScreen, DetailSource, sparkline
+from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.screens.form import CONCURRENCY_HELP, MISFIRE_HELP, AddTaskScreen
+from tickui.ui.view.cells import TimeView
 from ui_support import make_app, screen_text, until
 
 _UNSET = object()
@@ -146,7 +146,7 @@ async def test_help_renders_groups_and_scrolls_to_the_last_at_80x24() -> None:
 
 
 async def test_help_group_titles_are_bold() -> None:
-    from tickui.ui.dialogs import help_text
+    from tickui.ui.screens.dialogs import help_text
 
     table = help_text(HELP_GROUPS[:2])
     first = table.columns[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cli, poll
-from tickui.dbfile import connect_ro
+from tickui.store.dbfile import connect_ro
 from ui_support import wait_for
 
 pytestmark = pytest.mark.slow

@@ -84,7 +84,7 @@ def test_workers(snap_compare, tmp_path: Path) -> None:
 def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
     out = tmp_path / "shots"
     result = subprocess.run(
-        [sys.executable, "-m", "tickui.screenshots", str(out)],
+        [sys.executable, "-m", "tickui.ui.screenshots", str(out)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -13,12 +13,12 @@ from textual.app import App, ComposeResult
 from textual.color import Color
 
 from helpers import T0
-from tickui.clock import ManualClock
-from tickui.models import Occurrence, Task, TaskStats
-from tickui.spec import build_spec
+from tickui.common.clock import ManualClock
+from tickui.common.timeutil import MICROS, to_micros
+from tickui.model.records import Occurrence, Task, TaskStats
+from tickui.model.spec import build_spec
 from tickui.store import Store
-from tickui.timeutil import MICROS, to_micros
-from tickui.ui.cells import (
+from tickui.ui.view.cells import (
     TimeView,
     occurrence_cells,
     outcome_code,
@@ -26,9 +26,9 @@ from tickui.ui.cells import (
     task_cells,
     when_text,
 )
-from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
-from tickui.ui.rows import OccurrenceRows, TaskRows
-from tickui.ui.table import Column, RowTable, fit, layout_columns
+from tickui.ui.view.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
+from tickui.ui.view.rows import OccurrenceRows, TaskRows
+from tickui.ui.widgets.table import Column, RowTable, fit, layout_columns
 from ui_support import make_app, until
 
 S = MICROS

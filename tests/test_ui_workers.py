@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from helpers import T0
-from tickui.clock import ManualClock
-from tickui.occurrence import RUN_COMPLETED, RUN_TRANSITION
+from tickui.common.clock import ManualClock
+from tickui.common.timeutil import MICROS
+from tickui.model.occurrence import RUN_COMPLETED, RUN_TRANSITION
 from tickui.store import Beat, NewEvent, Store
-from tickui.timeutil import MICROS
-from tickui.ui.columns import OCCURRENCE_COLUMNS
-from tickui.ui.detail import DetailScreen
-from tickui.ui.log_view import LogView
-from tickui.ui.output import RunScreen
-from tickui.ui.panes import StatusLine
-from tickui.ui.table import Column, layout_columns
-from tickui.ui.workers import WorkersPane
+from tickui.ui.screens.detail import DetailScreen
+from tickui.ui.screens.run import RunScreen
+from tickui.ui.view.columns import OCCURRENCE_COLUMNS
+from tickui.ui.widgets.log_view import LogView
+from tickui.ui.widgets.panes import StatusLine
+from tickui.ui.widgets.table import Column, layout_columns
+from tickui.ui.widgets.workers import WorkersPane
 from ui_support import make_app, screen_text, until
 
 SIZE = (140, 40)

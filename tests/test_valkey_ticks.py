@@ -10,7 +10,7 @@ import uuid
 
 import services
 from helpers import cli
-from tickui.clock import SystemClock
+from tickui.common.clock import SystemClock
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.sequence import SequenceAllocator, ValkeySequenceStore
 from tickui.ticks.ticker import RuntimeScheduler

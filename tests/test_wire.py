@@ -17,6 +17,7 @@ from uuid import UUID
 
 import pytest
 
+from tickui.common.timeutil import to_micros
 from tickui.ticks.bus import MemoryBus, to_kafka
 from tickui.ticks.wire import (
     DEFAULT_TOPIC,
@@ -31,7 +32,6 @@ from tickui.ticks.wire import (
     onex_time,
     tick_json,
 )
-from tickui.timeutil import to_micros
 
 ONEX_BARE = (
     b'{"now":"2026-12-03T15:04:01.003412Z","tick_id":"7d4c2a8e-1f3b-4c6d-9e0a-b1c2d3e4f506",'

@@ -11,9 +11,9 @@ import uuid
 import pytest
 
 from helpers import cli, poll
-from tickui.clock import SystemClock
+from tickui.common.clock import SystemClock
+from tickui.common.timeutil import MICROS
 from tickui.store import Beat, Store
-from tickui.timeutil import MICROS
 
 
 def test_no_database_no_workers(tmp_path):

@@ -7,13 +7,13 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tickui.clock import ManualClock
-from tickui.config import EngineSettings, Settings
-from tickui.spec import build_spec
+from tickui.common.clock import ManualClock
+from tickui.model.spec import build_spec
+from tickui.runtime.host import Host, build_host
+from tickui.runtime.settings import EngineSettings, Settings
 from tickui.store import Store
 from tickui.ticks.config import TickerConfig
 from tickui.ui.app import TickuiApp
-from tickui.ui.host import Host, build_host
 
 QUIT_GRACE = 200_000  # µs: runs still going when a test's app closes are cancelled quickly
 Seed = Callable[[Store, ManualClock], Awaitable[None]]

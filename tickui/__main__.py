@@ -1,3 +1,3 @@
-from tickui.cli import main
+from tickui.cli.main import main
 
 main()

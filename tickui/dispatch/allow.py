@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tickui.errors import BadInput
+from tickui.common.errors import BadInput
 
 # Environment variables that make a program (a dynamic loader, a shell, an interpreter) load
 # or run code other than its own: refused under --allow.

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from tickui.models import Occurrence, Task
+from tickui.model.records import Occurrence, Task
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tickui.models import Occurrence
-from tickui.procs import Proc, group_alive, read_proc, signal_group
-from tickui.timeutil import iso
+from tickui.common.procs import Proc, group_alive, read_proc, signal_group
+from tickui.common.timeutil import iso
+from tickui.model.records import Occurrence
 
 log = logging.getLogger("tickui.dispatch")
 

@@ -13,7 +13,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tickui import procs
+from tickui.common import procs
+from tickui.common.kafka import KafkaAccess
+from tickui.common.timeutil import MICROS
 from tickui.dispatch.base import Dispatcher, DispatchFailure, Fence, Job, NotStarted, Receipt
 from tickui.dispatch.kafka_feeds import EventFeed, HeartbeatFeed
 from tickui.dispatch.kafka_link import KafkaLink, LinkDown
@@ -30,11 +32,9 @@ from tickui.dispatch.messages import (
 )
 from tickui.dispatch.refusals import Refusals
 from tickui.dispatch.signing import Keyring
-from tickui.kafka_access import KafkaAccess
-from tickui.models import Occurrence, WorkerInfo
-from tickui.occurrence import RUN_CANCELED, RUN_FAILED
+from tickui.model.occurrence import RUN_CANCELED, RUN_FAILED
+from tickui.model.records import Occurrence, WorkerInfo
 from tickui.store import Beat, NewEvent, Store
-from tickui.timeutil import MICROS
 
 log = logging.getLogger("tickui.dispatch.kafka")
 

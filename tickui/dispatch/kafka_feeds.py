@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from tickui.common.kafka import KafkaAccess, describe, quietly_stop
 from tickui.dispatch.bounded import Bounded
 from tickui.dispatch.messages import (
     EVENTS_TOPIC,
@@ -21,8 +22,7 @@ from tickui.dispatch.messages import (
 )
 from tickui.dispatch.refusals import Refusals
 from tickui.dispatch.signing import Keyring
-from tickui.kafka_access import KafkaAccess, describe, quietly_stop
-from tickui.occurrence import RUN_TRANSITION
+from tickui.model.occurrence import RUN_TRANSITION
 from tickui.store import NewEvent
 
 log = logging.getLogger("tickui.dispatch.kafka")

@@ -7,9 +7,7 @@ import asyncio
 import logging
 import time
 
-from tickui.dispatch.messages import DEFAULT_PARTITIONS, RUNS_TOPIC, TOPICS
-from tickui.dispatch.signing import Keyring
-from tickui.kafka_access import (
+from tickui.common.kafka import (
     KafkaAccess,
     TopicError,
     create_topics,
@@ -17,6 +15,8 @@ from tickui.kafka_access import (
     quietly_stop,
     start_producer,
 )
+from tickui.dispatch.messages import DEFAULT_PARTITIONS, RUNS_TOPIC, TOPICS
+from tickui.dispatch.signing import Keyring
 
 log = logging.getLogger("tickui.dispatch.kafka")
 

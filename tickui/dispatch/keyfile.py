@@ -12,9 +12,9 @@ import stat
 import time
 from pathlib import Path
 
+from tickui.common.errors import BadInput
+from tickui.common.redact import hide
 from tickui.dispatch.signing import Key, Keyring
-from tickui.errors import BadInput
-from tickui.redact import hide
 
 KID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SECRET_BYTES = 32

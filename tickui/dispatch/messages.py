@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tickui.occurrence import (
+from tickui.common.redact import redact
+from tickui.common.timeutil import iso, parse_instant
+from tickui.model.occurrence import (
     RUN_CANCELED,
     RUN_CANCELLED,
     RUN_COMPLETED,
@@ -28,8 +30,6 @@ from tickui.occurrence import (
     RUN_INTERRUPTED,
     RUN_TRANSITION,
 )
-from tickui.redact import redact
-from tickui.timeutil import iso, parse_instant
 
 RUNS_TOPIC = "tickui.runs.v1"
 EVENTS_TOPIC = "tickui.events.v1"

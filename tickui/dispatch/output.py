@@ -22,7 +22,7 @@ import os
 import unicodedata
 from pathlib import Path
 
-from tickui.redact import redact
+from tickui.common.redact import redact
 
 log = logging.getLogger("tickui.dispatch")
 

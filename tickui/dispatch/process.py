@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch.containment import Containment, end_group
 from tickui.dispatch.output import (
     HEAD_BYTES_DEFAULT,
@@ -27,8 +28,7 @@ from tickui.dispatch.output import (
     OutputHealth,
     OutputPump,
 )
-from tickui.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, bound
-from tickui.timeutil import MICROS, format_duration
+from tickui.model.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, bound
 
 log = logging.getLogger("tickui.dispatch")
 

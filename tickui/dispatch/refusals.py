@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tickui.redact import safe_text
+from tickui.common.redact import safe_text
 
 # kind -> (one, many): what the dashboard and `tickui workers` say.
 KINDS: dict[str, tuple[str, str]] = {

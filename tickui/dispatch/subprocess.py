@@ -8,8 +8,9 @@ import os
 import time
 from collections.abc import Sequence
 
-from tickui import procs
-from tickui.clock import Clock
+from tickui.common import procs
+from tickui.common.clock import Clock
+from tickui.common.redact import redact
 from tickui.dispatch.base import (
     Dispatcher,
     DispatchFailure,
@@ -27,9 +28,8 @@ from tickui.dispatch.output import (
     visible,
 )
 from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
-from tickui.models import Occurrence
-from tickui.occurrence import RUN_FAILED, RUN_TRANSITION, bound
-from tickui.redact import redact
+from tickui.model.occurrence import RUN_FAILED, RUN_TRANSITION, bound
+from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store
 
 log = logging.getLogger("tickui.dispatch")

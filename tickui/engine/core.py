@@ -14,7 +14,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tickui.clock import Clock
+from tickui.common.clock import Clock
+from tickui.common.faults import fault_text, is_disk_full
+from tickui.common.redact import redact
 from tickui.dispatch import Dispatcher, DispatchFailure, Job, NotStarted
 from tickui.engine.lease import LeaseKeeper
 from tickui.engine.queued import QueuedStarts
@@ -28,10 +30,8 @@ from tickui.engine.records import (
 from tickui.engine.recovery import Recovery
 from tickui.engine.requests import RunsOnRequest
 from tickui.engine.settle import Settling
-from tickui.faults import fault_text, is_disk_full
-from tickui.models import Occurrence, Task
-from tickui.planning import DueTask, Plan, plan_task
-from tickui.redact import redact
+from tickui.model.planning import DueTask, Plan, plan_task
+from tickui.model.records import Occurrence, Task
 from tickui.store import LeaseLost, Store
 
 log = logging.getLogger("tickui.engine")

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import os
 
-from tickui import procs
-from tickui.clock import Clock
-from tickui.faults import fault_text
-from tickui.models import Lease
+from tickui.common import procs
+from tickui.common.clock import Clock
+from tickui.common.faults import fault_text
+from tickui.common.timeutil import MICROS
+from tickui.model.records import Lease
 from tickui.store import Store
-from tickui.timeutil import MICROS
 
 log = logging.getLogger("tickui.engine")
 

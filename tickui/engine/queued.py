@@ -8,8 +8,8 @@ from collections import Counter
 
 from tickui.dispatch import Job
 from tickui.engine.records import EngineChange
-from tickui.models import Task
-from tickui.queueing import plan_queued
+from tickui.model.queueing import plan_queued
+from tickui.model.records import Task
 
 
 class QueuedStarts:

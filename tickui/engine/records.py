@@ -6,8 +6,8 @@ import os
 import uuid
 from dataclasses import dataclass
 
-from tickui import procs
-from tickui.timeutil import MICROS
+from tickui.common import procs
+from tickui.common.timeutil import MICROS
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class EngineStatus:
     warning: str | None = None  # something degraded while scanning works (run output)
 
     def to_json(self) -> dict[str, object]:
-        from tickui.timeutil import iso
+        from tickui.common.timeutil import iso
 
         return {
             "running": self.running,

@@ -7,10 +7,10 @@ import contextlib
 import logging
 import os
 
-from tickui import procs
+from tickui.common import procs
 from tickui.dispatch.containment import end_orphaned_run
 from tickui.engine.records import EngineChange
-from tickui.models import Occurrence
+from tickui.model.records import Occurrence
 
 log = logging.getLogger("tickui.engine")
 

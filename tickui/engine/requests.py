@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import contextlib
 
+from tickui.common.errors import TickuiError
 from tickui.dispatch import Job
 from tickui.engine.records import EngineChange
-from tickui.errors import TickuiError
-from tickui.models import Occurrence, Task
-from tickui.planning import run_now_refusal
+from tickui.model.planning import run_now_refusal
+from tickui.model.records import Occurrence, Task
 from tickui.store import Store
 
 

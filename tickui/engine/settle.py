@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from tickui.engine.records import EngineChange
-from tickui.occurrence import Change, Progress, fold_events
+from tickui.model.occurrence import Change, Progress, fold_events
 
 
 class Settling:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tickui import checks
-from tickui.errors import BadInput
-from tickui.timeutil import MICROS
+from tickui.common import checks
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS
 
 EVENTS = (
     "failed", "recovered", "paused", "missed", "breaker_open", "breaker_closed", "refused"

@@ -11,9 +11,9 @@ import signal
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from tickui.common.redact import safe_text
 from tickui.hooks.config import HookConfig
 from tickui.hooks.events import HookEvent
-from tickui.redact import safe_text
 
 MAX_ERROR = 300  # characters of a failure kept in a delivery's detail
 STDERR_KEEP = 4096  # bytes of a command's stderr read for its last line

@@ -12,9 +12,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tickui.common.redact import redact
+from tickui.common.timeutil import iso
 from tickui.hooks.config import TASK_EVENTS, HookConfig
-from tickui.redact import redact
-from tickui.timeutil import iso
 
 PAUSE_NOTE = "paused after"
 MAX_DETAIL = 1024

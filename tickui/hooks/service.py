@@ -13,8 +13,9 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tickui import procs
-from tickui.clock import Clock
+from tickui.common import procs
+from tickui.common.clock import Clock
+from tickui.common.redact import safe_text
 from tickui.hooks.config import HookConfig
 from tickui.hooks.delivery import send
 from tickui.hooks.events import (
@@ -27,7 +28,6 @@ from tickui.hooks.events import (
     paused_event,
     refused_event,
 )
-from tickui.redact import safe_text
 from tickui.ticks.breaker import CLOSED, OPEN
 
 if TYPE_CHECKING:

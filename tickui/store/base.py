@@ -15,11 +15,11 @@ from typing import Any, Self
 
 import aiosqlite
 
-from tickui import dbfile, schema
-from tickui.errors import StoreError, Unavailable
-from tickui.models import OCCURRENCE_COLUMNS, TaskStats
-from tickui.occurrence import ACTIVE
-from tickui.spec import TaskSpec
+from tickui.common.errors import StoreError, Unavailable
+from tickui.model.occurrence import ACTIVE
+from tickui.model.records import OCCURRENCE_COLUMNS, TaskStats
+from tickui.model.spec import TaskSpec
+from tickui.store import dbfile, schema
 
 NO_STATS = TaskStats()
 SPEC_CACHE_MAX = 100_000

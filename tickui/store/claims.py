@@ -7,10 +7,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from tickui.errors import NotFound
-from tickui.models import Occurrence, Task, occurrence_from_row
-from tickui.occurrence import ACTIVE
-from tickui.planning import Plan, due_time
+from tickui.common.errors import NotFound
+from tickui.model.occurrence import ACTIVE
+from tickui.model.planning import Plan, due_time
+from tickui.model.records import Occurrence, Task, occurrence_from_row
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, DEFAULT_KEEP, LeaseLost, StoreBase, _chunks
 from tickui.store.queue import after_settling, watch_settling
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from tickui.errors import NotFound
-from tickui.models import (
+from tickui.common.errors import NotFound
+from tickui.model.records import (
     Lease,
     LeaseResult,
     Occurrence,
@@ -15,7 +15,7 @@ from tickui.models import (
     Task,
     occurrence_from_row,
 )
-from tickui.schedules import jitter_offset
+from tickui.schedules.triggers import jitter_offset
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _chunks
 
 

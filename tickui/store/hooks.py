@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tickui.common.timeutil import iso
 from tickui.store.base import StoreBase
-from tickui.timeutil import iso
 
 DELIVERIES_KEPT = 1000  # the newest deliveries kept; older ones are pruned as new ones come
 _OCC_COLS = (

@@ -15,10 +15,10 @@ from typing import Any
 
 import aiosqlite
 
-from tickui import retries
-from tickui.models import OCCURRENCE_COLUMNS, Occurrence, occurrence_from_row
-from tickui.occurrence import TERMINAL
-from tickui.spec import TaskSpec
+from tickui.model import retries
+from tickui.model.occurrence import TERMINAL
+from tickui.model.records import OCCURRENCE_COLUMNS, Occurrence, occurrence_from_row
+from tickui.model.spec import TaskSpec
 from tickui.store.base import _ACTIVE_SQL, StoreBase, _chunks
 
 _O_SELECT = "SELECT " + ", ".join(f"o.{c}" for c in OCCURRENCE_COLUMNS) + " FROM occurrences o"

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from tickui.errors import NotFound
-from tickui.models import STATS_WINDOW, Task, TaskStats
-from tickui.occurrence import ACTIVE, QUEUED
-from tickui.schedules import jitter_offset
-from tickui.spec import TaskSpec
+from tickui.common.errors import NotFound
+from tickui.common.timeutil import MICROS
+from tickui.model.occurrence import ACTIVE, QUEUED
+from tickui.model.records import STATS_WINDOW, Task, TaskStats
+from tickui.model.spec import TaskSpec
+from tickui.schedules.triggers import jitter_offset
 from tickui.store.base import NO_STATS, SPEC_CACHE_MAX, StoreBase
-from tickui.timeutil import MICROS
 
 
 @dataclass(slots=True)
@@ -112,7 +112,7 @@ class TaskQueries(StoreBase):
             async with self._write():
                 await self._insert_task(spec, now, source)
         except sqlite3.IntegrityError:
-            from tickui.errors import BadInput
+            from tickui.common.errors import BadInput
 
             raise BadInput("name", f"a task named {spec.name!r} exists already") from None
         return await self.get_task(spec.name)
@@ -241,8 +241,8 @@ class TaskQueries(StoreBase):
         file's again). An interval keeps its grid (the row's anchor) unless the spec
         gives one, as sync_tasks does. `generation`: the one the edit was made from; a
         task changed since is not overwritten (BadInput)."""
-        from tickui.errors import BadInput
-        from tickui.spec import build_spec
+        from tickui.common.errors import BadInput
+        from tickui.model.spec import build_spec
 
         try:
             checked = build_spec(self._spec_fields(spec), now, allow_past=True)
@@ -305,7 +305,7 @@ class TaskQueries(StoreBase):
         scheduled or backfill that was not skipped; a backfill cancelled before it
         started is queued again) is left out. Returns (the queued ids,
         the slots left out). A disabled task is refused: its queued rows are cancelled."""
-        from tickui.errors import BadInput
+        from tickui.common.errors import BadInput
         from tickui.store.queue import Queued, insert_queued
 
         async with self._write():
@@ -362,7 +362,7 @@ class TaskQueries(StoreBase):
 
     @staticmethod
     def _spec_fields(spec: TaskSpec) -> dict[str, Any]:
-        from tickui.export import spec_fields
+        from tickui.model.export import spec_fields
 
         return spec_fields(spec)
 

@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tickui.models import Occurrence, WorkerInfo, occurrence_from_row
-from tickui.occurrence import RUN_TRANSITION
+from tickui.model.occurrence import RUN_TRANSITION
+from tickui.model.records import Occurrence, WorkerInfo, occurrence_from_row
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _chunks
 
 

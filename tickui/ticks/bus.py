@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from tickui.kafka_access import (
+from tickui.common.kafka import (
     KafkaAccess,
     TopicError,
     create_topics,

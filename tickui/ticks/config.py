@@ -11,12 +11,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from tickui import checks, procs
-from tickui.errors import BadInput
-from tickui.kafka_access import MECHANISMS, PROTOCOLS, KafkaAccess, read_password
-from tickui.redact import hide
+from tickui.common import checks, procs
+from tickui.common.errors import BadInput
+from tickui.common.kafka import MECHANISMS, PROTOCOLS, KafkaAccess, read_password
+from tickui.common.redact import hide
+from tickui.common.timeutil import parse_duration
 from tickui.ticks.wire import DEFAULT_TOPIC, MIN_INTERVAL_MS, WIRES
-from tickui.timeutil import parse_duration
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII)  # always fullmatch
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}", re.ASCII)

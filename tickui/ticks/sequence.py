@@ -13,7 +13,7 @@ import contextlib
 import logging
 from typing import Protocol
 
-from tickui.redact import redact
+from tickui.common.redact import redact
 
 log = logging.getLogger("tickui.sequence")
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0

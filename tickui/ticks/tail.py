@@ -14,10 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from tickui.errors import TickuiError
-from tickui.kafka_access import KafkaAccess, preflight
-from tickui.procs import stop_on_signals
-from tickui.redact import redact, redact_data, safe_text
+from tickui.common.errors import TickuiError
+from tickui.common.kafka import KafkaAccess, preflight
+from tickui.common.procs import stop_on_signals
+from tickui.common.redact import redact, redact_data, safe_text
 from tickui.ticks.wire import TICK_KEYS, DecodedTick, WireError, decode
 
 

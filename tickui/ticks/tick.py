@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tickui.timeutil import iso
+from tickui.common.timeutil import iso
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ dead broker never delays a tick.
 
 Two faces:
 - ONEX's `ProtocolRuntimeScheduler` (the public one): `await emit_tick(now: datetime |
-  None = None) -> None`, raising the typed errors of tickui.errors on a failed publish,
+  None = None) -> None`, raising the typed errors of tickui.common.errors on a failed publish,
   and `await get_metrics()` -> `SchedulerMetrics` (ONEX's metrics model, field for field).
   `RuntimeScheduler(config=<ModelRuntimeSchedulerConfig or look-alike>, event_bus=<any
   object with ONEX's `publish(topic, key, value, headers)`>)` is a drop-in for ONEX's.
@@ -34,8 +34,8 @@ from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from tickui.clock import Clock, SystemClock
-from tickui.errors import (
+from tickui.common.clock import Clock, SystemClock
+from tickui.common.errors import (
     InfraConnectionError,
     InfraTimeoutError,
     InfraUnavailableError,
@@ -43,6 +43,7 @@ from tickui.errors import (
     TickPublishError,
     TickTimeError,
 )
+from tickui.common.timeutil import MICROS, from_micros, iso, to_micros
 from tickui.ticks import wire
 from tickui.ticks.breaker import CLOSED, OPEN, CircuitBreaker
 from tickui.ticks.bus import EventBus
@@ -59,7 +60,6 @@ from tickui.ticks.tickmath import (
     newest_slot,
     next_tick,
 )
-from tickui.timeutil import MICROS, from_micros, iso, to_micros
 
 log = logging.getLogger("tickui.ticker")
 EVENT_TYPE = "runtime.tick.v1"
@@ -178,7 +178,7 @@ class RuntimeScheduler:
 
     - tickui's: `RuntimeScheduler(config: TickerConfig, clock, bus, sequence)`: the bus
       (tickui's MemoryBus/KafkaBus, or None for local ticks only) and the sequence
-      allocator are made by the caller (tickui.runner) and started/stopped with the ticker.
+      allocator are made by the caller (tickui.runtime.runner) and started/stopped with the ticker.
     - ONEX's: `RuntimeScheduler(config=<ModelRuntimeSchedulerConfig or any object with its
       field names>, event_bus=<any object with async publish(topic, key, value, headers)>)`,
       told apart by the config's type (a TickerConfig or not). The system clock is used;

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from tickui.timeutil import MICROS, from_micros
+from tickui.common.timeutil import MICROS, from_micros
 
 if TYPE_CHECKING:
     from tickui.ticks.tick import Tick

@@ -19,19 +19,13 @@ from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
 
+from tickui.common.errors import TickuiError
+from tickui.common.redact import redact
 from tickui.engine import EngineChange
-from tickui.errors import TickuiError
-from tickui.models import Occurrence
-from tickui.redact import redact
+from tickui.model.records import Occurrence
+from tickui.runtime.host import Host
 from tickui.ticks.breaker import CLOSED
 from tickui.ui import settings as saved
-from tickui.ui.cells import MODES, TimeView, clock_in, occurrence_cells, short_path, task_cells
-from tickui.ui.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
-from tickui.ui.dashboard import Dashboard
-from tickui.ui.detail import DetailScreen
-from tickui.ui.dialogs import ConfirmScreen, HelpScreen, QuitScreen
-from tickui.ui.hooks_view import HooksScreen
-from tickui.ui.host import Host
 from tickui.ui.keys import (
     KEY_GROUPS,
     KEYS,
@@ -41,14 +35,20 @@ from tickui.ui.keys import (
     VIEW_ACTIONS,
     help_groups,
 )
-from tickui.ui.notices import Notices
-from tickui.ui.output import RunScreen
-from tickui.ui.panes import Banner, BreakerPane, StatusLine, TicksPane
-from tickui.ui.rows import OccurrenceRows, TaskRows
-from tickui.ui.table import RowTable
+from tickui.ui.screens.dashboard import Dashboard
+from tickui.ui.screens.detail import DetailScreen
+from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.screens.hooks import HooksScreen
+from tickui.ui.screens.run import RunScreen
 from tickui.ui.task_actions import TaskActions
+from tickui.ui.view.cells import MODES, TimeView, clock_in, occurrence_cells, short_path, task_cells
+from tickui.ui.view.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
+from tickui.ui.view.notices import Notices
+from tickui.ui.view.rows import OccurrenceRows, TaskRows
 from tickui.ui.viewing import ViewChoices
-from tickui.ui.workers import WorkersView
+from tickui.ui.widgets.panes import Banner, BreakerPane, StatusLine, TicksPane
+from tickui.ui.widgets.table import RowTable
+from tickui.ui.widgets.workers import WorkersView
 
 DRAIN_EVERY = 0.05  # drains (repaints of what changed): on average at most this often
 DRAIN_DELAY = 0.01  # a drain waits this long after the first mark, to gather a burst

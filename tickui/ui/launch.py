@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tickui.clock import Clock, ScaledClock, SystemClock
-from tickui.config import Settings
-from tickui.errors import BadInput
-from tickui.redact import RedactingFilter
-from tickui.simulate import SimulatedDispatcher, TimeLapse
-from tickui.spec import build_spec
+from tickui.common.clock import Clock, ScaledClock, SystemClock
+from tickui.common.errors import BadInput
+from tickui.common.redact import RedactingFilter
+from tickui.model.spec import build_spec
+from tickui.runtime.host import Host, build_host
+from tickui.runtime.settings import Settings
+from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import Store, inspect_file
-from tickui.ui.host import Host, build_host
 from tickui.ui.terminal import surviving_driver, terminal_gone, writes_to_null
 
 if TYPE_CHECKING:

@@ -11,14 +11,14 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tickui.clock import ManualClock
-from tickui.config import EngineSettings, Settings
-from tickui.spec import build_spec
+from tickui.common.clock import ManualClock
+from tickui.common.timeutil import MICROS
+from tickui.model.spec import build_spec
+from tickui.runtime.host import Host, build_host
+from tickui.runtime.settings import EngineSettings, Settings
 from tickui.store import Store
 from tickui.ticks.breaker import OPEN
-from tickui.timeutil import MICROS
 from tickui.ui.app import TickuiApp
-from tickui.ui.host import Host, build_host
 
 T0 = 1_800_000_000 * MICROS  # 2027-01-15T08:00:00Z
 ANCHOR = "2027-01-15T08:00:30Z"
@@ -263,7 +263,7 @@ async def run_output_scene(pilot) -> None:
     (with a password and an escape sequence, both shown made safe)."""
     from dataclasses import replace
 
-    from tickui.ui.output import RunScreen
+    from tickui.ui.screens.run import RunScreen
 
     await with_runs(pilot)
     app: TickuiApp = pilot.app

@@ -4,17 +4,17 @@ destructive one asks first. Mixed into `TickuiApp`, whose host, rows and tables 
 
 from __future__ import annotations
 
+from tickui.common.errors import TickuiError
+from tickui.common.redact import redact
 from tickui.engine import RunNowRefused, queue_run_now
-from tickui.errors import TickuiError
-from tickui.models import Occurrence, Task
-from tickui.occurrence import QUEUED
-from tickui.redact import redact
-from tickui.spec import TaskSpec
-from tickui.ui.cells import clock_in, short_path
-from tickui.ui.detail import DetailScreen, DetailSource
-from tickui.ui.dialogs import ConfirmScreen
-from tickui.ui.form import AddTaskScreen
-from tickui.ui.output import RunScreen, RunSource
+from tickui.model.occurrence import QUEUED
+from tickui.model.records import Occurrence, Task
+from tickui.model.spec import TaskSpec
+from tickui.ui.screens.detail import DetailScreen, DetailSource
+from tickui.ui.screens.dialogs import ConfirmScreen
+from tickui.ui.screens.form import AddTaskScreen
+from tickui.ui.screens.run import RunScreen, RunSource
+from tickui.ui.view.cells import clock_in, short_path
 
 
 class TaskActions:

@@ -9,8 +9,8 @@ import contextlib
 from textual.css.query import NoMatches
 from textual.widgets import Input
 
-from tickui.ui.cells import MODES, TimeView
-from tickui.ui.rows import OccurrenceRows, TaskRows
+from tickui.ui.view.cells import MODES, TimeView
+from tickui.ui.view.rows import OccurrenceRows, TaskRows
 
 
 class ViewChoices:

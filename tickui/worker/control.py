@@ -8,10 +8,10 @@ import logging
 import time
 from typing import Any
 
+from tickui.common.kafka import describe
+from tickui.common.timeutil import MICROS
 from tickui.dispatch import messages as m
-from tickui.kafka_access import describe
-from tickui.occurrence import RUN_INTERRUPTED
-from tickui.timeutil import MICROS
+from tickui.model.occurrence import RUN_INTERRUPTED
 from tickui.worker.events_view import LOOKBACK_S
 
 log = logging.getLogger("tickui.worker")

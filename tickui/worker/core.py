@@ -26,6 +26,11 @@ from typing import Any
 from aiokafka import ConsumerRebalanceListener
 
 from tickui import __version__
+from tickui.common.errors import BadInput, Unavailable
+from tickui.common.kafka import KafkaAccess, describe
+from tickui.common.procs import stop_on_signals
+from tickui.common.redact import redact
+from tickui.common.timeutil import MICROS, iso
 from tickui.dispatch import messages as m
 from tickui.dispatch.allow import AllowList
 from tickui.dispatch.bounded import Bounded
@@ -33,12 +38,7 @@ from tickui.dispatch.output import read_tail, visible
 from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
 from tickui.dispatch.refusals import Refusals
 from tickui.dispatch.signing import SIG_HEADER, Keyring
-from tickui.errors import BadInput, Unavailable
-from tickui.kafka_access import KafkaAccess, describe
-from tickui.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
-from tickui.procs import stop_on_signals
-from tickui.redact import redact
-from tickui.timeutil import MICROS, iso
+from tickui.model.occurrence import RUN_CANCELED, RUN_FAILED, RUN_INTERRUPTED, RUN_TRANSITION, bound
 from tickui.worker.control import WorkerControl
 from tickui.worker.events_view import EventsView
 from tickui.worker.publisher import Publisher

@@ -14,7 +14,7 @@ from typing import Any
 from tickui.dispatch import messages as m
 from tickui.dispatch.bounded import Bounded
 from tickui.dispatch.signing import Keyring
-from tickui.occurrence import RUN_TRANSITION
+from tickui.model.occurrence import RUN_TRANSITION
 
 log = logging.getLogger("tickui.worker")
 

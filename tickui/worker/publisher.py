@@ -9,15 +9,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tickui.dispatch import messages as m
-from tickui.dispatch.signing import Keyring
-from tickui.kafka_access import (
+from tickui.common.kafka import (
     KafkaAccess,
     create_topics,
     describe,
     quietly_stop,
     start_producer,
 )
+from tickui.dispatch import messages as m
+from tickui.dispatch.signing import Keyring
 
 log = logging.getLogger("tickui.worker")
 

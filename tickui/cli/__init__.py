@@ -1,0 +1,1 @@
+"""The `tickui` command line: one module per command group."""

@@ -1,0 +1,381 @@
+"""The `tickui` command line. Exit 0 on success, 2 on bad input, 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import sqlite3
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from tickui.cli import key as key_cli
+from tickui.cli import worker as worker_cli
+from tickui.cli import workers as workers_cli
+from tickui.cli.output import UsageError
+from tickui.cli.task import cmd_history, cmd_task
+from tickui.common import checks
+from tickui.common.checks import arg, arg_duration, arg_number
+from tickui.common.clock import SystemClock
+from tickui.common.errors import BadInput, NotFound, StoreError, TickuiError
+from tickui.common.redact import safe_text
+from tickui.common.timeutil import parse_instant
+from tickui.model import backfill
+from tickui.model.spec import check_name
+from tickui.runtime import settings as config_mod
+from tickui.store import dbfile
+from tickui.ticks.config import TOPIC, add_kafka_arguments
+from tickui.ticks.wire import DEFAULT_TOPIC, WIRES
+
+EXIT_BAD_INPUT = 2
+MAX_HISTORY = 100_000
+EXIT_FAILURE = 1
+MAX_SECONDS = 366 * 86400.0  # --for: up to a year
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line, with exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError("", message)
+
+
+def _globals() -> argparse.ArgumentParser:
+    shared = _Parser(add_help=False)
+    shared.add_argument(
+        "--db",
+        type=arg(checks.path_text, "--db"),
+        default=argparse.SUPPRESS,
+        help="database file (env TICKUI_DB)",
+    )
+    shared.add_argument(
+        "--config",
+        type=arg(checks.path_text, "--config"),
+        default=argparse.SUPPRESS,
+        help="config file (tickui.toml)",
+    )
+    return shared
+
+
+def build_parser() -> argparse.ArgumentParser:
+    shared = _globals()
+    parser = _Parser(prog="tickui", parents=[shared], description="A terminal job scheduler.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    # Given before or after the subcommand; SUPPRESS keeps a subcommand's default from
+    # overwriting `tickui --time-scale 60 demo`.
+    scale = arg_number("--time-scale", 1, 3600)
+    seconds = arg_number("--for", 0.001, MAX_SECONDS)
+    kafka = arg(checks.bootstrap, "--kafka")
+    lapse = "run N times as fast on a copy of the database (time-lapse, 1 to 3600)"
+    parser.add_argument("--time-scale", type=scale, default=1.0, metavar="N", help=lapse)
+    real = "with --time-scale: run the real commands (still on a copy of the database)"
+    parser.add_argument("--real-commands", action="store_true", help=real)
+    key_cli.add_signing_arguments(parser)  # the dashboard's engine, dispatching to workers
+    demo = sub.add_parser("demo", parents=[shared], help="the dashboard on sample tasks")
+    demo.add_argument(
+        "--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N", help=lapse
+    )
+    run = sub.add_parser("run", parents=[shared], help="run the engine headless")
+    run.add_argument(
+        "--for", dest="duration", type=seconds, metavar="SECONDS", help="stop after this long"
+    )
+    run.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N", help=lapse)
+    run.add_argument("--real-commands", action="store_true", default=argparse.SUPPRESS, help=real)
+    run.add_argument(
+        "--stop-grace",
+        type=arg_duration("--stop-grace", 0, 3600 * 1_000_000),
+        metavar="DURATION",
+        help="at stop, how long running jobs get before they are cancelled (default 10s)",
+    )
+    run.add_argument(
+        "--tick-interval",
+        type=arg_duration("--tick-interval", 10_000, 60_000_000),
+        metavar="DURATION",
+        help="time between ticks (default 1s; 100ms or more with Kafka)",
+    )
+    run.add_argument(
+        "--kafka", type=kafka, metavar="BOOTSTRAP", help="publish ticks (and runs) to Kafka"
+    )
+    run.add_argument(
+        "--dispatch",
+        choices=config_mod.DISPATCH_MODES,
+        metavar="local|kafka",
+        help="where runs execute: here (local) or on tickui workers (kafka)",
+    )
+    run.add_argument("--topic", metavar="NAME", help="tick topic (default: the wire's)")
+    wires = {"choices": WIRES, "metavar": "bare|envelope"}
+    run.add_argument("--wire", **wires, help="tick format on Kafka (bare: the seed's)")
+    run.add_argument(
+        "--valkey",
+        type=arg(checks.valkey_url, "--valkey"),
+        metavar="URL",
+        help="keep tick sequence numbers in Valkey",
+    )
+    key_cli.add_signing_arguments(run)
+    add_kafka_arguments(run)
+
+    ticks = sub.add_parser("ticks", parents=[shared], help="follow ticks on Kafka")
+    ticks.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP", help="host:port[,host:port]")
+    ticks.add_argument("--topic", metavar="NAME", help="tick topic (default: the wire's)")
+    ticks.add_argument("--wire", **wires, help="only picks the default topic; both are read")
+    ticks.add_argument("--json", action="store_true", help="one JSON object per line")
+    ticks.add_argument(
+        "--for", dest="duration", type=seconds, metavar="SECONDS", help="stop after this long"
+    )
+    ticks.add_argument(
+        "--count",
+        type=arg_number("--count", 1, 10**9, integer=True),
+        metavar="N",
+        help="stop after N ticks",
+    )
+    ticks.add_argument("--from-beginning", action="store_true", help="the topic's oldest first")
+    add_kafka_arguments(ticks)
+
+    task = sub.add_parser("task", parents=[shared], help="add, list, show and change tasks")
+    tsub = task.add_subparsers(dest="action", parser_class=_Parser, required=True)
+    add = tsub.add_parser("add", parents=[shared], help="add a task: ... -- ARGV")
+    add.add_argument("name", help="the task's name (letters, digits, . _ -)")
+    task_options(add)
+    edit = tsub.add_parser("edit", parents=[shared], help="change a task: add's options")
+    edit.add_argument("name", help="the task to change")
+    edit.add_argument(
+        "--rename", type=arg(check_name, "--rename"), metavar="NAME", help="its new name"
+    )
+    task_options(edit, edit=True)
+    export = tsub.add_parser("export", parents=[shared], help="every task as [[task]] entries")
+    export.set_defaults(name=None)
+    back = tsub.add_parser("backfill", parents=[shared], help="run past slots in (from, to]")
+    back.add_argument("name", help="the task whose past slots run")
+    back.add_argument(
+        "--from", dest="start", type=arg(parse_instant, "--from"), metavar="INSTANT",
+        help="slots after this instant",
+    )  # fmt: skip
+    back.add_argument(
+        "--to", dest="end", type=arg(parse_instant, "--to"), metavar="INSTANT",
+        help="up to this instant, included",
+    )  # fmt: skip
+    most = arg_number("--max", 1, backfill.MAX_MAX, integer=True)
+    back.add_argument(
+        "--max", dest="limit", type=most, default=backfill.DEFAULT_MAX, metavar="N",
+        help=f"at most N slots (default {backfill.DEFAULT_MAX}, up to {backfill.MAX_MAX})",
+    )  # fmt: skip
+    back.add_argument("--cancel", action="store_true", help="cancel its queued backfill runs")
+    json_flag = "one JSON array"
+    lst = tsub.add_parser("list", parents=[shared], help="every task, with its next run")
+    lst.add_argument("--json", action="store_true", help=json_flag)
+    show = tsub.add_parser("show", parents=[shared], help="one task and its recent runs")
+    show.add_argument("name", help="the task")
+    show.add_argument("--json", action="store_true", help=json_flag)
+    for action, said in (
+        ("enable", "switch a task on"),
+        ("rm", "delete a task (its history stays)"),
+        ("run-now", "run a task once now (an engine must be running)"),
+    ):
+        tsub.add_parser(action, parents=[shared], help=said).add_argument("name", help="the task")
+    disable = tsub.add_parser("disable", parents=[shared], help="switch a task off")
+    disable.add_argument("name", help="the task")
+    disable.add_argument("--note", type=arg(checks.text, "--note"), help="why, shown beside it")
+
+    hist = sub.add_parser("history", parents=[shared], help="occurrences, newest first")
+    hist.add_argument("name", nargs="?", help="one task's only")
+    hist.add_argument(
+        "--limit",
+        type=arg_number("--limit", 1, MAX_HISTORY, integer=True),
+        default=50,
+        help=f"at most this many (default 50, up to {MAX_HISTORY})",
+    )
+    hist.add_argument("--json", action="store_true", help=json_flag)
+    hooks = sub.add_parser("hooks", parents=[shared], help="recent hook deliveries")
+    hooks.add_argument("--json", action="store_true", help=json_flag)
+    hooks.add_argument(
+        "--limit",
+        type=arg_number("--limit", 1, 1000, integer=True),
+        default=50,
+        help="at most this many (default 50, up to 1000)",
+    )
+    worker = sub.add_parser("worker", parents=[shared], help="run commands sent over Kafka")
+    worker_cli.add_arguments(worker)
+    workers = sub.add_parser("workers", parents=[shared], help="the workers the engine has heard")
+    workers_cli.add_arguments(workers)
+    key = sub.add_parser("key", help="make and rotate the key dispatch messages are signed with")
+    key_cli.add_arguments(key)
+    return parser
+
+
+def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
+    """`task add`'s options (the schedule, policies, retries, ...): `task edit` takes the
+    same ones, each optional; there only the options given are in the namespace (their
+    default is SUPPRESS) and only they change. Add an option of `task add` here."""
+    when = parser.add_mutually_exclusive_group(required=not edit)
+    when.add_argument("--cron", metavar="EXPR", help="5 fields (6 with seconds), or @hourly...")
+    when.add_argument("--every", metavar="DURATION", help="an interval: 30s, 5m, 1h (100ms-366d)")
+    when.add_argument("--at", metavar="INSTANT", help="once, at an ISO 8601 instant")
+    parser.add_argument("--tz", metavar="ZONE", help="IANA time zone of a cron (default UTC)")
+    parser.add_argument(
+        "--misfire", metavar="POLICY", help="late slots: run_once (default), run_all or skip"
+    )
+    parser.add_argument(
+        "--concurrency",
+        metavar="POLICY",
+        help="a slot while a run is active: forbid (default), allow, replace, buffer_one",
+    )
+    parser.add_argument("--timeout", metavar="DURATION", help="stop a run after this long")
+    parser.add_argument("--jitter", metavar="DURATION", help="start each run up to this late")
+    parser.add_argument("--anchor", metavar="INSTANT", help="an interval's first slot")
+    parser.add_argument("--cwd", metavar="DIR", help="the command's working folder")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="set for the command"
+    )
+    parser.add_argument("--disabled", action="store_true", help="add it switched off")
+    parser.add_argument("--retries", metavar="N", help="retry a failed run N times (0-100)")
+    parser.add_argument("--retry-delay", metavar="DURATION", help="first retry delay (10s)")
+    parser.add_argument("--retry-max-delay", metavar="DURATION", help="longest delay (1h)")
+    parser.add_argument("--retry-on", metavar="LIST", help="exit,timeout,interrupted,dispatch")
+    parser.add_argument("--pause-after", metavar="N", help="disable after N failed slots")
+    if edit:
+        _only_given(parser)
+
+
+def _only_given(parser: argparse.ArgumentParser) -> None:
+    """Make each of task_options' options absent from the namespace unless given, and
+    record their dests (`_task_options`) for edit_raw."""
+    skip = {"help", "db", "config", "rename"}
+    dests = []
+    for action in parser._actions:
+        if action.option_strings and action.dest not in skip:
+            action.default = argparse.SUPPRESS
+            dests.append(action.dest)
+    parser.set_defaults(_task_options=tuple(dests))
+
+
+def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    args = list(argv)
+    if "--" in args:
+        at = args.index("--")
+        return args[:at], args[at + 1 :]
+    return args, None
+
+
+def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
+    """The database path, with a leading `~` expanded here, once, so that every command
+    (the read-only ones too) looks at the same file."""
+    given, name = getattr(args, "db", None), "--db"
+    if given is None and "TICKUI_DB" in os.environ:
+        given = checks.path_text(os.environ["TICKUI_DB"], "TICKUI_DB")
+        name = "TICKUI_DB"
+    if given:
+        try:
+            return Path(given).expanduser()
+        except RuntimeError:  # `~user` with no such user, or no home directory
+            raise BadInput(name, f"{checks.shown(given)}: cannot expand '~' here") from None
+    return settings.db or config_mod.default_db()
+
+
+def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
+    from tickui.ticks.config import build, kafka_access, kafka_flags
+    from tickui.ticks.tail import main_sync
+
+    flags = {"kafka_bootstrap": (args.kafka, "--kafka"), **kafka_flags(args)}
+    bootstrap = kafka_access(build(settings.raw, settings.env, flags))
+    if bootstrap is None:
+        raise BadInput("kafka", "give --kafka BOOTSTRAP (or TICKUI_KAFKA_BOOTSTRAP)")
+    topic = args.topic or (DEFAULT_TOPIC[args.wire] if args.wire else settings.ticker.topic)
+    if not TOPIC.fullmatch(topic):
+        raise BadInput("--topic", f"{checks.shown(topic)} is not a valid Kafka topic name")
+    return main_sync(bootstrap, topic, args.json, args.duration, args.count, args.from_beginning)
+
+
+def run(argv: Sequence[str]) -> int:
+    args_part, command = _split_command(argv)
+    args = build_parser().parse_args(args_part)
+    config_path = getattr(args, "config", None)
+    settings = config_mod.load(Path(config_path) if config_path else None, SystemClock().now())
+    dispatch = settings.dispatch.with_flags(
+        getattr(args, "key_file", None), getattr(args, "insecure", False)
+    )
+    settings = dataclasses.replace(settings, dispatch=dispatch)
+    if args.command == "key":
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        return key_cli.main(args)
+    path = db_path(args, settings)
+    if args.command in (None, "demo"):
+        from tickui.ui.launch import run_dashboard
+
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        if args.command is None:  # its engine dispatches as the settings say
+            from tickui.runtime.runner import check_dispatch
+            from tickui.ticks.config import kafka_access
+
+            check_dispatch(settings.dispatch, kafka_access(settings.ticker))
+        return run_dashboard(args, settings, path, demo=args.command == "demo")
+    if args.command == "run":
+        from tickui.runtime.runner import run_headless
+
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        return asyncio.run(run_headless(args, settings, path))
+    if args.command == "ticks":
+        return cmd_ticks(args, settings)
+    if args.command == "task":
+        return asyncio.run(cmd_task(args, command, path))
+    if args.command in ("worker", "workers"):
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        if args.command == "worker":
+            return worker_cli.main(args, settings)
+        return asyncio.run(workers_cli.main(args, path))
+    if args.command == "hooks":
+        from tickui.cli.hooks import cmd_hooks
+
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        return asyncio.run(cmd_hooks(args, path))
+    if command is not None:
+        raise UsageError("", "'--' and a command only go with 'task add'")
+    return asyncio.run(cmd_history(args, path))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # aiokafka logs every failed connection; tickui reports outages itself, in one line,
+    # through the breaker's transitions and the metrics.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    try:
+        code = run(argv)
+    except (BadInput, NotFound, StoreError) as exc:
+        _complain(exc)
+        code = EXIT_BAD_INPUT
+    except TickuiError as exc:  # Unavailable and the rest: not the input's fault
+        _complain(exc)
+        code = EXIT_FAILURE
+    except KeyboardInterrupt:
+        code = 130
+    except BrokenPipeError:
+        # The reader went away (`tickui history | head`): end quietly, as a command that
+        # SIGPIPE ends does, and keep Python from complaining when it flushes stdout.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + 13  # SIGPIPE
+    except OSError as exc:
+        what = f"{exc.filename}" if exc.filename else "system error"
+        _complain(dbfile.os_failure(exc, what))
+        code = EXIT_FAILURE
+    except sqlite3.Error as exc:
+        _complain(f"database: {exc}")
+        code = EXIT_FAILURE
+    except Exception as exc:  # a bug: still one line, never a traceback on the terminal
+        _complain(f"internal error: {type(exc).__name__}: {exc} (please report this)")
+        code = EXIT_FAILURE
+    sys.exit(code)
+
+
+def _complain(exc: BaseException | str) -> None:
+    """The one line on stderr: redacted, control characters visible, never multi-line."""
+    print(f"tickui: {safe_text(exc)}", file=sys.stderr)

@@ -1,0 +1,71 @@
+"""How the command line prints and opens the database: every line redacted, JSON
+redacted, read-only opens that create nothing."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from tickui.common.errors import BadInput, NotFound
+from tickui.common.redact import printable, redact_data, safe_text
+from tickui.store import Store, dbfile
+
+
+class UsageError(BadInput):
+    """A command line that argparse accepted but that makes no sense (exit 2)."""
+
+
+def say(text: Any, redacted: bool = False) -> None:
+    """Every line the CLI prints: redacted, control characters made visible. `redacted`:
+    the caller redacted each part already (a second pass over the joined line could let
+    one argument's secret swallow the arguments after it)."""
+    print(printable(text, newlines=True) if redacted else safe_text(text, newlines=True))
+
+
+def task_line(verb: str, name: str, schedule: str, nxt: str) -> str:
+    """ "added NAME: SCHEDULE, next run ...", each part redacted on its own: as one line, a
+    task called "secret" read as `secret: <value>` and hid its schedule."""
+    return f"{verb} {safe_text(name)}: {safe_text(schedule)}, next run {safe_text(nxt)}"
+
+
+def print_json(value: Any) -> None:
+    """JSON output: every string redacted; JSON's escaping makes control characters visible."""
+    json.dump(redact_data(value), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+async def with_store(
+    path: Path, action, readonly: bool = False, name: str | None = None, empty: Any = None
+) -> int:
+    """Run `action` on the database. Read-only commands open it read-only. With no database
+    at `path` nothing is created: a command about one named task says that task does not
+    exist (exit 2); a listing says there is no database and prints `empty` (exit 0)."""
+    if (name is not None or empty is not None) and dbfile.lookup(path) is None:
+        if name is not None:
+            raise NotFound(f"no task named {name!r} (no database at {path})")
+        print(
+            f"tickui: no database at {safe_text(path)} (tickui task add or tickui run creates one)",
+            file=sys.stderr,
+        )
+        empty()
+        return 0
+    store = await Store.open(path, readonly=readonly)
+    try:
+        return await action(store)
+    except sqlite3.Error as exc:
+        raise dbfile.sqlite_failure(exc, path) from None
+    finally:
+        await store.close()
+
+
+def table(rows: list[list[Any]], headers: list[str]) -> str:
+    rows = [[safe_text(cell) for cell in row] for row in rows]
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    return "\n".join(lines)

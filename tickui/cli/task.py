@@ -1,0 +1,253 @@
+"""`tickui task ...` and `tickui history`: the commands about tasks and their runs."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tickui.cli.output import UsageError, print_json, say, table, task_line, with_store
+from tickui.common import checks
+from tickui.common.clock import SystemClock
+from tickui.common.errors import BadInput, NotFound
+from tickui.common.redact import redact_data, safe_text
+from tickui.common.timeutil import iso
+from tickui.model.retries import attempt_text, wait_text
+from tickui.model.spec import build_spec, check_name
+from tickui.schedules.triggers import preview
+from tickui.store import Store, dbfile
+
+
+def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
+    env = {}
+    for item in args.env:
+        if "=" not in item:
+            raise BadInput("env", f"{checks.shown(item)} is not NAME=VALUE")
+        key, _, value = item.partition("=")
+        env[checks.env_name(key, "env")] = value
+    raw = {
+        "name": args.name,
+        "cron": args.cron,
+        "every": args.every,
+        "at": args.at,
+        "tz": args.tz,
+        "misfire": args.misfire,
+        "concurrency": args.concurrency,
+        "timeout": args.timeout,
+        "jitter": args.jitter,
+        "anchor": args.anchor,
+        "cwd": os.path.abspath(args.cwd) if args.cwd else args.cwd,
+        "env": env,
+        "disabled": args.disabled,
+        "command": command,
+        "retries": args.retries,
+        "retry_delay": args.retry_delay,
+        "retry_max_delay": args.retry_max_delay,
+        "retry_on": args.retry_on,
+        "pause_after": args.pause_after,
+    }
+    return {key: value for key, value in raw.items() if value is not None}
+
+
+def _task_edit_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
+    """What `task edit` changes, as build_spec fields: only the options given (see
+    _only_given), the command when one follows --, `name` for --rename."""
+    given = [dest for dest in args._task_options if hasattr(args, dest)]
+    full = argparse.Namespace(**vars(args))
+    for dest in args._task_options:
+        if not hasattr(full, dest):
+            setattr(full, dest, [] if dest == "env" else None)
+    made = _task_add_raw(full, command)
+    changes: dict[str, Any] = {key: made.get(key) for key in given}
+    if command is not None:
+        changes["command"] = command
+    if args.rename:
+        changes["name"] = args.rename
+    return changes
+
+
+def started_text(occ: Any, now: int) -> str:
+    """When a run started; for a queued one, when it may ("next in 40s")."""
+    if occ.state == "queued":
+        return wait_text(occ.retry_at if occ.retry_at is not None else occ.scheduled_for, now)
+    return iso(occ.started_at) or "-"
+
+
+async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
+    """For `task show`: the count of consecutive failed slots and the pending retry."""
+    facts: dict[str, Any] = {"failures": await store.failures_of(task.id), "pending": None}
+    queued = await store.queued_of([task.id])
+    if queued:
+        occ = queued[0]
+        due = occ.retry_at if occ.retry_at is not None else occ.scheduled_for
+        text = attempt_text(occ.attempt, task.spec.retries)
+        facts["pending"] = {
+            "id": occ.id,
+            "attempt": occ.attempt,
+            "retry_at": iso(due),
+            "text": f"{text}, {wait_text(due, now)}" if text else wait_text(due, now),
+        }
+    return facts
+
+
+async def _read_task(path: Path, name: str) -> Any:
+    """Task `name`, read before a change is checked: read-only, so a refused change leaves
+    the file's bytes as they were; a file from an older tickui (which read-only commands
+    cannot read) is opened for writing, which migrates it, as any change does."""
+    from tickui.store import inspect_file, schema
+
+    version = inspect_file(path) if dbfile.lookup(path) is not None else None
+    old = version is not None and version < schema.VERSION
+    get = functools.partial(Store.get_task, name=name)
+    return await with_store(path, get, readonly=not old, name=name)
+
+
+async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path) -> int:
+    from tickui.cli import changes as commands
+
+    clock = SystemClock()
+    if args.action == "add":
+        if not command:
+            raise BadInput("command", "give the command to run after --")
+        spec = build_spec(_task_add_raw(args, command), clock.now())
+    else:
+        if command is not None and args.action != "edit":
+            raise UsageError("", "'--' and a command only go with 'task add' and 'task edit'")
+        if args.action == "edit" and command is not None and not command:
+            raise BadInput("command", "give the command to run after --")
+        check_name(args.name) if hasattr(args, "name") and args.name else None
+
+    if args.action == "edit":
+        # Read (read-only: a refused edit leaves the file's bytes as they were), check,
+        # then write in one transaction that refuses a task changed meanwhile.
+        changes = _task_edit_raw(args, command)
+        current = await _read_task(path, args.name)
+        spec = commands.edited_spec(current, changes, clock.now())
+        return await with_store(
+            path,
+            functools.partial(
+                commands.save_edit, task=current, spec=spec, changes=changes, clock=clock
+            ),
+        )
+
+    if args.action == "backfill" and args.cancel and (args.start or args.end):
+        raise BadInput("--cancel", "cancels every queued backfill run: give it alone")
+    if args.action == "backfill" and not args.cancel:
+        # Read-only first: a refused backfill (too many slots, ...) writes nothing.
+        task = await _read_task(path, args.name)
+        slots = commands.backfill_plan(task, args, clock.now())
+        return await with_store(
+            path, functools.partial(commands.save_backfill, task=task, slots=slots, clock=clock)
+        )
+
+    async def action(store: Store) -> int:
+        if args.action == "export":
+            from tickui.model.export import export_text
+
+            sys.stdout.write(export_text(await store.list_tasks(with_stats=False)))
+            return 0
+        if args.action == "add":
+            task = await store.add_task(spec, clock.now())
+            nxt = iso(task.next_run_at) or "none"
+            say(task_line("added", task.name, task.spec.schedule_text(), nxt), redacted=True)
+            return 0
+        if args.action == "list":
+            tasks = await store.list_tasks()
+            if args.json:
+                print_json([t.to_json() for t in tasks])
+            else:
+                rows = [
+                    [
+                        t.name,
+                        t.spec.schedule_text(),
+                        (iso(t.next_run_at) or "-") if t.enabled else "-",
+                        "yes" if t.enabled else f"no {t.note or ''}".strip(),
+                        t.spec.misfire,
+                        t.spec.concurrency,
+                        t.stats.last_state or "-",
+                        f"{t.source} (overridden)" if t.overridden else t.source,
+                    ]
+                    for t in tasks
+                ]
+                headers = ["NAME", "SCHEDULE", "NEXT", "ENABLED", "MISFIRE", "OVERLAP", "LAST"]
+                headers.append("SOURCE")
+                say(table(rows, headers) if rows else "no tasks")
+            return 0
+        if args.action == "show":
+            task = await store.get_task(args.name)
+            data = task.to_json()
+            data["preview"] = [iso(t) for t in preview(task.schedule, clock.now(), 5)]
+            data.update(await retry_facts(store, task, clock.now()))
+            if args.json:
+                print_json([data])
+            else:
+                # Redacted item by item, then joined: redacting the joined text again would
+                # let one argument's secret swallow the arguments after it.
+                for key, value in redact_data(data).items():
+                    shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+                    if key == "pending" and isinstance(value, dict):
+                        shown = value["text"]
+                    say(f"{key:>18}: {'-' if shown is None else shown}", redacted=True)
+            return 0
+        return await commands.change_task(store, args, clock)
+
+    readonly = args.action in ("list", "show", "export")
+    named = None if args.action in ("add", "list", "export") else args.name
+    empty = None
+    if args.action == "export":
+        empty = functools.partial(sys.stdout.write, "")
+    if args.action == "list":
+        empty = (
+            functools.partial(print_json, []) if args.json else functools.partial(say, "no tasks")
+        )
+    return await with_store(path, action, readonly=readonly, name=named, empty=empty)
+
+
+async def cmd_history(args: argparse.Namespace, path: Path) -> int:
+    if args.name:
+        check_name(args.name)
+
+    async def action(store: Store) -> int:
+        if (
+            args.name
+            and await store.find_task(args.name) is None
+            and not await store.history(args.name, 1)
+        ):
+            raise NotFound(f"no task named {args.name!r}")
+        occs = await store.history(args.name, args.limit)
+        if args.json:
+            print_json([o.to_json() for o in occs])
+            return 0
+        now = SystemClock().now()
+        tries = {t.name: t.spec.retries for t in await store.list_tasks(with_stats=False)}
+        rows = [
+            [
+                str(o.id),
+                o.task,
+                o.kind,
+                iso(o.scheduled_for),
+                o.state,
+                started_text(o, now),
+                attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
+                o.error_code or "",
+                safe_text(o.detail or "")[:60],
+            ]
+            for o in occs
+        ]
+        headers = [
+            "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
+        ]  # fmt: skip
+        if any(o.worker for o in occs):  # runs on workers (Kafka dispatch): which one
+            headers.insert(6, "WORKER")
+            for row, o in zip(rows, occs, strict=True):
+                row.insert(6, o.worker or "-")
+        say(table(rows, headers) if rows else "no occurrences")
+        return 0
+
+    empty = (
+        functools.partial(print_json, []) if args.json else functools.partial(say, "no occurrences")
+    )
+    return await with_store(path, action, readonly=True, name=args.name, empty=empty)

@@ -1,0 +1,1 @@
+"""What every part uses: errors, redaction, time, processes, input checks, the Kafka client."""

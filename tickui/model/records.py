@@ -1,0 +1,264 @@
+"""Rows as the rest of tickui sees them, and their public JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tickui.common.timeutil import format_duration, iso
+from tickui.model.occurrence import ACTIVE
+from tickui.model.spec import TaskSpec
+from tickui.schedules.triggers import Schedule
+
+
+@dataclass(slots=True)
+class TaskStats:
+    """What the history says of a task: its last run, how many runs it missed or skipped,
+    and how its last `STATS_WINDOW` finished runs went (skips are not runs)."""
+
+    last_state: str | None = None
+    last_scheduled_for: int | None = None
+    last_started_at: int | None = None
+    last_finished_at: int | None = None
+    missed: int = 0
+    skipped: int = 0
+    active: int = 0
+    last_result: str | None = None  # the last finished run: succeeded, failed or cancelled
+    success_rate: float | None = None  # 0..1 over the window; None before any finished run
+    median_duration_us: int | None = None  # succeeded and failed runs that started
+    finished: int = 0  # finished runs in the window
+    retry_attempt: int | None = None  # a retry waits to start: its attempt number
+    retry_at: int | None = None  # and when it is due
+
+
+STATS_WINDOW = 100
+FINISHED = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(slots=True)
+class Task:
+    id: int
+    name: str
+    spec: TaskSpec
+    source: str
+    enabled: bool
+    note: str | None
+    generation: int
+    created_at: int
+    updated_at: int
+    anchor: int
+    next_run_at: int | None
+    due_at: int | None
+    stats: TaskStats = field(default_factory=TaskStats)
+    overridden: bool = False  # a tickui.toml task edited by hand, until the file changes it
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.spec.schedule(self.anchor)
+
+    def to_json(self) -> dict[str, Any]:
+        spec = self.spec
+        return {
+            "name": self.name,
+            "schedule": spec.schedule_text(),
+            "kind": spec.kind,
+            "tz": spec.tz,
+            "enabled": self.enabled,
+            "note": self.note,
+            "next_run_at": iso(self.next_run_at) if self.enabled else None,
+            "due_at": iso(self.due_at) if self.enabled else None,
+            "misfire": spec.misfire,
+            "concurrency": spec.concurrency,
+            "timeout": format_duration(spec.timeout) if spec.timeout else None,
+            "jitter": format_duration(spec.jitter) if spec.jitter else None,
+            "retries": spec.retries,
+            "retry_delay": format_duration(spec.retry_delay),
+            "retry_max_delay": format_duration(spec.retry_max_delay),
+            "retry_on": list(spec.retry_on),
+            "pause_after": spec.pause_after,
+            "command": list(spec.command),
+            "cwd": spec.cwd,
+            "source": self.source,
+            "overridden": self.overridden,
+            "generation": self.generation,
+            "created_at": iso(self.created_at),
+            "last_state": self.stats.last_state,
+            "last_scheduled_for": iso(self.stats.last_scheduled_for),
+            "last_started_at": iso(self.stats.last_started_at),
+            "missed": self.stats.missed,
+            "skipped": self.stats.skipped,
+        }
+
+
+@dataclass(slots=True)
+class Occurrence:
+    id: int
+    task_id: int
+    task: str
+    kind: str
+    scheduled_for: int
+    state: str
+    claimed_at: int
+    covers: int = 1
+    missed: int = 0
+    accepted_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    exit_code: int | None = None
+    error_code: str | None = None
+    detail: str | None = None
+    command_id: str | None = None
+    run_id: str | None = None
+    owner: str | None = None
+    lease_token: int | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    pid_start: int | None = None
+    event_cursor: int = 0
+    generation: int = 0
+    log_path: str | None = None
+    attempt: int = 1  # 2, 3, ... for retries of the slot
+    retry_of: int | None = None  # the first attempt's id, for a retry
+    retry_at: int | None = None  # when a queued retry may start
+    worker: str | None = None  # the worker (Kafka dispatch) that started it
+    deadline: int | None = None  # handed to workers: none may start it after this
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "task": self.task,
+            "kind": self.kind,
+            "scheduled_for": iso(self.scheduled_for),
+            "state": self.state,
+            "claimed_at": iso(self.claimed_at),
+            "accepted_at": iso(self.accepted_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "exit_code": self.exit_code,
+            "error_code": self.error_code,
+            "detail": self.detail,
+            "covers": self.covers,
+            "missed": self.missed,
+            "run_id": self.run_id,
+            "log_path": self.log_path,
+            "attempt": self.attempt,
+            "retry_of": self.retry_of,
+            "retry_at": iso(self.retry_at),
+            "worker": self.worker,
+        }
+
+
+OCCURRENCE_COLUMNS = (
+    "id",
+    "task_id",
+    "task",
+    "kind",
+    "scheduled_for",
+    "state",
+    "claimed_at",
+    "covers",
+    "missed",
+    "accepted_at",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "error_code",
+    "detail",
+    "command_id",
+    "run_id",
+    "owner",
+    "lease_token",
+    "pid",
+    "pgid",
+    "pid_start",
+    "event_cursor",
+    "generation",
+    "log_path",
+    "attempt",
+    "retry_of",
+    "retry_at",
+    "worker",
+    "deadline",
+)
+
+
+def occurrence_from_row(row: Any) -> Occurrence:
+    return Occurrence(*row)
+
+
+WORKER_STATES = ("alive", "draining", "drained", "lost")
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    """A worker as the engine last heard it (Kafka dispatch). `last_seen` is the engine's
+    clock when its last heartbeat arrived; `running` its command ids then."""
+
+    id: str
+    host: str
+    slots: int
+    running: list[str]
+    last_seen: int
+    state: str  # alive | lost | draining | drained
+    version: str | None = None
+    log_dir: str | None = None
+    group: str | None = None
+    first_seen: int | None = None
+    refused: dict[str, int] = field(default_factory=dict)  # messages it refused, by kind
+    insecure: bool = False  # it runs without a key
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "refused": dict(self.refused),
+            "insecure": self.insecure,
+            "id": self.id,
+            "host": self.host,
+            "slots": self.slots,
+            "running": list(self.running),
+            "last_seen": iso(self.last_seen),
+            "state": self.state,
+            "version": self.version,
+            "log_dir": self.log_dir,
+            "group": self.group,
+        }
+
+
+@dataclass(slots=True)
+class RemoteOutput:
+    """What a worker said of a run's output: the redacted tail of its last outcome event
+    (empty while it runs), which worker, and where the full log is on that worker."""
+
+    tail: str
+    worker: str
+    log_path: str | None = None
+
+
+@dataclass(slots=True)
+class Lease:
+    owner: str
+    token: int
+    expires_at: int
+    host: str | None = None
+    pid: int | None = None
+
+
+@dataclass(slots=True)
+class LeaseResult:
+    """Outcome of trying to take or renew the lease: held (with token) or standby."""
+
+    held: bool
+    lease: Lease | None
+    new: bool = False
+
+
+@dataclass(slots=True)
+class RunRequest:
+    id: int
+    task_id: int
+    task: str
+    kind: str
+    created_at: int

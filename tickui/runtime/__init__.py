@@ -1,0 +1,1 @@
+"""Settings, and the one place that assembles store, engine, ticker and hooks."""

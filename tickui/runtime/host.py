@@ -1,0 +1,89 @@
+"""What the dashboard hosts: one store, one clock, the engine and the ticker driving it."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tickui.common.clock import Clock
+from tickui.dispatch import Dispatcher
+from tickui.engine import SchedulerEngine
+from tickui.hooks import HookService
+from tickui.hooks import attach as attach_hooks
+from tickui.runtime.runner import build_engine, build_ticker_for, hear_refusals, real_ticker_config
+from tickui.runtime.settings import DispatchSettings, Settings
+from tickui.store import Store
+from tickui.ticks.bus import MemoryBus
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.ticker import RuntimeScheduler, Tick
+
+MEMORY_BUS_KEEP = 100
+
+
+@dataclass
+class Host:
+    db: Path
+    store: Store
+    clock: Clock
+    engine: SchedulerEngine
+    ticker: RuntimeScheduler
+    demo: bool = False
+    start_ticker: bool = True
+    start_engine: bool = True
+    closed: bool = field(default=False, init=False)
+    hooks: HookService | None = None  # alert hooks ([[hook]]), None when there are none
+
+    async def start(self) -> None:
+        if self.start_engine:
+            await self.engine.start()
+        if self.start_ticker:
+            await self.ticker.start()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop ticking, then the engine (waiting up to `grace` s for active runs)."""
+        with contextlib.suppress(Exception):
+            await self.ticker.stop()
+        await self.engine.stop(grace)
+
+    async def close(self, grace: float | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.stop(grace)
+        finally:
+            if self.hooks is not None:
+                with contextlib.suppress(Exception):
+                    await self.hooks.close(grace=2.0)
+            await self.store.close()
+
+
+def build_host(
+    store: Store,
+    clock: Clock,
+    settings: Settings,
+    ticker_config: TickerConfig | None = None,
+    dispatcher: Dispatcher | None = None,
+    **flags: bool,
+) -> Host:
+    """The engine ticked by the ticker, as `tickui run` has them. Without Kafka, ticks go
+    to an in-process bus so the breaker (and `f`, simulated failures) still mean something."""
+    config = real_ticker_config(ticker_config or settings.ticker, clock.scale)
+    tick = round(config.interval_ms * 1000 * clock.scale)
+    # The demo's sample tasks run here; the dashboard's engine dispatches as settings say.
+    local = DispatchSettings() if flags.get("demo") else None
+    engine = build_engine(store, clock, settings, tick, dispatcher, dispatch=local)
+    ticker = build_ticker_for(store, clock, config)
+    if ticker.bus is None:
+        ticker.bus = MemoryBus(keep=MEMORY_BUS_KEEP)
+
+    async def scan(tick: Tick) -> None:
+        await engine.tick(tick.now)
+
+    ticker.subscribe(scan)
+    host = Host(store.path, store, clock, engine, ticker, **flags)
+    if not flags.get("demo"):  # the demo's failures are staged: they page no one
+        host.hooks = attach_hooks(getattr(settings, "hooks", ()), store, clock, engine, ticker)
+        hear_refusals(engine, host.hooks)
+    return host

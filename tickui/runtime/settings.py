@@ -1,0 +1,361 @@
+"""Settings from `tickui.toml`, environment variables and flags, in that order of strength.
+
+A bad file is refused as a whole, with its line and field named; nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tickui.common import checks
+from tickui.common.checks import KIB, MIB
+from tickui.common.errors import BadInput
+from tickui.common.timeutil import MICROS
+from tickui.hooks.config import HookConfig, parse_hook
+from tickui.model.spec import TaskSpec, build_spec
+from tickui.ticks.config import TickerConfig
+from tickui.ticks.config import build as build_ticker
+
+DEFAULT_CONFIG = Path("tickui.toml")
+TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook", "dispatch", "worker")
+DISPATCH_KEYS = {
+    "mode", "partitions", "start_timeout", "worker_timeout", "group", "key_file", "insecure"
+}  # fmt: skip
+WORKER_KEYS = {"allow"}
+DISPATCH_MODES = ("local", "kafka")
+ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep", "log_head", "log_tail"}
+MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
+SECOND = MICROS
+HOUR = 3600 * MICROS
+DAY = 86400 * MICROS
+
+
+class ConfigError(BadInput):
+    """A problem in the config file, located by line where it can be."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    misfire_grace: int = 5 * MICROS
+    lease_ttl: int = 30 * MICROS
+    stop_grace: int = 10 * MICROS
+    keep: int = 1000
+    log_head: int = 64 * KIB  # bytes of a run's output kept from its start
+    log_tail: int = 1 * MIB  # bytes kept from its end
+
+
+@dataclass(frozen=True)
+class UiSettings:
+    """[ui]: how the dashboard tells the user things (its view choices are per user, in the
+    config folder, not here)."""
+
+    bell: bool = False  # ring the terminal bell when a run fails
+
+
+@dataclass(frozen=True)
+class DispatchSettings:
+    """[dispatch]: where runs execute. `local`: child processes of the engine; `kafka`:
+    `tickui worker` processes, through Kafka (the bootstrap is [kafka] bootstrap)."""
+
+    mode: str = "local"
+    partitions: int = 12  # of tickui.runs.v1: how many workers can share the work
+    start_timeout: int = 30 * MICROS  # a command no worker started by then: DISPATCH_TIMEOUT
+    worker_timeout: int = 10 * MICROS  # a worker silent for longer: lost, its runs failed
+    group: str | None = None  # only heartbeats of this worker group count (None: any)
+    key_file: Path | None = None  # signs and checks every dispatch message
+    key_origin: str = "key_file"  # where key_file came from, for messages
+    insecure: bool = False  # no key: nothing signed, nothing checked
+
+    def with_flags(self, key_file: str | None, insecure: bool) -> DispatchSettings:
+        """--key-file and --insecure over the file's and the environment's."""
+        changed = self
+        if key_file:
+            path = Path(key_file).expanduser()
+            changed = dataclasses.replace(changed, key_file=path, key_origin="--key-file")
+        if insecure:
+            changed = dataclasses.replace(changed, insecure=True)
+        return changed
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """[worker]: what a `tickui worker` may run (empty: any program the engine sends)."""
+
+    allow: tuple[str, ...] = ()
+
+
+def worker_settings(raw: Any) -> WorkerSettings:
+    if not isinstance(raw, dict):
+        raise BadInput("worker", "must be a [worker] table")
+    for key in raw:
+        if key not in WORKER_KEYS:
+            raise BadInput(key, "unknown field")
+    allow = raw.get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
+        raise BadInput("allow", "must be a list of program names or paths")
+    return WorkerSettings(allow=tuple(checks.path_text(a, "allow") for a in allow))
+
+
+def dispatch_settings(raw: Any, env: dict[str, str]) -> DispatchSettings:
+    """[dispatch], then TICKUI_DISPATCH for the mode; each value within its bounds."""
+    if not isinstance(raw, dict):
+        raise BadInput("dispatch", "must be a [dispatch] table")
+    for key in raw:
+        if key not in DISPATCH_KEYS:
+            raise BadInput(key, "unknown field")
+    mode_name, mode = "mode", raw.get("mode", "local")
+    if env.get("TICKUI_DISPATCH"):
+        mode_name, mode = "TICKUI_DISPATCH", env["TICKUI_DISPATCH"]
+    if mode not in DISPATCH_MODES:
+        raise BadInput(mode_name, f"{checks.shown(mode)} is not local or kafka")
+    group = raw.get("group")
+    if group is not None and (not isinstance(group, str) or not group.strip()):
+        raise BadInput("group", f"{checks.shown(group)} is not a group name")
+    key_origin, key_file = "key_file", raw.get("key_file")
+    if env.get("TICKUI_KEY_FILE"):
+        key_origin, key_file = "TICKUI_KEY_FILE", env["TICKUI_KEY_FILE"]
+    if key_file is not None:
+        key_file = Path(checks.path_text(key_file, key_origin)).expanduser()
+    insecure = raw.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise BadInput("insecure", f"{checks.shown(insecure)} is not true or false")
+    return DispatchSettings(
+        mode=mode,
+        partitions=int(
+            checks.number(raw.get("partitions", 12), "partitions", 1, 1000, integer=True)
+        ),
+        start_timeout=checks.duration(
+            raw.get("start_timeout", "30s"), "start_timeout", SECOND, HOUR
+        ),
+        worker_timeout=checks.duration(
+            raw.get("worker_timeout", "10s"), "worker_timeout", SECOND, HOUR
+        ),
+        group=group,
+        key_file=key_file,
+        key_origin=key_origin,
+        insecure=insecure,
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    path: Path | None = None
+    db: Path | None = None
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    raw: dict[str, Any] = field(default_factory=dict)
+    tasks: list[TaskSpec] | None = None  # None: no file, so no sync
+    ticker: TickerConfig = field(default_factory=TickerConfig)
+    env: dict[str, str] = field(default_factory=dict)
+    ui: UiSettings = field(default_factory=UiSettings)
+    hooks: tuple[HookConfig, ...] = ()  # [[hook]] entries
+    dispatch: DispatchSettings = field(default_factory=DispatchSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+
+
+def default_db() -> Path:
+    base = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(base) or "\x00" in base:  # the XDG spec: ignore a relative one
+        base = os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "tickui" / "tickui.db"
+
+
+def _line_of(text: str, table: str, index: int, key: str | None) -> int | None:
+    """Best-effort line number of `key` inside the `index`-th `[table]` / `[[table]]`."""
+    header = re.compile(rf"^\s*\[\[?\s*{re.escape(table)}\s*\]\]?\s*(#.*)?$")
+    any_header = re.compile(r"^\s*\[")
+    seen, inside, header_line = -1, False, None
+    for number, line in enumerate(text.splitlines(), 1):
+        if header.match(line):
+            seen += 1
+            inside = seen == index
+            if inside:
+                header_line = number
+            continue
+        if any_header.match(line):
+            inside = False
+            continue
+        if inside and key and re.match(rf"^\s*{re.escape(key)}\s*=", line):
+            return number
+    return header_line
+
+
+def _fail(path: Path, text: str, table: str, index: int, exc: BadInput, prefix: str) -> ConfigError:
+    key = exc.field.split(".")[-1] if exc.field else None
+    line = _line_of(text, table, index, key)
+    where = f"{path} line {line}" if line else str(path)
+    return ConfigError(f"{where}: {prefix}{exc.field}", exc.message)
+
+
+def _engine(raw: dict[str, Any], env: dict[str, str]) -> EngineSettings:
+    """[engine], each value through the one checker with its bounds."""
+    for key in raw:
+        if key not in ENGINE_KEYS:
+            raise BadInput(key, "unknown field")
+    grace_name, grace = "misfire_grace", raw.get("misfire_grace", "5s")
+    if "TICKUI_MISFIRE_GRACE" in env:
+        grace_name, grace = "TICKUI_MISFIRE_GRACE", env["TICKUI_MISFIRE_GRACE"]
+    if "db" in raw:
+        checks.path_text(raw["db"], "db")
+    return EngineSettings(
+        misfire_grace=checks.duration(grace, grace_name, 0, DAY),
+        lease_ttl=checks.duration(raw.get("lease_ttl", "30s"), "lease_ttl", SECOND, HOUR),
+        stop_grace=checks.duration(raw.get("stop_grace", "10s"), "stop_grace", 0, HOUR),
+        keep=int(checks.number(raw.get("keep", 1000), "keep", 1, 1_000_000, integer=True)),
+        log_head=checks.size(raw.get("log_head", "64KiB"), "log_head", 0, 64 * MIB),
+        log_tail=checks.size(raw.get("log_tail", "1MiB"), "log_tail", KIB, 1024 * MIB),
+    )
+
+
+def _ui(path: Path, text: str, raw: Any) -> UiSettings:
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "ui must be a [ui] table")
+    for key, value in raw.items():
+        if key != "bell":
+            exc = BadInput(key, "unknown field")
+        elif not isinstance(value, bool):
+            exc = BadInput(key, f"{checks.shown(value)} is not true or false")
+        else:
+            continue
+        raise _fail(path, text, "ui", 0, exc, "ui.")
+    return UiSettings(bell=raw.get("bell", False))
+
+
+def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Settings:
+    """Read and validate the config file (or the default one when it exists)."""
+    env = dict(os.environ) if env is None else env
+    explicit = path is not None
+    path = path or DEFAULT_CONFIG
+    try:
+        exists = path.exists()
+    except OSError as exc:
+        raise ConfigError("config", f"{path}: {exc.strerror}") from None
+    if not exists:
+        if explicit:
+            raise ConfigError("config", f"{path} does not exist")
+        return Settings(
+            engine=_engine({}, env),
+            ticker=build_ticker({}, env),
+            env=env,
+            dispatch=dispatch_settings({}, env),
+        )
+    try:
+        if not path.is_file():
+            raise ConfigError("config", f"{path} is not a regular file")
+        with open(path, "rb") as handle:
+            data_bytes = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data_bytes) > MAX_CONFIG_BYTES:
+            raise ConfigError("config", f"{path} is larger than {MAX_CONFIG_BYTES // MIB} MiB")
+        text = data_bytes.decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError("config", f"{path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _toml_error(path, exc) from None
+    except RecursionError:
+        raise ConfigError("config", f"{path} is not valid TOML: nested too deeply") from None
+    for key in data:
+        if key not in TABLES:
+            line = _line_of(text, key, 0, None)
+            where = f"{path} line {line}" if line else str(path)
+            raise ConfigError(where, f"unknown table or key {key!r}")
+    engine_raw = data.get("engine", {})
+    if not isinstance(engine_raw, dict):
+        raise ConfigError(str(path), "engine must be an [engine] table")
+    try:
+        engine = _engine(engine_raw, env)
+    except BadInput as exc:
+        if exc.field.startswith("TICKUI_"):  # the environment's value, not the file's
+            raise
+        raise _fail(path, text, "engine", 0, exc, "engine.") from None
+    tasks = _tasks(path, text, data.get("task", []), now)
+    ui = _ui(path, text, data.get("ui", {}))
+    hooks = _hooks(path, text, data.get("hook", []))
+    try:
+        dispatch = dispatch_settings(data.get("dispatch", {}), env)
+    except BadInput as exc:
+        if exc.field.startswith("TICKUI_") or exc.field == "dispatch":
+            raise
+        raise _fail(path, text, "dispatch", 0, exc, "dispatch.") from None
+    if dispatch.key_file is not None and dispatch.key_origin == "key_file":
+        dispatch = dataclasses.replace(dispatch, key_file=path.parent / dispatch.key_file)
+    try:
+        worker = worker_settings(data.get("worker", {}))
+    except BadInput as exc:
+        if exc.field == "worker":
+            raise
+        raise _fail(path, text, "worker", 0, exc, "worker.") from None
+    try:
+        ticker = build_ticker(data, env)
+    except BadInput as exc:
+        table, _, key = exc.field.partition(".")
+        if table in ("ticker", "kafka", "valkey") and key:
+            line = _line_of(text, table, 0, key)
+            where = f"{path} line {line}" if line else str(path)
+            raise ConfigError(f"{where}: {exc.field}", exc.message) from None
+        raise
+    db = engine_raw.get("db")
+    return Settings(
+        path=path,
+        db=(path.parent / db) if isinstance(db, str) else None,
+        engine=engine,
+        raw=data,
+        tasks=tasks,
+        ticker=ticker,
+        env=env,
+        ui=ui,
+        hooks=hooks,
+        dispatch=dispatch,
+        worker=worker,
+    )
+
+
+def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> ConfigError:
+    text = str(exc)
+    found = re.search(r"\s*\(at line (\d+), column \d+\)", text)
+    if found:
+        return ConfigError(f"{path} line {found[1]}", f"not valid TOML: {text[: found.start()]}")
+    return ConfigError(str(path), f"not valid TOML: {text}")
+
+
+def _tasks(path: Path, text: str, raw: Any, now: int) -> list[TaskSpec]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}", "task entries must be [[task]] tables")
+    specs: list[TaskSpec] = []
+    names: set[str] = set()
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise ConfigError(str(path), "task entries must be [[task]] tables")
+        try:
+            spec = build_spec(entry, now, allow_past=True)
+        except BadInput as exc:
+            raise _fail(path, text, "task", index, exc, f"task[{index + 1}].") from None
+        if spec.name in names:
+            dup = BadInput("name", f"task {spec.name!r} is declared twice")
+            raise _fail(path, text, "task", index, dup, f"task[{index + 1}].")
+        names.add(spec.name)
+        specs.append(spec)
+    return specs
+
+
+def _hooks(path: Path, text: str, raw: Any) -> tuple[HookConfig, ...]:
+    """[[hook]] entries, each checked whole (tickui.hooks.config); names are unique."""
+    if not isinstance(raw, list):
+        raise ConfigError(str(path), "hook entries must be [[hook]] tables")
+    hooks: list[HookConfig] = []
+    for index, entry in enumerate(raw):
+        try:
+            hook = parse_hook(entry, index)
+            if any(h.name == hook.name for h in hooks):
+                raise BadInput("name", f"hook {hook.name!r} is declared twice")
+        except BadInput as exc:
+            raise _fail(path, text, "hook", index, exc, f"hook[{index + 1}].") from None
+        hooks.append(hook)
+    return tuple(hooks)

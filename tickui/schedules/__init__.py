@@ -1,0 +1,1 @@
+"""When a task fires: cron and interval schedules, pure functions of time."""

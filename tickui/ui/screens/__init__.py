@@ -1,0 +1,1 @@
+"""The dashboard's screens: each owns its bindings and composes its widgets."""

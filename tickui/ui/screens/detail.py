@@ -1,0 +1,294 @@
+"""One task on a screen of its own: definition, next fire times, recent runs, output."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Static
+
+from tickui.common.redact import safe_text
+from tickui.common.timeutil import MICROS, format_duration
+from tickui.dispatch import read_tail
+from tickui.model.records import Occurrence, RemoteOutput, Task
+from tickui.schedules.triggers import preview
+from tickui.ui.keys import rank
+from tickui.ui.view.cells import (
+    CODE_STYLE,
+    STATE_STYLE,
+    TimeView,
+    detail_text,
+    duration,
+    lateness,
+    outcome_code,
+    span,
+    stamp_in,
+    when_text,
+)
+from tickui.ui.widgets.panes import KeyFooter
+
+BARS = "▁▂▃▄▅▆▇█"
+SPARK_RUNS = 40  # runs read for the sparkline; the table shows the newest RUNS_SHOWN
+RUNS_SHOWN = 12
+WORKER_WIDTH = 16  # the runs table's WORKER column at most
+UTC_VIEW = TimeView("utc")
+
+
+@dataclass(frozen=True)
+class DetailSource:
+    """What the detail screen needs from whoever shows it, handed down rather than
+    reached for: the task's live row, its run history, the time, how to cancel, the zone
+    times are shown in (UTC when not given) and why slots were skipped or missed (per
+    reason: skipped occurrences, missed slots; Store.miss_reasons by task id)."""
+
+    current_task: Callable[[Task], Task]
+    history: Callable[[str, int], Awaitable[list[Occurrence]]]
+    now: Callable[[], int]
+    cancel: Callable[[Occurrence | None], Awaitable[None]]
+    open_run: Callable[[Occurrence], None] | None = None
+    view: Callable[[], TimeView] | None = None
+    reasons: Callable[[int], Awaitable[dict[str, tuple[int, int]]]] | None = None
+    remote: Callable[[int], Awaitable[RemoteOutput | None]] | None = None  # a worker's report
+
+
+class DetailScreen(Screen[None]):
+    """One task: its definition, next 10 fire times, recent runs and the selected run's output."""
+
+    BINDINGS = [
+        Binding("escape,backspace", "app.pop_screen", "Back"),
+        Binding("up,k", "pick(-1)", "Older/newer", show=False),
+        Binding("down,j", "pick(1)", "Older/newer", show=False),
+        Binding("r", "app.run_now", "Run now"),
+        Binding("c", "cancel_selected", "Cancel run"),
+    ]
+
+    def __init__(self, task: Task, source: DetailSource) -> None:
+        super().__init__()
+        self.task_row = task
+        self.source = source
+        self.recent: list[Occurrence] = []
+        self.runs: list[Occurrence] = []  # more of them, for the sparkline
+        self.picked = 0
+        self.reasons: dict[str, tuple[int, int]] = {}
+        self.reasons_for: tuple[int, int, int] | None = None  # (task id, missed, skipped)
+        self.remote: RemoteOutput | None = None  # the picked run's worker report
+        self.remote_for: tuple[int, str] | None = None  # (run id, state) it was read for
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="detail-top"):
+            yield Static(id="detail-facts")
+            yield Static(id="detail-next")
+        yield Static(id="detail-runs")
+        yield Static(id="detail-output")
+        yield KeyFooter(rank)  # its own keys, dropping the least used first; ? and q stay
+
+    async def on_mount(self) -> None:
+        self.query_one("#detail-output").border_title = "Output"
+        await self.reload()
+        self.set_interval(0.25, self.reload)
+
+    async def reload(self) -> None:
+        source = self.source
+        # The dashboard's rows are kept current (engine notices, other processes' commits);
+        # only this task's run history is read here.
+        self.task_row = source.current_task(self.task_row)
+        picked = self.recent[self.picked].id if self.recent else None
+        self.runs = await source.history(self.task_row.name, SPARK_RUNS)
+        self.recent = self.runs[:RUNS_SHOWN]
+        ids = [o.id for o in self.recent]
+        self.picked = ids.index(picked) if picked in ids else 0
+        stats = self.task_row.stats
+        key = (self.task_row.id, stats.missed, stats.skipped)
+        if source.reasons is not None and key != self.reasons_for:  # read when counts move
+            self.reasons = await source.reasons(self.task_row.id)
+            self.reasons_for = key
+        await self._read_remote()
+        self.render_all(source.now())
+
+    async def _read_remote(self) -> None:
+        """The picked run's worker report, read again only when the pick or its state moved."""
+        occ = self.recent[self.picked] if self.recent else None
+        if occ is None or not occ.worker or self.source.remote is None:
+            self.remote, self.remote_for = None, None
+            return
+        key = (occ.id, occ.state)
+        if key != self.remote_for:
+            self.remote = await self.source.remote(occ.id)
+            self.remote_for = key
+
+    def zone(self) -> tzinfo:
+        view = self.source.view() if self.source.view is not None else UTC_VIEW
+        return view.zone(self.task_row.spec.tz)
+
+    def render_all(self, now: int) -> None:
+        zone = self.zone()
+        named = zone_name(zone, now)
+        facts = self.query_one("#detail-facts", Static)
+        facts.border_title = f"Task {self.task_row.name}"
+        facts.update(task_facts(self.task_row, self.runs, self.reasons, now))
+        times = preview(self.task_row.schedule, now, 10) if self.task_row.enabled else []
+        upcoming = self.query_one("#detail-next", Static)
+        title = f"Next 10 fire times ({named})"
+        fits = upcoming.size.width == 0 or len(title) + 4 <= upcoming.size.width
+        upcoming.border_title = title if fits else f"Next ({named})"
+        # The zone is in the title: each line is the 19-character stamp, which fits the
+        # pane at 80 columns.
+        lines = [stamp_in(t, zone).rsplit(" ", 1)[0] for t in times]
+        upcoming.update("\n".join(lines) or "none (disabled or finished)")
+        runs = self.query_one("#detail-runs", Static)
+        runs.border_title = f"Recent runs, times {named} (↑/↓ to pick)"
+        runs.update(runs_table(self.recent, self.picked, now, zone))
+        occ = self.recent[self.picked] if self.recent else None
+        output = self.query_one("#detail-output", Static)
+        if occ is None:
+            output.update(Text("no runs yet", "bright_black"))
+            return
+        if occ.worker:
+            output.border_title = f"Output of run {occ.id} ({occ.state}, on {occ.worker})"
+            reported = self.remote.tail if self.remote is not None else ""
+            empty = "(no output reported yet)" if occ.active else "(no output reported)"
+        else:
+            output.border_title = f"Output of run {occ.id} ({occ.state})"
+            reported = read_tail(occ.log_path, 4000)
+            empty = "(no output)"
+        tail = [safe_text(line) for line in reported.splitlines()[-12:]]
+        output.update(Text("\n".join(tail) or empty, "" if tail else "bright_black"))
+
+    async def action_pick(self, step: int) -> None:
+        if self.recent:
+            self.picked = max(0, min(len(self.recent) - 1, self.picked + step))
+            await self._read_remote()
+            self.render_all(self.source.now())
+
+    def action_open_selected(self) -> None:
+        occ = self.recent[self.picked] if self.recent else None
+        if occ is not None and self.source.open_run is not None:
+            self.source.open_run(occ)
+
+    async def action_cancel_selected(self) -> None:
+        occ = self.recent[self.picked] if self.recent else None
+        await self.source.cancel(occ)
+
+
+def zone_name(zone: tzinfo, now: int) -> str:
+    """ "Europe/Berlin" for a named zone, else its abbreviation now ("CET")."""
+    key = getattr(zone, "key", None)
+    return key or datetime.fromtimestamp(now / MICROS, zone).tzname() or str(zone)
+
+
+def task_facts(
+    task: Task,
+    runs: list[Occurrence] | None = None,
+    reasons: dict[str, tuple[int, int]] | None = None,
+    now: int = 0,
+) -> Table:
+    spec = task.spec
+    table = Table.grid(padding=(0, 1))
+    table.add_column(style="bright_black", no_wrap=True, min_width=9)
+    table.add_column(no_wrap=True, overflow="ellipsis")  # one line each: the pane is 10 high
+    schedule = spec.schedule_text()
+    table.add_row("schedule", schedule if spec.tz in schedule else f"{schedule} ({spec.tz})")
+    enabled = Text("enabled", "green") if task.enabled else Text("disabled", "yellow")
+    if not task.enabled and task.note:
+        enabled.append(f": {safe_text(task.note)}")
+    table.add_row("state", enabled)
+    table.add_row("policies", f"misfire {spec.misfire} · concurrency {spec.concurrency}")
+    timeout = format_duration(spec.timeout) if spec.timeout else "none"
+    jitter = format_duration(spec.jitter) if spec.jitter else "none"
+    table.add_row("limits", f"timeout {timeout} · jitter {jitter}")
+    table.add_row("command", safe_text(shlex.join(spec.command)))
+    table.add_row("source", f"{task.source}, generation {task.generation}")
+    table.add_row("durations", sparkline(runs or [], now))
+    reasons = reasons or {}
+    table.add_row("missed", counted(task.stats.missed, reasons, 1))
+    table.add_row("skipped", counted(task.stats.skipped, reasons, 0))
+    return table
+
+
+def counted(total: int, reasons: dict[str, tuple[int, int]], which: int) -> Text:
+    """ "3: misfire_late 2, misfire_coalesced 1": the count, then its reasons, most first."""
+    text = Text(str(total), "yellow" if total else "")
+    parts = sorted(
+        ((counts[which], reason) for reason, counts in reasons.items() if counts[which]),
+        reverse=True,
+    )
+    if parts:
+        text.append(": " + ", ".join(f"{reason} {n}" for n, reason in parts), "bright_black")
+    return text
+
+
+def sparkline(runs: list[Occurrence], now: int) -> Text:
+    """One bar per run that started, oldest left, its height the run's duration against
+    the longest shown, its colour the outcome (green succeeded, red failed, ...)."""
+    took = [
+        (occ, (occ.finished_at if occ.finished_at is not None else now) - occ.started_at)
+        for occ in reversed(runs)
+        if occ.started_at is not None
+    ]
+    if not took:
+        return Text("no runs yet", "bright_black")
+    longest = max(max(d for _, d in took), 1)
+    text = Text()
+    for occ, spent in took:
+        level = min(len(BARS) - 1, max(0, spent) * (len(BARS) - 1) // longest)
+        text.append(BARS[level], bar_style(occ))
+    text.append(f"  longest {span(longest)}", "bright_black")
+    return text
+
+
+def bar_style(occ: Occurrence) -> str:
+    """The outcome's colour, without the bold the tables use."""
+    return STATE_STYLE.get(occ.state, "").replace("bold ", "")
+
+
+def runs_table(recent: list[Occurrence], picked: int, now: int, zone: tzinfo) -> Table:
+    """ID, STATE and CODE always show: DETAIL alone takes the width that is left, cut
+    with an ellipsis; the other columns keep their content's width."""
+    table = Table(box=None, padding=(0, 1), expand=True, header_style="bold")
+    for title in ("ID", "STATE", "KIND", "SCHEDULED", "LATE", "TOOK", "CODE"):
+        widest = max([len(title)] + [len(cell) for cell in _column(recent, title, now, zone)])
+        table.add_column(title, no_wrap=True, min_width=widest)
+    workers = any(occ.worker for occ in recent)
+    if workers:  # runs on workers (Kafka): which one; cut before anything else is
+        table.add_column("WORKER", no_wrap=True, overflow="ellipsis", max_width=WORKER_WIDTH)
+    table.add_column("DETAIL", no_wrap=True, overflow="ellipsis", ratio=1, min_width=0)
+    for index, occ in enumerate(recent):
+        code = outcome_code(occ)
+        cells = [
+            str(occ.id),
+            Text(occ.state, STATE_STYLE.get(occ.state, "")),
+            kind_word(occ),
+            when_text(occ.scheduled_for, now, zone),
+            lateness(occ),
+            duration(occ, now),
+            Text(code or "-", CODE_STYLE.get(code, "red")),
+        ]
+        if workers:
+            cells.append(Text(safe_text(occ.worker or "-"), "bright_black"))
+        table.add_row(*cells, detail_text(occ), style="reverse" if index == picked else None)
+    return table
+
+
+def kind_word(occ: Occurrence) -> str:
+    return "manual" if occ.kind == "manual" else "sched"
+
+
+def _column(recent: list[Occurrence], title: str, now: int, zone: tzinfo) -> list[str]:
+    cells = {
+        "ID": lambda o: str(o.id),
+        "STATE": lambda o: o.state,
+        "KIND": kind_word,
+        "SCHEDULED": lambda o: when_text(o.scheduled_for, now, zone),
+        "LATE": lateness,
+        "TOOK": lambda o: duration(o, now),
+        "CODE": lambda o: outcome_code(o) or "-",
+    }[title]
+    return [cells(occ) for occ in recent]

@@ -1,0 +1,513 @@
+"""One run: its facts and its whole output (log_view.LogView over log_index.LineIndex),
+its search and its pager; the run's own screen."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import shutil
+import stat
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, tzinfo
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult, SuspendNotSupported
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from tickui.common.redact import safe_text
+from tickui.dispatch.output import human_bytes
+from tickui.model.records import Occurrence, RemoteOutput
+from tickui.ui.view.cells import (
+    STATE_STYLE,
+    attempt_text,
+    detail_text,
+    duration,
+    lateness,
+    outcome_code,
+    stamp_in,
+)
+from tickui.ui.view.log_index import LineIndex
+from tickui.ui.widgets.log_view import LogView, Moved
+
+KIND_WORD = {"manual": "manual", "scheduled": "scheduled", "backfill": "backfill"}
+
+POLL = 0.25  # how often the file is looked at while the view is open
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """What the run screen needs: the run read again, the time, how to show a path."""
+
+    occurrence: Callable[[int], Awaitable[Occurrence | None]]
+    now: Callable[[], int]
+    label: Callable[[str], str] = str
+    zone: Callable[[Occurrence], tzinfo] | None = None  # the dashboard's zone choice; UTC
+    retries: Callable[[Occurrence], int | None] | None = None  # how many its task allows
+    # what a worker reported of a run it ran (Kafka dispatch): Store.remote_output
+    remote: Callable[[int], Awaitable[RemoteOutput | None]] | None = None
+
+
+class RunScreen(Screen[None]):
+    """One run: state, times, code and reason, and its whole output. A run a worker ran
+    (Kafka dispatch) has its output on that worker: the view shows the tail the worker
+    reported with its outcome, and the facts say which worker and where its log is."""
+
+    DEFAULT_CSS = """
+    RunScreen #run-facts {
+        height: auto;
+        border: round $primary 40%;
+        border-title-color: $text;
+        border-title-style: bold;
+        padding: 0 1;
+    }
+    RunScreen #run-log {
+        height: 1fr;
+        border: round $primary 40%;
+        border-title-color: $text;
+        border-title-style: bold;
+        scrollbar-size-vertical: 1;
+        scrollbar-size-horizontal: 1;
+    }
+    RunScreen #run-log:focus {
+        border: round $accent;
+    }
+    RunScreen #run-search {
+        display: none;
+        dock: bottom;
+        margin-bottom: 1;
+    }
+    """
+
+    BINDINGS = [
+        Binding("escape,backspace", "back", "Back"),
+        Binding("f", "toggle_follow", "Follow"),
+        Binding("slash", "search", "Search", key_display="/"),
+        Binding("n", "next_match(True)", "Next match"),
+        Binding("N", "next_match(False)", "Prev match", key_display="N"),
+        Binding("o", "pager", "Open in pager"),
+    ]
+
+    def __init__(self, occ: Occurrence, source: RunSource) -> None:
+        super().__init__()
+        self.occ = occ
+        self.source = source
+        self.follow = occ.active
+        self.problem: str | None = None  # why the log cannot be shown
+        self.fd: int | None = None
+        self.indexing = False
+        self.indexed = False  # the whole file (as it was) is indexed
+        self.to_end = False  # `G` pressed before the index was complete
+        self._ticks = 0
+        self._top = -1
+        self.remote: RemoteOutput | None = None  # what the worker reported, once read
+        self._remote_final = False  # its outcome's tail is shown: nothing more will come
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="run-facts")
+        yield LogView(id="run-log")
+        yield Input(placeholder="search the output (enter finds, esc closes)", id="run-search")
+        yield Footer()
+
+    @property
+    def view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def on_mount(self) -> None:
+        self.query_one(
+            "#run-facts"
+        ).border_title = f"Run {self.occ.id} of {safe_text(self.occ.task)}"
+        if self.app.is_headless:
+            self.query_one(Input).cursor_blink = False
+        if self.on_worker:
+            self.problem = self._remote_wait()
+            self.read_remote()
+        else:
+            self._open()
+        self.render_facts()
+        self.view.focus()
+        self.set_interval(POLL, self.poll)
+        self.index_more()
+
+    @property
+    def on_worker(self) -> str | None:
+        """The worker that ran (or runs) this run, None for a local one."""
+        return getattr(self.occ, "worker", None) or None
+
+    def _remote_wait(self) -> str:
+        worker = safe_text(self.on_worker or "?")
+        if self.occ.active:
+            return f"runs on worker {worker}: its output tail comes with its end"
+        return f"ran on worker {worker}: reading what it reported…"
+
+    @work(exclusive=True, group="remote")
+    async def read_remote(self) -> None:
+        """The worker's report: its tail shown as the log (kept in an unnamed temporary
+        file, so the view, search and pager work on it as on a local log)."""
+        if self.source.remote is None:
+            self.problem = f"ran on worker {safe_text(self.on_worker or '?')}: no report here"
+            self.render_facts()
+            return
+        active = self.occ.active
+        try:
+            found = await self.source.remote(self.occ.id)
+        except Exception as exc:  # the store went away: said, the next poll tries again
+            self.problem = safe_text(f"cannot read the worker's report: {exc}")
+            self.render_facts()
+            return
+        self.remote = found
+        if found is None or (not found.tail and active):
+            self.problem = self._remote_wait()
+            self.render_facts()
+            return
+        try:
+            fd = await asyncio.to_thread(_tail_file, found.tail)
+        except OSError as exc:
+            self.problem = f"cannot hold the tail: {exc.strerror or exc}"
+            self.render_facts()
+            return
+        old, self.fd = self.fd, fd
+        if old is not None:
+            os.close(old)
+        self._remote_final = not active
+        self.problem = None
+        self.indexed = False
+        self.view.set_index(LineIndex(fd))
+        self.render_facts()
+        self.index_more()
+
+    def on_unmount(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+    def _open(self) -> None:
+        path = self.occ.log_path
+        if not path:
+            self.problem = "this run has no output file"
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as exc:
+            self.problem = f"cannot open the log: {exc.strerror or exc}"
+            return
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            self.problem = "the log is not a regular file"
+            return
+        self.fd = fd
+        self.problem = None
+        self.view.set_index(LineIndex(fd))
+
+    # ---- facts ------------------------------------------------------------------------
+
+    def render_facts(self) -> None:
+        occ, now = self.occ, self.source.now()
+        zone = self.source.zone(occ) if self.source.zone is not None else UTC
+        table = Table.grid(padding=(0, 1), expand=True)
+        for style, least in (("bright_black", 9), ("", None), ("bright_black", 6), ("", None)):
+            # a label is never cut: "sche…" says nothing; long values are cut instead
+            table.add_column(
+                style=style,
+                no_wrap=True,
+                overflow="ellipsis",
+                min_width=least,
+                ratio=None if least else 1,  # labels keep their width, values share the rest
+            )
+        code = outcome_code(occ) or "-"
+        reason = detail_text(occ)
+        slots = f"covers {occ.covers} slot{'s' if occ.covers != 1 else ''}"
+        if occ.missed:
+            slots += f", {occ.missed} missed"
+        table.add_row(
+            "state",
+            Text(occ.state, STATE_STYLE.get(occ.state, "")),
+            "kind",
+            f"{KIND_WORD.get(occ.kind, occ.kind)} · {slots}",
+        )
+        table.add_row(
+            "scheduled",
+            stamp_in(occ.scheduled_for, zone),
+            "started",
+            f"{stamp_in(occ.started_at, zone)} ({lateness(occ)} late)"
+            if occ.started_at is not None
+            else "-",
+        )
+        table.add_row(
+            "took",
+            duration(occ, now) + (" so far" if occ.active else ""),
+            "exit",
+            Text(exit_text(code, reason), "red" if code not in ("0", "-") else ""),
+        )
+        retries = self.source.retries(occ) if self.source.retries is not None else None
+        attempt = attempt_text(occ, retries, now).removeprefix("attempt ") or "1"
+        if occ.retry_of is not None:
+            attempt += f" (retry of run {occ.retry_of})"
+        table.add_row("attempt", attempt, "output", self._log_state())
+        # the log path on a line of its own: it is the longest fact and the one to copy
+        log = Table.grid(padding=(0, 1), expand=True)
+        log.add_column(style="bright_black", no_wrap=True, min_width=9)
+        log.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+        worker = self.on_worker
+        if worker is not None:  # the whole log is on the worker's machine
+            remote = self.remote
+            path = remote.log_path if remote is not None and remote.log_path else occ.log_path
+            log.add_row("worker", Text(safe_text(worker), "bold"))
+            log.add_row("log", f"{safe_text(path)} (on {safe_text(worker)})" if path else "-")
+        else:
+            path = safe_text(self.source.label(occ.log_path)) if occ.log_path else "-"
+            log.add_row("log", path)
+        self.query_one("#run-facts", Static).update(Group(table, log))
+        self._title()
+
+    def _log_state(self) -> Text:
+        if self.problem:
+            return Text(self.problem, "yellow")
+        index = self.view.index
+        assert index is not None
+        text = f"{human_bytes(index.size)}, {index.lines:,} line{'' if index.lines == 1 else 's'}"
+        if self.on_worker is not None:
+            text = f"worker's tail, {text}"
+        if not self.indexed:
+            text += " (reading…)"
+        return Text(text)
+
+    def _title(self) -> None:
+        view = self.view
+        top, bottom = view.visible_range()
+        parts = [f"lines {top + 1 if bottom else 0}-{bottom} of {view.count:,}"]
+        if self.occ.active:
+            parts.append("following (f)" if self.follow else "paused (f follows)")
+        if view.query_text:
+            where = f"line {view.match + 1}" if view.match is not None else "no match"
+            parts.append(f"/{safe_text(view.query_text)}: {where}")
+        self._top = view.scroll_offset.y
+        view.border_title = "Output"
+        view.border_subtitle = " · ".join(parts)
+
+    # ---- reading the file -------------------------------------------------------------
+
+    @work(exclusive=True, group="index")
+    async def index_more(self) -> None:
+        """Index what is new in the file, a slice at a time, updating the view."""
+        view = self.view
+        index = view.index
+        if index is None or self.fd is None:
+            return
+        self.indexing = True
+        try:
+            while True:
+                try:
+                    step = await asyncio.to_thread(index.scan)
+                except OSError as exc:
+                    self.problem = f"cannot read the log: {exc.strerror or exc}"
+                    break
+                if step is None or self.fd is None:
+                    self.indexed = True
+                    break
+                partial = index.newlines if not step.reset else 0
+                index.apply(step)
+                view.forget(partial)
+                view.sync_size()
+                if self.follow or self.to_end:
+                    view.action_bottom()
+                    self.to_end = self.to_end and step.size < os.fstat(self.fd).st_size
+                self.render_facts()
+        finally:
+            self.indexing = False
+        self.render_facts()
+
+    async def poll(self) -> None:
+        """The file grows while the run runs; the run's facts change until it ends."""
+        self._ticks += 1
+        if self.fd is not None and not self.indexing:
+            try:
+                size = os.fstat(self.fd).st_size
+            except OSError:
+                size = -1
+            index = self.view.index
+            if index is not None and size != index.size:
+                self.indexed = False
+                self.index_more()
+        if self.occ.active and self._ticks % 2 == 0:
+            fresh = await self.source.occurrence(self.occ.id)
+            if fresh is not None:
+                self.occ = fresh
+            if self.on_worker is not None and not self.occ.active:
+                self.read_remote()  # it ended: its worker's tail came with the outcome
+            elif self.on_worker is not None and self.fd is None:
+                self.problem = self._remote_wait()  # it started on a worker meanwhile
+            self.render_facts()
+        elif self.view.scroll_offset.y != self._top:
+            self._title()
+
+    # ---- keys ---------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        box = self.query_one(Input)
+        if box.has_focus:
+            box.display = False
+            self.view.focus()
+            return
+        self.app.pop_screen()
+
+    def action_toggle_follow(self) -> None:
+        self.follow = not self.follow
+        if self.follow:
+            self.view.action_bottom()
+        self.notify("following new output" if self.follow else "stopped following")
+        self._title()
+
+    def on_moved(self, message: Moved) -> None:
+        if message.up and self.follow:
+            self.follow = False
+        if not message.up and not self.indexed:
+            self.to_end = True
+        self._title()
+
+    def action_search(self) -> None:
+        box = self.query_one(Input)
+        box.display = True
+        box.focus()
+
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        view = self.view
+        view.query_text = event.value
+        view.match = None
+        event.input.display = False
+        view.focus()
+        if event.value:
+            top, _ = view.visible_range()
+            self.find(top - 1, True)
+        view.refresh()
+        self._title()
+
+    def action_next_match(self, forward: bool) -> None:
+        view = self.view
+        if not view.query_text:
+            self.action_search()
+            return
+        start = (
+            view.match
+            if view.match is not None
+            else view.visible_range()[0] - (1 if forward else 0)
+        )
+        self.find(start, forward)
+
+    @work(exclusive=True, group="search")
+    async def find(self, start: int, forward: bool) -> None:
+        view = self.view
+        index = view.index
+        if index is None:
+            return
+        query = view.query_text
+        try:
+            found = await asyncio.to_thread(index.search, query, start, forward)
+        except OSError as exc:
+            self.notify(safe_text(f"search failed: {exc}"), severity="error")
+            return
+        if found is None:
+            self.notify(f"no match {'below' if forward else 'above'}", severity="warning")
+        else:
+            view.match = found
+            self.follow = False
+            view.show_line(found)
+        view.refresh()
+        self._title()
+
+    async def action_pager(self) -> None:
+        """The log in `$PAGER` (default `less -R`), fed on its stdin as this view shows it:
+        redacted and with control characters escaped, so neither a secret nor a job's
+        escape sequences reach the terminal through the pager."""
+        path = self.occ.log_path
+        if self.on_worker is not None:
+            fd = self.fd
+            if fd is None:
+                self.notify("the worker has not reported this run's output yet", severity="warning")
+                return
+            path = f"/dev/fd/{fd}"  # the tail the worker reported, as the view shows it
+        if not path or not os.path.isfile(path):
+            self.notify("no log file to open", severity="warning")
+            return
+        pager = os.environ.get("PAGER") or "less -R"
+        try:
+            argv = shlex.split(pager)
+        except ValueError as exc:  # an unmatched quote: say so, keep the screen
+            self.notify(safe_text(f"$PAGER cannot be read ({exc}): {pager}"), severity="error")
+            return
+        # Found before the terminal is handed over: a failure inside suspend() would leave
+        # the screen suspended with nothing running.
+        if not argv or shutil.which(argv[0]) is None:
+            self.notify(safe_text(f"pager not found: {pager}"), severity="error")
+            return
+        try:
+            with self.app.suspend():
+                await _page(argv, path)
+        except SuspendNotSupported:
+            if not self.app.is_headless:  # a browser, say: there is no terminal to lend
+                self.notify(safe_text(f"cannot open a pager here; the log is {path}"))
+                return
+            await _page(argv, path)  # tests: nothing to hand the terminal to
+        except OSError as exc:
+            self.notify(safe_text(f"pager {argv[0]} failed: {exc}"), severity="error")
+
+
+def _tail_file(tail: str) -> int:
+    """A descriptor of an unnamed temporary file holding `tail` (gone when closed)."""
+    with tempfile.TemporaryFile() as handle:
+        handle.write(tail.encode("utf-8", "replace"))
+        handle.flush()
+        return os.dup(handle.fileno())
+
+
+def exit_text(code: str, reason: str) -> str:
+    """`3: disk full`, not `3: exit 3: disk full` when the reason names the code itself."""
+    if not reason:
+        return code
+    return reason if reason.startswith(f"exit {code}") else f"{code}: {reason}"
+
+
+PAGE_CHUNK = 256 * 1024  # bytes of log made safe at a time, off the loop, for the pager
+
+
+def _safe_chunk(log, rest: bytes) -> tuple[bytes, bytes, bool]:
+    """The next whole lines of `log` made safe (as the view shows them), what is left of
+    a line cut by the chunk, and whether the file ended."""
+    data = log.read(PAGE_CHUNK)
+    if not data:
+        tail = safe_text(rest.decode("utf-8", "replace")) + "\n" if rest else ""
+        return tail.encode(), b"", True
+    lines = (rest + data).split(b"\n")
+    rest = lines.pop()
+    shown = "".join(safe_text(line.decode("utf-8", "replace")) + "\n" for line in lines)
+    return shown.encode(), rest, False
+
+
+async def _page(argv: list[str], path: str) -> None:
+    """The pager runs while the loop goes on (the engine keeps its lease and runs); the
+    log reaches it chunk by chunk as it reads (a 200 MB log is never held at once)."""
+    process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE)
+    stdin = process.stdin
+    assert stdin is not None
+    try:
+        with open(path, "rb") as log:
+            rest, done = b"", False
+            while not done:
+                shown, rest, done = await asyncio.to_thread(_safe_chunk, log, rest)
+                stdin.write(shown)
+                await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the pager was closed before the end of the log
+    finally:
+        with contextlib.suppress(OSError):
+            stdin.close()
+        await process.wait()

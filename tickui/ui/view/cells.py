@@ -1,0 +1,305 @@
+"""What each table cell says and how it is coloured. Pure: rows and `now` in, text out."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from functools import lru_cache
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from tickui.common.redact import safe_text
+from tickui.common.timeutil import MICROS
+from tickui.model.records import Occurrence, Task
+
+MODES = ("local", "utc", "task")
+
+
+@lru_cache(maxsize=1)
+def machine_zone() -> tzinfo:
+    """The machine's zone with its DST rules: $TZ, else /etc/localtime, else today's offset."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    try:
+        if name:
+            return ZoneInfo(name)
+        with open("/etc/localtime", "rb") as handle:
+            return ZoneInfo.from_file(handle, key=_localtime_key())
+    except (OSError, ValueError):
+        return datetime.now().astimezone().tzinfo or UTC
+
+
+def _localtime_key() -> str | None:
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        return None
+    marker = "zoneinfo/"
+    return target.split(marker, 1)[1] if marker in target else None
+
+
+@lru_cache(maxsize=256)
+def _task_zone(name: str) -> tzinfo | None:
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+        return None
+
+
+@dataclass(frozen=True)
+class TimeView:
+    """Which zone times are shown in: the machine's, UTC, or each task's own."""
+
+    mode: str = "local"
+    local: tzinfo | None = None  # None: the machine's zone
+
+    def zone(self, task_tz: str | None = None) -> tzinfo:
+        if self.mode == "utc":
+            return UTC
+        if self.mode == "task" and task_tz:
+            zone = _task_zone(task_tz)
+            if zone is not None:
+                return zone
+        return self.local or machine_zone()
+
+    def label(self) -> str:
+        if self.mode == "utc":
+            return "UTC"
+        if self.mode == "task":
+            return "task zones"
+        return f"local ({datetime.now(self.zone()).tzname()})"
+
+
+def when_text(moment: int | None, now: int, zone: tzinfo) -> str:
+    """A time read at a glance: the clock today, weekday and minute within 6 days either
+    side, else the date and minute. "-" for no time."""
+    if moment is None:
+        return "-"
+    when = datetime.fromtimestamp(moment / MICROS, zone)
+    days = abs((when.date() - datetime.fromtimestamp(now / MICROS, zone).date()).days)
+    if days == 0:
+        return when.strftime("%H:%M:%S")
+    if days <= 6:
+        return when.strftime("%a %H:%M")
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def stamp_in(moment: int | None, zone: tzinfo) -> str:
+    """The full moment with its zone's abbreviation: 2027-01-15 09:00:00 CET."""
+    if moment is None:
+        return "-"
+    return datetime.fromtimestamp(moment / MICROS, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+STATE_STYLE = {
+    "claimed": "yellow",
+    "accepted": "yellow",
+    "running": "bold cyan",
+    "succeeded": "green",
+    "failed": "bold red",
+    "cancelled": "magenta",
+    "skipped": "bright_black",
+    "queued": "yellow",
+}
+POLICY_SHORT = {"run_once": "once", "run_all": "all", "skip": "skip"}
+
+Cell = tuple[str, str]  # text, rich style
+
+
+def clock_in(moment: int | None, zone: tzinfo = UTC) -> str:
+    """HH:MM:SS in `zone` (the header's clock, a run's start in a question); "-" for none."""
+    if moment is None:
+        return "-"
+    return datetime.fromtimestamp(moment / MICROS, zone).strftime("%H:%M:%S")
+
+
+def stamp_text(moment: int | None) -> str:
+    if moment is None:
+        return "-"
+    return datetime.fromtimestamp(moment / MICROS, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def span(micros: int) -> str:
+    """A compact, human span: 0.4s, 12s, 3m05s, 2h04m, 6d03h."""
+    seconds = micros / MICROS
+    if seconds < 10:
+        return f"{max(seconds, 0):.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, sec = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def countdown(until: int | None, now: int) -> str:
+    """Whole seconds, rounded up: it shows 1s until the moment itself, never 0s early."""
+    if until is None:
+        return "-"
+    if until <= now:
+        return "due"
+    whole = -(-(until - now) // MICROS)
+    return f"{whole}s" if whole < 60 else span(whole * MICROS)
+
+
+def rate_text(rate: float | None) -> str:
+    """97%; never 100% unless every run succeeded (99.6% reads 99%)."""
+    if rate is None:
+        return "-"
+    return "100%" if rate >= 1 else f"{min(int(rate * 100), 99)}%"
+
+
+def task_cells(task: Task, now: int, view: TimeView = TimeView()) -> list[Cell]:
+    spec, stats = task.spec, task.stats
+    zone = view.zone(spec.tz)
+    enabled = task.enabled
+    nxt = task.due_at if enabled else None
+    last = stats.last_started_at or stats.last_scheduled_for
+    result: Cell = (stats.last_result or "-", STATE_STYLE.get(stats.last_result or "", ""))
+    if stats.retry_attempt is not None:  # a retry waits: say which and when
+        wait = countdown(stats.retry_at, now)
+        tries = f"{stats.retry_attempt}/{spec.retries + 1}"
+        result = (f"{stats.last_result or '-'}, retry {tries} in {wait}", "yellow")
+    on: Cell = ("on", "green") if enabled else enabled_off(task.note)
+    counts = f"{stats.missed}/{stats.skipped}"
+    rate = stats.success_rate
+    return [
+        (task.name, "bold" if enabled else "bold red" if paused(task.note) else "bright_black"),
+        (spec.schedule_text(), ""),
+        (when_text(nxt, now, zone), ""),
+        (countdown(nxt, now), "bold" if nxt is not None and nxt - now < 5 * MICROS else ""),
+        (when_text(last, now, zone), ""),
+        (span(now - last) if last is not None else "-", "bright_black"),
+        result,
+        (rate_text(rate), "" if rate is None or rate >= 1 else "yellow" if rate >= 0.9 else "red"),
+        (span(stats.median_duration_us) if stats.median_duration_us is not None else "-", ""),
+        on,
+        (f"{POLICY_SHORT.get(spec.misfire, spec.misfire)}/{spec.concurrency}", "bright_black"),
+        (counts, "yellow" if stats.missed or stats.skipped else "bright_black"),
+    ]
+
+
+PAUSED_NOTE = "paused after "  # pause_after's note begins so (engine): said loudly
+
+
+def paused(note: str | None) -> bool:
+    """Disabled by pause_after (N failed slots in a row), not by a person."""
+    return (note or "").startswith(PAUSED_NOTE)
+
+
+def enabled_off(note: str | None) -> Cell:
+    """A disabled task's ENABLED cell: its note; loud when pause_after disabled it."""
+    if paused(note):
+        return (safe_text(f"PAUSED {(note or '').removeprefix('paused ')}"), "bold white on red")
+    return (safe_text(f"off {note or ''}".strip()), "yellow")
+
+
+def attempt_text(occ: Occurrence, retries: int | None, now: int) -> str:
+    """ "attempt 2/4" for a retry (of however many the task allows, when known), with
+    "next in 40s" while it waits; "" for a first attempt."""
+    if occ.attempt <= 1:
+        return ""
+    text = f"attempt {occ.attempt}"
+    if retries is not None:
+        text += f"/{retries + 1}"
+    if occ.state == "queued" and occ.retry_at is not None:
+        text += f", next in {countdown(occ.retry_at, now)}"
+    return text
+
+
+KIND_SHORT = {"manual": "manual", "backfill": "backfill"}
+
+
+def lateness(occ: Occurrence) -> str:
+    if occ.started_at is None:
+        return "-"
+    late = occ.started_at - occ.scheduled_for
+    sign = "+" if late >= 0 else "-"
+    return f"{sign}{abs(late) / MICROS:.2f}s" if abs(late) < 60 * MICROS else sign + span(abs(late))
+
+
+def duration(occ: Occurrence, now: int) -> str:
+    if occ.started_at is None:
+        return "-"
+    end = occ.finished_at if occ.finished_at is not None else now
+    return span(end - occ.started_at)
+
+
+_CODE_WORDS = {
+    "TIMEOUT": "TIMEOUT",
+    "INTERRUPTED": "INTERRUPTED",
+    "DISPATCH_FAILED": "DISPATCH",
+    "RUN_FAILED": "FAILED",  # a runtime's failure that named no code
+}
+
+
+def outcome_code(occ: Occurrence) -> str:
+    """What happened, in one word: the exit code of a run that exited on its own, else why
+    it ended (a timeout's SIGTERM reads TIMEOUT, not -15; a kill by someone else names the
+    signal). "" while nothing is known (running, skipped)."""
+    if occ.state == "cancelled":
+        return "REPLACED" if (occ.detail or "").startswith("replaced") else "CANCELLED"
+    code = occ.error_code or ""
+    word = _CODE_WORDS.get(code)
+    if word is not None and (word != "FAILED" or occ.exit_code is None):
+        return word
+    if code == "KILLED" and occ.exit_code is not None and occ.exit_code < 0:
+        try:
+            return signal.Signals(-occ.exit_code).name
+        except ValueError:
+            return str(occ.exit_code)
+    if occ.exit_code is not None:
+        return str(occ.exit_code)
+    return code
+
+
+def detail_text(occ: Occurrence) -> str:
+    detail = safe_text((occ.detail or "").replace("\n", " "))
+    if occ.covers > 1:
+        detail = f"{detail} · covers {occ.covers} slots" if detail else f"covers {occ.covers} slots"
+    return detail
+
+
+CODE_STYLE = {"": "", "0": "", "CANCELLED": "magenta", "REPLACED": "bright_black"}
+
+
+def occurrence_cells(
+    occ: Occurrence,
+    now: int,
+    view: TimeView = TimeView(),
+    task_tz: str | None = None,
+    retries: int | None = None,
+) -> list[Cell]:
+    """Times in the view's zone; in "task" mode, in `task_tz`, the zone of the run's task
+    (an occurrence carries none of its own). `retries`: how many its task allows."""
+    zone = view.zone(task_tz)
+    code = outcome_code(occ)
+    detail = detail_text(occ)
+    attempt = attempt_text(occ, retries, now)
+    if attempt:
+        detail = f"{attempt} · {detail}" if detail else attempt
+    return [
+        (str(occ.id), "bright_black"),
+        (occ.state, STATE_STYLE.get(occ.state, "")),
+        (occ.task, "bold"),
+        (KIND_SHORT.get(occ.kind, "sched"), "cyan" if occ.kind == "backfill" else ""),
+        (when_text(occ.scheduled_for, now, zone), ""),
+        (when_text(occ.started_at, now, zone), ""),
+        (lateness(occ), "bright_black"),
+        (duration(occ, now), ""),
+        (code or "-", CODE_STYLE.get(code, "red")),
+        (detail, "yellow" if occ.state == "queued" else "bright_black"),
+    ]
+
+
+def short_path(path) -> str:
+    """A path as a person reads it: the home folder as ~."""
+    home = str(Path.home())
+    text = str(path)
+    return "~" + text[len(home) :] if text.startswith(home + "/") else text
