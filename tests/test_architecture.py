@@ -66,3 +66,83 @@ def test_no_module_imports_itself_back_through_others():
 def test_the_cycle_finder_finds_one():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# Each part imports only itself and the parts below it; parts on one level are independent.
+LAYERS = {
+    "common": 0,
+    "schedules": 1,
+    "model": 2,
+    "store": 3,
+    "dispatch": 4,
+    "ticks": 4,
+    "engine": 5,
+    "worker": 5,
+    "hooks": 6,
+    "runtime": 7,
+    "ui": 8,
+    "cli": 9,
+}
+PURE = ("schedules", "model")  # decisions that take `now` and do no I/O
+IO_MODULES = {
+    "aiokafka",
+    "aiosqlite",
+    "asyncio",
+    "os",
+    "redis",
+    "shutil",
+    "signal",
+    "socket",
+    "sqlite3",
+    "subprocess",
+    "textual",
+    "threading",
+}
+
+
+def _part(module: str) -> str | None:
+    """The part a tickui module belongs to (None for the package itself)."""
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 2 or module in {f"tickui.{p}" for p in LAYERS} else None
+
+
+def _every_import(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every module a module imports, anywhere in it (inside functions too)."""
+    wanted = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            wanted.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                wanted.add(sub if sub in modules else node.module)
+    return wanted
+
+
+def test_every_part_has_a_level():
+    parts = {_part(name) for name in _modules()} - {None}
+    assert parts == set(LAYERS)
+
+
+def test_imports_go_only_downward():
+    modules = _modules()
+    upward = []
+    for name, path in modules.items():
+        mine = _part(name)
+        if mine is None:
+            continue
+        for target in _every_import(path, modules):
+            theirs = _part(target) if target in modules else None
+            if theirs is not None and theirs != mine and LAYERS[theirs] >= LAYERS[mine]:
+                upward.append(f"{name} -> {target}")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_pure_parts_import_no_io():
+    found = []
+    for name, path in _modules().items():
+        if _part(name) in PURE:
+            for target in _every_import(path, {}):
+                if target.split(".")[0] in IO_MODULES:
+                    found.append(f"{name} imports {target}")
+    assert not found, "\n".join(found)

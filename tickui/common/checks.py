@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -101,6 +102,14 @@ def text(value: Any, name: str, limit: int = MAX_TEXT, empty: bool = True) -> st
 def path_text(value: Any, name: str) -> str:
     """A file system path: a non-empty text without NUL, of a length the OS accepts."""
     return text(value, name, limit=4096, empty=False)
+
+
+def directory(value: Any, name: str) -> str:
+    """A path to a directory that exists now."""
+    path = path_text(value, name)
+    if not os.path.isdir(path):
+        raise BadInput(name, f"{shown(path)} is not an existing directory")
+    return path
 
 
 def env_name(value: Any, name: str = "env") -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -225,9 +224,7 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
         checks.text(value, f"env.{key}", limit=MAX_ARG)
     cwd = raw.get("cwd")
     if cwd is not None:
-        checks.path_text(cwd, "cwd")
-        if not os.path.isdir(cwd):
-            raise BadInput("cwd", f"{checks.shown(cwd)} is not an existing directory")
+        checks.directory(cwd, "cwd")
     disabled = raw.get("disabled", False)
     if not isinstance(disabled, bool):
         raise BadInput("disabled", f"{disabled!r} is not true or false")
