@@ -20,8 +20,11 @@ import psutil
 import pytest
 
 from helpers import rig
+from tickui.common.procs import read_proc
 from tickui.dispatch import containment
-from tickui.dispatch.containment import Containment, read_proc, scan
+from tickui.dispatch.containment import Containment
+from tickui.dispatch.containment.proctable import scan
+from tickui.dispatch.containment.termination import signal_pid
 
 pytestmark = pytest.mark.skipif(
     not containment.HAVE_PROC or not containment.enable_subreaper(),
@@ -239,9 +242,9 @@ def test_a_reused_pid_is_never_signalled(tmp_path):
     try:
         proc = read_proc(sleeper.pid)
         assert proc is not None
-        assert not containment._signal_pid(sleeper.pid, proc.start + 1, signal.SIGKILL)
+        assert not signal_pid(sleeper.pid, proc.start + 1, signal.SIGKILL)
         assert sleeper.poll() is None, "a process with another start time was signalled"
-        assert containment._signal_pid(sleeper.pid, proc.start, signal.SIGKILL)
+        assert signal_pid(sleeper.pid, proc.start, signal.SIGKILL)
         assert sleeper.wait(10) == -signal.SIGKILL
     finally:
         sleeper.kill()

@@ -16,9 +16,10 @@ import uuid
 import pytest
 
 from helpers import rig, wait_for
+from tickui.common.procs import read_proc
 from tickui.common.timeutil import MICROS
 from tickui.dispatch import containment
-from tickui.dispatch.containment import read_proc, scan
+from tickui.dispatch.containment.proctable import scan
 
 pytestmark = pytest.mark.skipif(
     not containment.HAVE_PROC or not containment.enable_subreaper(),

@@ -415,7 +415,7 @@ async def test_a_command_the_broker_never_took_says_so_after_the_broker_is_back(
             assert occ.state == "accepted"
             await wait_for(lambda: r.dispatcher.link.problem, 20, "the broker seen down")
             r.clock.advance(6)  # past the deadline: the outbox drops it unsent
-            await wait_for(lambda: occ.command_id in r.dispatcher._unsent, 10, "dropped")
+            await wait_for(lambda: occ.command_id in r.dispatcher.outbox.unsent, 10, "dropped")
             await asyncio.to_thread(broker.restart)
             await wait_for(lambda: r.dispatcher.link.problem is None, 30, "the broker back")
             await r.tick(2)

@@ -91,7 +91,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     from tickui.dispatch.messages import DEFAULT_GROUP
     from tickui.runtime.runner import setup_logging
     from tickui.ticks.config import build, kafka_access, kafka_flags
-    from tickui.worker.core import WorkerOptions
+    from tickui.worker.options import WorkerOptions
 
     flags = {"kafka_bootstrap": (args.kafka, "--kafka"), **kafka_flags(args)}
     access = kafka_access(build(settings.raw, settings.env, flags))

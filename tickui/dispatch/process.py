@@ -1,6 +1,6 @@
 """The process runner the local dispatcher and the Kafka worker share: one run's process
 in its own group and session (cwd, env, an optional start gate), every descendant
-contained (containment.py), output into a BoundedLog, a timeout, and the outcome
+contained (containment/), output into a BoundedLog, a timeout, and the outcome
 classified as the event log names it. Callers decide what the run is for and where its
 events go; nothing here knows about occurrences, stores or Kafka."""
 

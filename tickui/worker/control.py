@@ -1,57 +1,58 @@
-"""A worker's answers to the control topic (cancel, resend) and its recovery when the
-broker came back empty. Part of `Worker` (worker.py), kept apart for size."""
+"""A worker's answers to the control topic: cancel a run (or a command not here yet), and
+resend an outcome the engine did not hear. Only signed messages for this worker (or for
+any worker) are believed."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from tickui.common.kafka import describe
-from tickui.common.timeutil import MICROS
 from tickui.dispatch import messages as m
-from tickui.model.occurrence import RUN_INTERRUPTED
-from tickui.worker.events_view import LOOKBACK_S
+from tickui.dispatch.refusals import Refusals
+from tickui.dispatch.signing import Keyring
+from tickui.worker.reports import RunReports
+from tickui.worker.runs import RunSupervisor
 
 log = logging.getLogger("tickui.worker")
 
-# After a broker came back empty, run events this recent are sent again: as far back as a
-# worker reads the events topic, so a copy of a command still before its deadline finds
-# the "running" event of the record it was started from.
-REPUBLISH_S = LOOKBACK_S
 
+class ControlReader:
+    """Reads the control topic from its end as of `open` (earlier controls are the past)."""
 
-def now_micros() -> int:
-    return time.time_ns() // 1000
+    def __init__(
+        self,
+        worker_id: str,
+        keyring: Keyring,
+        refusals: Refusals,
+        runs: RunSupervisor,
+        reports: RunReports,
+    ) -> None:
+        self.worker_id = worker_id
+        self.keyring = keyring
+        self.refusals = refusals
+        self.runs = runs
+        self.reports = reports
+        self.consumer: Any = None
 
+    async def open(self, consumer: Any) -> None:
+        """Read from `consumer` (started), every partition, from the end as of now."""
+        from aiokafka import TopicPartition
 
-class WorkerControl:
-    """Mixed into Worker: uses its clients, runs, outcomes, transitions and publisher."""
+        self.consumer = consumer
+        await consumer.topics()
+        parts = consumer.partitions_for_topic(m.CONTROL_TOPIC) or range(m.DEFAULT_PARTITIONS)
+        tps = [TopicPartition(m.CONTROL_TOPIC, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        for tp in tps:
+            await consumer.position(tp)  # resolved now: later controls are seen
 
-    control: Any
-    keyring: Any
-    refusals: Any
-    id: str
-    running: dict[str, Any]
-    outcomes: Any
-    transitions: Any
-    cancelled: Any
-    runner: Any
-    pub: Any
-    view: Any
-    _republished: float
-
-    def _spawn_task(self, coro: Any) -> None: ...
-    async def emit(self, event: m.RunEvent) -> None: ...
-    def _event(self, kind: str, command_id: str, run_id: str | None, **payload: Any) -> Any: ...
-
-    # ---- control: cancel and resend ----------------------------------------------------------
-
-    async def _read_control(self) -> None:
+    async def read(self) -> None:
         while True:
             try:
-                batch = await self.control.getmany(timeout_ms=500)
+                batch = await self.consumer.getmany(timeout_ms=500)
             except Exception as exc:
                 log.debug("reading control failed: %s", describe(exc))
                 await asyncio.sleep(0.5)
@@ -68,47 +69,14 @@ class WorkerControl:
                     except m.BadMessage as exc:
                         log.warning("skipped a control message: %s", exc)
                         continue
-                    if control.worker in (None, self.id):
+                    if control.worker in (None, self.worker_id):
                         await self._on_control(control)
 
     async def _on_control(self, control: m.Control) -> None:
         cid = control.command_id
         if control.type == "cancel":
-            run = self.running.get(cid)
-            reason = control.reason or "cancelled"
-            if run is not None:
-                self._spawn_task(self.runner.cancel(run, reason))
-            elif cid not in self.outcomes:
-                self.cancelled.put(cid, reason)
+            self.runs.cancel(cid, control.reason or "cancelled")
             return
-        if control.worker != self.id or cid in self.running:
+        if control.worker != self.worker_id or cid in self.runs.running:
             return
-        known = self.outcomes.get(cid)
-        if known is not None:
-            await self.pub.emit(known)
-        else:
-            await self.emit(self._event(RUN_INTERRUPTED, cid, None, detail="worker has no record"))
-
-    def broker_restarted(self) -> None:
-        """The broker came back empty (memory storage): what it acknowledged is gone. Send
-        again (same event ids: the engine keeps one of each) the transitions and outcomes of
-        the last REPUBLISH_S, and read the new events topic from its start."""
-        if time.monotonic() - self._republished < 10:
-            return
-        self._republished = time.monotonic()
-        if self.view is not None:
-            self.view.topic_is_new()
-        since = now_micros() - REPUBLISH_S * MICROS
-        again = []
-        for cid, transition in self.transitions.items():
-            if transition.at >= since:
-                again.append(transition)
-                outcome = self.outcomes.get(cid)
-                if outcome is not None:
-                    again.append(outcome)
-        log.warning("the broker came back empty: sending %d recent run events again", len(again))
-        self._spawn_task(self._republish(again))
-
-    async def _republish(self, events: list[m.RunEvent]) -> None:
-        for event in events:
-            await self.pub.emit(event)
+        await self.reports.resend(cid)

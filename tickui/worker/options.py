@@ -1,0 +1,25 @@
+"""What `tickui worker` is told on its command line (and settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tickui.common.kafka import KafkaAccess
+from tickui.dispatch import messages as m
+from tickui.dispatch.allow import AllowList
+from tickui.dispatch.signing import Keyring
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    bootstrap: str | KafkaAccess
+    keyring: Keyring
+    group: str = m.DEFAULT_GROUP
+    slots: int = 4
+    worker_id: str = ""
+    duration: float | None = None
+    stop_grace: float = 10.0
+    log_dir: Path = Path(".")
+    session_timeout_ms: int = 4000
+    allow: AllowList = field(default_factory=AllowList)
