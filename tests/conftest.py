@@ -111,3 +111,28 @@ def pytest_collection_modifyitems(config, items) -> None:
         group = _GROUP_OF.get(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _skips(config) -> tuple[list, list]:
+    """The skipped tests of this run, and those among them marked `may_skip`."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    skipped = list(reporter.stats.get("skipped", [])) if reporter is not None else []
+    return skipped, [report for report in skipped if "may_skip" in report.keywords]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Under CI or `make test` a skip hides a promise: the run fails on any skip that is not
+    marked `may_skip`."""
+    skipped, allowed = _skips(session.config)
+    if services.services_required() and len(skipped) > len(allowed) and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    skipped, allowed = _skips(config)
+    terminalreporter.write_line(f"tests skipped: {len(skipped)} ({len(allowed)} allowed)")
+    if services.services_required():
+        for report in skipped:
+            if report not in allowed:
+                terminalreporter.write_line(f"not allowed to skip: {report.nodeid}", red=True)

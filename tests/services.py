@@ -102,12 +102,17 @@ def services_required() -> bool:
 
 def unavailable(reason: str) -> NoReturn:
     """A service is missing: fail under CI or `make test`, skip under a plain `pytest`."""
+    cannot_here(reason, "a missing service")
+
+
+def cannot_here(reason: str, what: str = "a missing capability") -> NoReturn:
+    """A test cannot do what it needs here (a service, a mount, a clock step): under CI or
+    `make test` that fails, since a skip there would hide a promise; a plain `pytest` skips."""
     if in_ci():
-        pytest.fail(f"{reason} (CI: a missing service is a failure, not a skip)", pytrace=False)
+        pytest.fail(f"{reason} (CI: {what} is a failure, not a skip)", pytrace=False)
     if services_required():
         pytest.fail(
-            f"{reason} ({REQUIRE_ENV}=1, as under `make test`: a missing service is a failure,"
-            " not a skip)",
+            f"{reason} ({REQUIRE_ENV}=1, as under `make test`: {what} is a failure, not a skip)",
             pytrace=False,
         )
     pytest.skip(f"{reason}: run through `make test`")

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from services import cannot_here
 from tickui.common.clock import SystemClock
 from tickui.ticks.clockwatch import ClockSetWatch
 from tickui.ticks.config import TickerConfig
@@ -48,7 +49,7 @@ def step_system_clock_one_nanosecond() -> None:
     tx = _Timex(modes=ADJ_SETOFFSET | ADJ_NANO)
     tx.time.tv_usec = 1  # nanoseconds, with ADJ_NANO
     if libc.clock_adjtime(0, ctypes.byref(tx)) < 0:
-        pytest.skip(f"cannot step the system clock here (errno {ctypes.get_errno()})")
+        cannot_here(f"cannot step the system clock here (errno {ctypes.get_errno()})")
 
 
 def wall_offset_ns() -> int:
@@ -61,7 +62,7 @@ def skip_if_stepped_by_another(before: int) -> None:
     daemon) wake the watch as rightly as ours, and make the window prove nothing."""
     moved = abs(wall_offset_ns() - before)
     if moved > 50_000_000:
-        pytest.skip(f"the system clock was stepped by {moved / 1e9:.3f} s by something else")
+        cannot_here(f"the system clock was stepped by {moved / 1e9:.3f} s by something else")
 
 
 async def test_a_step_of_the_system_clock_wakes_a_waiter_at_once() -> None:

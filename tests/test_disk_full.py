@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from helpers import rig
+from services import cannot_here
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path):
     if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
+        cannot_here("needs root to mount a small tmpfs")
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], check=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cli
+from services import cannot_here
 from tickui.store import schema
 
 READ_ONLY = [
@@ -64,7 +65,7 @@ def _make_db(db: Path, failing: bool = True) -> None:
 
 def _root() -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root: mounts a read-only bind mount or a small tmpfs")
+        cannot_here("needs root: mounts a read-only bind mount or a small tmpfs")
 
 
 @contextlib.contextmanager
@@ -72,7 +73,7 @@ def _mount(*args: str, target: Path):
     target.mkdir(exist_ok=True)
     done = subprocess.run(["mount", *args, str(target)], capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount here ({done.stderr.strip()})")
+        cannot_here(f"cannot mount here ({done.stderr.strip()})")
     try:
         yield target
     finally:
@@ -87,7 +88,7 @@ def _read_only_copy(source: Path, target: Path):
             ["mount", "-o", "remount,bind,ro", str(target)], capture_output=True, text=True
         )
         if done.returncode != 0:
-            pytest.skip(f"cannot remount read-only ({done.stderr.strip()})")
+            cannot_here(f"cannot remount read-only ({done.stderr.strip()})")
         yield target
 
 
