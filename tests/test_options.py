@@ -1,0 +1,51 @@
+"""One declaration per setting: README's table, the readers' defaults and the engine's
+agree with tickui.common.options."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tickui.common.options import OPTIONS, default, option, readme_table, seconds
+from tickui.engine import EngineConfig
+from tickui.runtime.settings import DISPATCH_MODES, DispatchSettings, EngineSettings, UiSettings
+from tickui.ticks.wire import WIRES
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_settings_table_is_the_options():
+    text = README.read_text()
+    block = re.search(r"<!-- settings:start[^\n]*-->\n(.*?)<!-- settings:end -->", text, re.S)
+    assert block is not None, "README lost its settings table markers"
+    assert block.group(1) == readme_table(), "README's settings table is stale: readme_table()"
+
+
+def test_each_setting_is_declared_once():
+    keys = [(o.table, o.key) for o in OPTIONS if o.key]
+    envs = [o.env for o in OPTIONS if o.env]
+    flags = [o.flag for o in OPTIONS if o.flag]
+    for found in (keys, envs, flags):
+        assert len(found) == len(set(found))
+
+
+def test_engine_defaults_are_the_options():
+    engine, settings = EngineConfig(), EngineSettings()
+    assert settings.misfire_grace == engine.misfire_grace == default("engine", "misfire_grace")
+    assert settings.lease_ttl == engine.lease_ttl == 30_000_000
+    assert settings.stop_grace == 10_000_000 and engine.stop_grace == 10.0
+    assert engine.stop_grace == seconds("engine", "stop_grace")
+    assert settings.keep == engine.keep == 1000
+    assert (settings.log_head, settings.log_tail) == (64 * 1024, 1024 * 1024)
+
+
+def test_dispatch_and_ui_defaults_are_the_options():
+    dispatch = DispatchSettings()
+    assert (dispatch.mode, dispatch.partitions) == ("local", 12)
+    assert (dispatch.start_timeout, dispatch.worker_timeout) == (30_000_000, 10_000_000)
+    assert DISPATCH_MODES == ("local", "kafka")
+    assert UiSettings().bell is False
+
+
+def test_choices_are_the_readers():
+    assert option("kafka", "wire").choices == WIRES
