@@ -49,3 +49,34 @@ def test_dispatch_and_ui_defaults_are_the_options():
 
 def test_choices_are_the_readers():
     assert option("kafka", "wire").choices == WIRES
+
+
+def test_ticker_defaults_are_the_options():
+    from tickui.ticks.config import TickerConfig
+
+    cfg = TickerConfig(scheduler_id="a")
+    assert (cfg.interval_ms, cfg.jitter_ms, cfg.breaker_threshold) == (1000, 0, 5)
+    assert (cfg.breaker_reset_s, cfg.publish_timeout_s) == (60.0, 1.0)
+    assert (cfg.valkey_timeout_s, cfg.valkey_retries) == (1.0, 0)
+    assert (cfg.wire, cfg.persist_sequence, cfg.kafka_security_protocol) == (
+        "bare",
+        True,
+        "PLAINTEXT",
+    )
+
+
+def test_every_flag_of_a_setting_is_on_a_command():
+    """A setting's flag is declared by the options and reaches the command line."""
+    from tickui.cli.main import build_parser
+
+    seen: set[str] = set()
+
+    def walk(parser) -> None:
+        for action in parser._actions:
+            seen.update(action.option_strings)
+            for sub in getattr(action, "choices", None) or {}:
+                if isinstance(action.choices, dict):
+                    walk(action.choices[sub])
+
+    walk(build_parser())
+    assert {o.flag for o in OPTIONS if o.flag} <= seen
