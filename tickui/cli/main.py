@@ -23,7 +23,7 @@ from tickui.common import checks
 from tickui.common.checks import arg, arg_number
 from tickui.common.clock import SystemClock
 from tickui.common.errors import BadInput, NotFound, StoreError, TickuiError
-from tickui.common.options import add_argument, option
+from tickui.common.options import add_argument, env_value, option
 from tickui.common.redact import safe_text
 from tickui.common.timeutil import parse_instant
 from tickui.model import backfill
@@ -235,9 +235,9 @@ def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
     """The database path, with a leading `~` expanded here, once, so that every command
     (the read-only ones too) looks at the same file."""
     given, name = getattr(args, "db", None), "--db"
-    if given is None and "TICKUI_DB" in os.environ:
-        given = checks.path_text(os.environ["TICKUI_DB"], "TICKUI_DB")
-        name = "TICKUI_DB"
+    if given is None and (from_env := env_value(option("engine", "db"), dict(os.environ))):
+        given, name = from_env
+        given = checks.path_text(given, name)
     if given:
         try:
             return Path(given).expanduser()

@@ -21,6 +21,7 @@ from tickui.common.timeutil import MICROS, parse_duration
 # Kinds: duration and size are texts in tickui.toml ("30s", "64KiB"); int, bool; text and
 # path are non-empty texts; choice is one of `choices`; secret is never shown; programs is
 # a list of program names or paths.
+ENTRIES = ("hook",)  # tables written as [[table]], one per entry
 KINDS = ("duration", "size", "int", "bool", "text", "path", "choice", "secret", "programs")
 
 
@@ -205,6 +206,9 @@ OPTIONS: tuple[Option, ...] = (
               "a run no worker started by then fails DISPATCH_TIMEOUT", "30s", "1s", "1h"),
     _duration("dispatch", "worker_timeout",
               "a worker silent this long is lost: its runs fail WORKER_LOST", "10s", "1s", "1h"),
+    Option("hook", "format", "choice", "what a url hook posts: its JSON, or a Slack message",
+           "json", choices=("json", "slack")),
+    _duration("hook", "timeout", "per delivery attempt", "5s", "100ms", "60s"),
     Option(
         "worker", "allow", "programs",
         "run only these programs (repeatable; [worker] allow); others fail DISPATCH_FAILED",
@@ -325,7 +329,8 @@ def readme_table() -> str:
     ]
     tables = list(dict.fromkeys(o.table for o in OPTIONS))
     for opt in sorted(OPTIONS, key=lambda o: tables.index(o.table)):
-        where = f"`[{opt.table}]` `{opt.key}`" if opt.key else "(environment only)"
+        table = f"[[{opt.table}]]" if opt.table in ENTRIES else f"[{opt.table}]"
+        where = f"`{table}` `{opt.key}`" if opt.key else "(environment only)"
         env = f"`{opt.env}`" if opt.env else ""
         flag = f"`{opt.flag}`" if opt.flag else ""
         said = opt.help.replace("|", "or")

@@ -85,7 +85,7 @@ class DispatchSettings:
 class WorkerSettings:
     """[worker]: what a `tickui worker` may run (empty: any program the engine sends)."""
 
-    allow: tuple[str, ...] = ()
+    allow: tuple[str, ...] = default("worker", "allow")
 
 
 def _checked(opt: Option, value: Any, name: str) -> Any:
