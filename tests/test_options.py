@@ -80,3 +80,29 @@ def test_every_flag_of_a_setting_is_on_a_command():
 
     walk(build_parser())
     assert {o.flag for o in OPTIONS if o.flag} <= seen
+
+
+def test_every_option_is_of_a_known_kind_with_sound_bounds():
+    from tickui.common.options import KINDS, value
+
+    for opt in OPTIONS:
+        assert opt.kind in KINDS, opt
+        if opt.low is not None:
+            assert value(opt, opt.low) <= value(opt, opt.default) <= value(opt, opt.high), opt
+        if opt.choices and opt.default is not None:
+            assert opt.default in opt.choices, opt
+
+
+def test_readme_example_config_loads_with_the_defaults(tmp_path):
+    """README's tickui.toml example is a valid file whose values are the defaults."""
+    from tickui.runtime.settings import load
+
+    text = README.read_text()
+    example = text[text.index("An example (the values") :]
+    config = tmp_path / "tickui.toml"
+    config.write_text(example.split("```toml\n", 1)[1].split("```", 1)[0])
+    settings = load(config, 0, {})
+    assert settings.engine == EngineSettings() and settings.ui == UiSettings()
+    ticker = settings.ticker
+    assert (ticker.interval_ms, ticker.jitter_ms, ticker.breaker_reset_s) == (1000, 0, 60.0)
+    assert (ticker.valkey_timeout_s, ticker.valkey_retries, ticker.wire) == (1.0, 0, "bare")

@@ -4,7 +4,8 @@ variable, its flag, its kind, default, bounds and help.
 The readers of tickui.toml and of the environment (tickui.runtime.settings,
 tickui.ticks.config), the command line's flags and README's table of settings are all made
 from this list, so a setting cannot be documented with one default and read with another.
-Only data and small lookups live here: it sits in `common` so that every layer may read it.
+It is data, with the few functions that turn it into defaults, flags and README's table,
+and sits in `common` so that every layer (ticks and hooks too) may read it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from tickui.common import checks
 from tickui.common.kafka import MECHANISMS, PROTOCOLS
 from tickui.common.timeutil import MICROS, parse_duration
 
+ENTRIES = ("hook",)  # tables written as [[table]], one per entry
 # Kinds: duration and size are texts in tickui.toml ("30s", "64KiB"); int, bool; text and
 # path are non-empty texts; choice is one of `choices`; secret is never shown; programs is
 # a list of program names or paths.
-ENTRIES = ("hook",)  # tables written as [[table]], one per entry
 KINDS = ("duration", "size", "int", "bool", "text", "path", "choice", "secret", "programs")
 
 
@@ -45,11 +46,6 @@ class Option:
     flag_check: Callable[[Any, str], Any] | None = None  # the flag's value checked on parse
     blank_env_unset: bool = False  # an empty variable counts as not set
     shown_default: str | None = None  # README's default when `default` cannot say it
-
-    @property
-    def name(self) -> str:
-        """`table.key`, or the variable for one without a key."""
-        return f"{self.table}.{self.key}" if self.key else str(self.env)
 
     @property
     def dest(self) -> str:
@@ -237,6 +233,7 @@ def micros(text: str) -> int:
 
 
 def size(text: str) -> int:
+    """A size bound or default as bytes."""
     return checks.size(text, "size", 0, 2**62)
 
 

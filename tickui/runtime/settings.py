@@ -111,7 +111,7 @@ def _checked(opt: Option, value: Any, name: str) -> Any:
         if not isinstance(value, list) or not all(isinstance(a, str) and a.strip() for a in value):
             raise BadInput(name, "must be a list of program names or paths")
         return tuple(checks.path_text(a, name) for a in value)
-    if not isinstance(value, str) or not value.strip():  # text: a name
+    if not isinstance(value, str) or not value.strip():  # text: a name ([dispatch] group)
         raise BadInput(name, f"{checks.shown(value)} is not a {opt.key} name")
     return value
 
