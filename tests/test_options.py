@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tickui.common.options import OPTIONS, default, option, readme_table, seconds
+from tickui.common.options import (
+    OPTIONS,
+    default,
+    kafka_connection,
+    option,
+    readme_table,
+    seconds,
+)
 from tickui.engine import EngineConfig
 from tickui.runtime.settings import DISPATCH_MODES, DispatchSettings, EngineSettings, UiSettings
 from tickui.ticks.wire import WIRES
@@ -14,11 +21,20 @@ from tickui.ticks.wire import WIRES
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def test_readme_settings_table_is_the_options():
+def _readme_block(name: str) -> str:
     text = README.read_text()
-    block = re.search(r"<!-- settings:start[^\n]*-->\n(.*?)<!-- settings:end -->", text, re.S)
-    assert block is not None, "README lost its settings table markers"
-    assert block.group(1) == readme_table(), "README's settings table is stale: readme_table()"
+    block = re.search(rf"<!-- {name}:start[^\n]*-->\n(.*?)<!-- {name}:end -->", text, re.S)
+    assert block is not None, f"README lost its {name} table markers"
+    return block.group(1)
+
+
+def test_readme_settings_table_is_the_options():
+    assert _readme_block("settings") == readme_table(), "README's table is stale: readme_table()"
+
+
+def test_readme_kafka_connection_table_is_the_options():
+    said = "README's Kafka table is stale: readme_table(kafka_connection())"
+    assert _readme_block("kafka-settings") == readme_table(kafka_connection()), said
 
 
 def test_each_setting_is_declared_once():

@@ -227,6 +227,13 @@ def in_table(table: str) -> tuple[Option, ...]:
     return tuple(o for o in OPTIONS if o.table == table and o.key is not None)
 
 
+def kafka_connection() -> tuple[Option, ...]:
+    """How every Kafka client connects (TLS, SASL): [kafka] but its bootstrap, topic, wire."""
+    return tuple(
+        o for o in OPTIONS if o.table == "kafka" and o.key not in ("bootstrap", "topic", "wire")
+    )
+
+
 def micros(text: str) -> int:
     """A duration bound or default as microseconds ("0" is zero)."""
     return 0 if text == "0" else parse_duration(text, "duration")
@@ -317,15 +324,15 @@ def _shown_range(opt: Option) -> str:
     return f"{opt.low} to {opt.high}"
 
 
-def readme_table() -> str:
+def readme_table(shown: tuple[Option, ...] = OPTIONS) -> str:
     """README's table of settings (between its settings markers): one row a setting, the
     settings of a table together."""
     rows = [
         "| setting | default | range | environment | flag | what it is |",
         "|---|---|---|---|---|---|",
     ]
-    tables = list(dict.fromkeys(o.table for o in OPTIONS))
-    for opt in sorted(OPTIONS, key=lambda o: tables.index(o.table)):
+    tables = list(dict.fromkeys(o.table for o in shown))
+    for opt in sorted(shown, key=lambda o: tables.index(o.table)):
         table = f"[[{opt.table}]]" if opt.table in ENTRIES else f"[{opt.table}]"
         where = f"`{table}` `{opt.key}`" if opt.key else "(environment only)"
         env = f"`{opt.env}`" if opt.env else ""

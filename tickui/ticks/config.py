@@ -92,7 +92,7 @@ ENV_KEYS: dict[str, tuple[str, str]] = {
     o.env: (str(o.field), _kind(o)) for o in _READ if o.env is not None
 }
 # Kafka's connection settings (TLS, SASL) as flags of every command that talks to Kafka.
-KAFKA_CONNECTION = tuple(o for o in _READ if o.flag and o.flag.startswith("--kafka-"))
+KAFKA_CONNECTION = tuple(o for o in options.kafka_connection() if o.flag)
 KAFKA_FLAGS: dict[str, str] = {str(o.field): str(o.flag) for o in KAFKA_CONNECTION}
 
 
