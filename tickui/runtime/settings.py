@@ -62,13 +62,16 @@ class DispatchSettings:
     `tickui worker` processes, through Kafka (the bootstrap is [kafka] bootstrap)."""
 
     mode: str = default("dispatch", "mode")
-    partitions: int = default("dispatch", "partitions")  # of tickui.runs.v1: workers sharing
-    start_timeout: int = default("dispatch", "start_timeout")  # unstarted: DISPATCH_TIMEOUT
-    worker_timeout: int = default("dispatch", "worker_timeout")  # silent longer: lost
+    # of tickui.runs.v1: how many workers can share the work
+    partitions: int = default("dispatch", "partitions")
+    # a command no worker started by then: DISPATCH_TIMEOUT
+    start_timeout: int = default("dispatch", "start_timeout")
+    # a worker silent for longer: lost, its runs failed
+    worker_timeout: int = default("dispatch", "worker_timeout")
     group: str | None = None  # only heartbeats of this worker group count (None: any)
     key_file: Path | None = None  # signs and checks every dispatch message
     key_origin: str = "key_file"  # where key_file came from, for messages
-    insecure: bool = False  # no key: nothing signed, nothing checked
+    insecure: bool = default("dispatch", "insecure")  # no key: nothing signed, nothing checked
 
     def with_flags(self, key_file: str | None, insecure: bool) -> DispatchSettings:
         """--key-file and --insecure over the file's and the environment's."""

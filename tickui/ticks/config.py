@@ -37,6 +37,7 @@ def _in_unit(opt: Option, text: str) -> float:
 
 
 def _default(table: str, key: str) -> Any:
+    """A setting's declared default as its TickerConfig field holds it."""
     opt = options.option(table, key)
     if opt.kind != "duration":
         return opt.default
@@ -45,6 +46,9 @@ def _default(table: str, key: str) -> Any:
 
 @dataclass(slots=True)
 class TickerConfig:
+    """The merged ticker settings; defaults from tickui.common.options, and the three
+    left empty here derived from others (topic from the wire, the ids from the host)."""
+
     interval_ms: int = _default("ticker", "interval")
     jitter_ms: int = _default("ticker", "jitter")
     breaker_threshold: int = _default("ticker", "breaker_threshold")
