@@ -9,33 +9,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tickui.common import checks
-from tickui.common.checks import arg
 from tickui.common.errors import BadInput
+from tickui.common.options import add_argument, option
 from tickui.dispatch import keyfile
+
+WORKER_KEY_FILE = "the key the engine signs with ([dispatch] key_file, TICKUI_KEY_FILE)"
+WORKER_INSECURE = "run without a key: any command on the runs topic runs (never on a shared broker)"
 
 
 def add_signing_arguments(parser: argparse.ArgumentParser, who: str = "engine") -> None:
     """--key-file and --insecure, for an engine dispatching to workers or for a worker.
     Absent unless given: the command line merges them into [dispatch] (with_flags)."""
-    said = {
-        "engine": (
-            "sign dispatch messages with this key ([dispatch] key_file, TICKUI_KEY_FILE)",
-            "dispatch to workers unsigned (anyone who can write to the topics runs commands)",
-        ),
-        "worker": (
-            "the key the engine signs with ([dispatch] key_file, TICKUI_KEY_FILE)",
-            "run without a key: any command on the runs topic runs (never on a shared broker)",
-        ),
-    }[who]
-    parser.add_argument(
-        "--key-file",
-        type=arg(checks.path_text, "--key-file"),
-        default=argparse.SUPPRESS,
-        metavar="PATH",
-        help=said[0],
-    )
-    parser.add_argument("--insecure", action="store_true", default=argparse.SUPPRESS, help=said[1])
+    key_file, insecure = option("dispatch", "key_file"), option("dispatch", "insecure")
+    if who == "worker":  # the same settings, in a worker's words
+        add_argument(parser, key_file, suppress=True, help=WORKER_KEY_FILE)
+        add_argument(parser, insecure, suppress=True, help=WORKER_INSECURE)
+    else:
+        add_argument(parser, key_file, suppress=True)
+        add_argument(parser, insecure, suppress=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,9 +20,10 @@ from tickui.cli import workers as workers_cli
 from tickui.cli.output import UsageError
 from tickui.cli.task import cmd_history, cmd_task
 from tickui.common import checks
-from tickui.common.checks import arg, arg_duration, arg_number
+from tickui.common.checks import arg, arg_number
 from tickui.common.clock import SystemClock
 from tickui.common.errors import BadInput, NotFound, StoreError, TickuiError
+from tickui.common.options import add_argument, env_value, option
 from tickui.common.redact import safe_text
 from tickui.common.timeutil import parse_instant
 from tickui.model import backfill
@@ -30,7 +31,7 @@ from tickui.model.spec import check_name
 from tickui.runtime import settings as config_mod
 from tickui.store import dbfile
 from tickui.ticks.config import TOPIC, add_kafka_arguments
-from tickui.ticks.wire import DEFAULT_TOPIC, WIRES
+from tickui.ticks.wire import DEFAULT_TOPIC
 
 EXIT_BAD_INPUT = 2
 MAX_HISTORY = 100_000
@@ -47,12 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _globals() -> argparse.ArgumentParser:
     shared = _Parser(add_help=False)
-    shared.add_argument(
-        "--db",
-        type=arg(checks.path_text, "--db"),
-        default=argparse.SUPPRESS,
-        help="database file (env TICKUI_DB)",
-    )
+    add_argument(shared, option("engine", "db"), suppress=True)
     shared.add_argument(
         "--config",
         type=arg(checks.path_text, "--config"),
@@ -70,7 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
     # overwriting `tickui --time-scale 60 demo`.
     scale = arg_number("--time-scale", 1, 3600)
     seconds = arg_number("--for", 0.001, MAX_SECONDS)
-    kafka = arg(checks.bootstrap, "--kafka")
     lapse = "run N times as fast on a copy of the database (time-lapse, 1 to 3600)"
     parser.add_argument("--time-scale", type=scale, default=1.0, metavar="N", help=lapse)
     real = "with --time-scale: run the real commands (still on a copy of the database)"
@@ -86,43 +81,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N", help=lapse)
     run.add_argument("--real-commands", action="store_true", default=argparse.SUPPRESS, help=real)
-    run.add_argument(
-        "--stop-grace",
-        type=arg_duration("--stop-grace", 0, 3600 * 1_000_000),
-        metavar="DURATION",
-        help="at stop, how long running jobs get before they are cancelled (default 10s)",
-    )
-    run.add_argument(
-        "--tick-interval",
-        type=arg_duration("--tick-interval", 10_000, 60_000_000),
-        metavar="DURATION",
-        help="time between ticks (default 1s; 100ms or more with Kafka)",
-    )
-    run.add_argument(
-        "--kafka", type=kafka, metavar="BOOTSTRAP", help="publish ticks (and runs) to Kafka"
-    )
-    run.add_argument(
-        "--dispatch",
-        choices=config_mod.DISPATCH_MODES,
-        metavar="local|kafka",
-        help="where runs execute: here (local) or on tickui workers (kafka)",
-    )
-    run.add_argument("--topic", metavar="NAME", help="tick topic (default: the wire's)")
-    wires = {"choices": WIRES, "metavar": "bare|envelope"}
-    run.add_argument("--wire", **wires, help="tick format on Kafka (bare: the seed's)")
-    run.add_argument(
-        "--valkey",
-        type=arg(checks.valkey_url, "--valkey"),
-        metavar="URL",
-        help="keep tick sequence numbers in Valkey",
-    )
+    for table, key in (
+        ("engine", "stop_grace"), ("ticker", "interval"), ("kafka", "bootstrap"),
+        ("dispatch", "mode"), ("ticker", "topic"), ("kafka", "wire"), ("valkey", "url"),
+    ):  # fmt: skip
+        add_argument(run, option(table, key))
     key_cli.add_signing_arguments(run)
     add_kafka_arguments(run)
 
     ticks = sub.add_parser("ticks", parents=[shared], help="follow ticks on Kafka")
-    ticks.add_argument("--kafka", type=kafka, metavar="BOOTSTRAP", help="host:port[,host:port]")
-    ticks.add_argument("--topic", metavar="NAME", help="tick topic (default: the wire's)")
-    ticks.add_argument("--wire", **wires, help="only picks the default topic; both are read")
+    add_argument(ticks, option("kafka", "bootstrap"), help="host:port[,host:port]")
+    add_argument(ticks, option("ticker", "topic"))
+    add_argument(ticks, option("kafka", "wire"), help="only picks the default topic; both are read")
     ticks.add_argument("--json", action="store_true", help="one JSON object per line")
     ticks.add_argument(
         "--for", dest="duration", type=seconds, metavar="SECONDS", help="stop after this long"
@@ -265,9 +235,9 @@ def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
     """The database path, with a leading `~` expanded here, once, so that every command
     (the read-only ones too) looks at the same file."""
     given, name = getattr(args, "db", None), "--db"
-    if given is None and "TICKUI_DB" in os.environ:
-        given = checks.path_text(os.environ["TICKUI_DB"], "TICKUI_DB")
-        name = "TICKUI_DB"
+    if given is None and (from_env := env_value(option("engine", "db"), dict(os.environ))):
+        given, name = from_env
+        given = checks.path_text(given, name)
     if given:
         try:
             return Path(given).expanduser()

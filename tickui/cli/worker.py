@@ -14,6 +14,7 @@ from tickui.cli.key import add_signing_arguments
 from tickui.common import checks
 from tickui.common.checks import arg, arg_duration, arg_number
 from tickui.common.errors import BadInput
+from tickui.common.options import add_argument, option
 from tickui.runtime.settings import Settings
 from tickui.ticks.config import add_kafka_arguments
 
@@ -37,10 +38,8 @@ def _group(value: str, flag: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The worker's options; kept light: nothing heavy is imported to build the parser."""
-    parser.add_argument(
-        "--kafka", type=arg(checks.bootstrap, "--kafka"), metavar="BOOTSTRAP",
-        help="host:port[,host:port] (TICKUI_KAFKA_BOOTSTRAP)",
-    )  # fmt: skip
+    add_argument(parser, option("kafka", "bootstrap"),
+                 help="host:port[,host:port] (TICKUI_KAFKA_BOOTSTRAP)")  # fmt: skip
     parser.add_argument(
         "--group", type=arg(_group, "--group"), metavar="NAME",
         help="the consumer group the workers share (default tickui-workers)",
@@ -66,13 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where runs' output goes (default: the user state folder)",
     )  # fmt: skip
     add_signing_arguments(parser, "worker")
-    parser.add_argument(
-        "--allow",
-        action="append",
-        type=arg(checks.path_text, "--allow"),
-        metavar="PROGRAM",
-        help="run only these programs (repeatable; [worker] allow); others fail DISPATCH_FAILED",
-    )
+    add_argument(parser, option("worker", "allow"))
     add_kafka_arguments(parser)
     parser.add_argument(
         "--session-timeout",

@@ -7,15 +7,16 @@ import uuid
 from dataclasses import dataclass
 
 from tickui.common import procs
+from tickui.common.options import default, seconds
 from tickui.common.timeutil import MICROS
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    misfire_grace: int = 5 * MICROS
-    lease_ttl: int = 30 * MICROS
-    stop_grace: float = 10.0
-    keep: int = 1000
+    misfire_grace: int = default("engine", "misfire_grace")
+    lease_ttl: int = default("engine", "lease_ttl")
+    stop_grace: float = seconds("engine", "stop_grace")
+    keep: int = default("engine", "keep")
     batch: int = 1000
     tick_period: int = MICROS
     prune_every: int = 60 * MICROS

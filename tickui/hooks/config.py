@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tickui.common import checks
+from tickui.common import checks, options
 from tickui.common.errors import BadInput
 from tickui.common.timeutil import MICROS
 
@@ -19,11 +19,12 @@ EVENTS = (
     "failed", "recovered", "paused", "missed", "breaker_open", "breaker_closed", "refused"
 )  # fmt: skip
 TASK_EVENTS = frozenset({"failed", "recovered", "paused", "missed"})
-FORMATS = ("json", "slack")
+FORMATS = options.option("hook", "format").choices
 KEYS = ("name", "on", "tasks", "url", "command", "format", "timeout")
-DEFAULT_TIMEOUT = 5 * MICROS
-MIN_TIMEOUT = MICROS // 10  # 100 ms
-MAX_TIMEOUT = 60 * MICROS
+_TIMEOUT = options.option("hook", "timeout")
+DEFAULT_TIMEOUT = options.default("hook", "timeout")
+MIN_TIMEOUT = options.micros(_TIMEOUT.low)
+MAX_TIMEOUT = options.micros(_TIMEOUT.high)
 MAX_PATTERNS = 100
 MAX_ARGS = 256
 HOOK_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
@@ -74,12 +75,14 @@ def parse_hook(raw: Any, index: int) -> HookConfig:
         raise BadInput("url", f"give exactly one of url and command ({which} given)")
     url = _url(raw["url"]) if has_url else None
     command = _command(raw["command"]) if has_command else None
-    fmt = raw.get("format", "json")
+    fmt = raw.get("format", options.option("hook", "format").default)
     if fmt not in FORMATS:
         raise BadInput("format", f"{checks.shown(fmt)} is not one of {', '.join(FORMATS)}")
     if fmt != "json" and command is not None:
         raise BadInput("format", "applies to url hooks only (a command gets the event JSON)")
-    timeout = checks.duration(raw.get("timeout", "5s"), "timeout", MIN_TIMEOUT, MAX_TIMEOUT)
+    timeout = checks.duration(
+        raw.get("timeout", _TIMEOUT.default), "timeout", MIN_TIMEOUT, MAX_TIMEOUT
+    )
     return HookConfig(name, on, tasks, url, command, fmt, timeout)
 
 

@@ -29,7 +29,7 @@ from tickui.runtime.settings import DispatchSettings, Settings
 from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import Store
 from tickui.ticks.bus import KafkaBus, MemoryBus
-from tickui.ticks.config import TickerConfig, kafka_access, kafka_flags, valkey_password
+from tickui.ticks.config import TickerConfig, kafka_access, ticker_flags, valkey_password
 from tickui.ticks.config import build as build_ticker
 from tickui.ticks.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
 from tickui.ticks.ticker import RuntimeScheduler, Tick
@@ -68,18 +68,7 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
         raise BadInput("for", f"{args.duration:g} is not a positive number of seconds")
     if not 1 <= args.time_scale <= 3600:
         raise BadInput("time-scale", f"{args.time_scale:g} is out of range (1 to 3600)")
-    interval = None
-    if args.tick_interval:
-        interval = parse_duration(args.tick_interval, "tick-interval") / 1000
-    flags = {
-        "interval_ms": (interval, "--tick-interval"),
-        "kafka_bootstrap": (args.kafka, "--kafka"),
-        "topic": (args.topic, "--topic"),
-        "wire": (getattr(args, "wire", None), "--wire"),
-        "valkey_url": (args.valkey, "--valkey"),
-        **kafka_flags(args),
-    }
-    ticker = build_ticker(settings.raw, settings.env, flags)
+    ticker = build_ticker(settings.raw, settings.env, ticker_flags(args))
     grace = settings.engine.stop_grace
     if args.stop_grace:
         grace = parse_duration(args.stop_grace, "stop-grace")

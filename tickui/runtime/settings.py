@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tickui.common import checks
-from tickui.common.checks import KIB, MIB
+from tickui.common import checks, options
+from tickui.common.checks import MIB
 from tickui.common.errors import BadInput
+from tickui.common.options import Option, default
 from tickui.common.timeutil import MICROS
 from tickui.hooks.config import HookConfig, parse_hook
 from tickui.model.spec import TaskSpec, build_spec
@@ -24,12 +25,7 @@ from tickui.ticks.config import build as build_ticker
 
 DEFAULT_CONFIG = Path("tickui.toml")
 TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook", "dispatch", "worker")
-DISPATCH_KEYS = {
-    "mode", "partitions", "start_timeout", "worker_timeout", "group", "key_file", "insecure"
-}  # fmt: skip
-WORKER_KEYS = {"allow"}
-DISPATCH_MODES = ("local", "kafka")
-ENGINE_KEYS = {"db", "misfire_grace", "lease_ttl", "stop_grace", "keep", "log_head", "log_tail"}
+DISPATCH_MODES = options.option("dispatch", "mode").choices
 MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
 SECOND = MICROS
 HOUR = 3600 * MICROS
@@ -42,12 +38,14 @@ class ConfigError(BadInput):
 
 @dataclass(frozen=True)
 class EngineSettings:
-    misfire_grace: int = 5 * MICROS
-    lease_ttl: int = 30 * MICROS
-    stop_grace: int = 10 * MICROS
-    keep: int = 1000
-    log_head: int = 64 * KIB  # bytes of a run's output kept from its start
-    log_tail: int = 1 * MIB  # bytes kept from its end
+    """[engine]: durations in microseconds, sizes in bytes; defaults from the options."""
+
+    misfire_grace: int = default("engine", "misfire_grace")
+    lease_ttl: int = default("engine", "lease_ttl")
+    stop_grace: int = default("engine", "stop_grace")
+    keep: int = default("engine", "keep")
+    log_head: int = default("engine", "log_head")  # bytes of a run's output kept from its start
+    log_tail: int = default("engine", "log_tail")  # bytes kept from its end
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ class UiSettings:
     """[ui]: how the dashboard tells the user things (its view choices are per user, in the
     config folder, not here)."""
 
-    bell: bool = False  # ring the terminal bell when a run fails
+    bell: bool = default("ui", "bell")  # ring the terminal bell when a run fails
 
 
 @dataclass(frozen=True)
@@ -63,14 +61,17 @@ class DispatchSettings:
     """[dispatch]: where runs execute. `local`: child processes of the engine; `kafka`:
     `tickui worker` processes, through Kafka (the bootstrap is [kafka] bootstrap)."""
 
-    mode: str = "local"
-    partitions: int = 12  # of tickui.runs.v1: how many workers can share the work
-    start_timeout: int = 30 * MICROS  # a command no worker started by then: DISPATCH_TIMEOUT
-    worker_timeout: int = 10 * MICROS  # a worker silent for longer: lost, its runs failed
+    mode: str = default("dispatch", "mode")
+    # of tickui.runs.v1: how many workers can share the work
+    partitions: int = default("dispatch", "partitions")
+    # a command no worker started by then: DISPATCH_TIMEOUT
+    start_timeout: int = default("dispatch", "start_timeout")
+    # a worker silent for longer: lost, its runs failed
+    worker_timeout: int = default("dispatch", "worker_timeout")
     group: str | None = None  # only heartbeats of this worker group count (None: any)
     key_file: Path | None = None  # signs and checks every dispatch message
     key_origin: str = "key_file"  # where key_file came from, for messages
-    insecure: bool = False  # no key: nothing signed, nothing checked
+    insecure: bool = default("dispatch", "insecure")  # no key: nothing signed, nothing checked
 
     def with_flags(self, key_file: str | None, insecure: bool) -> DispatchSettings:
         """--key-file and --insecure over the file's and the environment's."""
@@ -87,60 +88,79 @@ class DispatchSettings:
 class WorkerSettings:
     """[worker]: what a `tickui worker` may run (empty: any program the engine sends)."""
 
-    allow: tuple[str, ...] = ()
+    allow: tuple[str, ...] = default("worker", "allow")
+
+
+def _checked(opt: Option, value: Any, name: str) -> Any:
+    """One value of a table read through `opt`'s kind and bounds; BadInput names `name`."""
+    if opt.kind == "duration":
+        low, high = options.micros(opt.low), options.micros(opt.high)
+        return checks.duration(value, name, low, high)
+    if opt.kind == "size":
+        return checks.size(value, name, options.size(opt.low), options.size(opt.high))
+    if opt.kind == "int":
+        return int(checks.number(value, name, opt.low, opt.high, integer=True))
+    if opt.kind == "bool":
+        if not isinstance(value, bool):
+            raise BadInput(name, f"{checks.shown(value)} is not true or false")
+        return value
+    if opt.kind == "choice":
+        if value not in opt.choices:
+            raise BadInput(name, f"{checks.shown(value)} is not {' or '.join(opt.choices)}")
+        return value
+    if opt.kind == "path":
+        return checks.path_text(value, name)
+    if opt.kind == "programs":
+        if not isinstance(value, list) or not all(isinstance(a, str) and a.strip() for a in value):
+            raise BadInput(name, "must be a list of program names or paths")
+        return tuple(checks.path_text(a, name) for a in value)
+    if not isinstance(value, str) or not value.strip():  # text: a name ([dispatch] group)
+        raise BadInput(name, f"{checks.shown(value)} is not a {opt.key} name")
+    return value
+
+
+def _table(
+    table: str, raw: dict[str, Any], env: dict[str, str], file_only: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """[table]'s values by key, each from the environment over the file over its default
+    (a given one checked), and the name each came from, for messages. `file_only`: keys
+    whose variable is read elsewhere; only the file's value is checked here."""
+    known = options.in_table(table)
+    for key in raw:
+        if key not in {opt.key for opt in known}:
+            raise BadInput(key, "unknown field")
+    values: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for opt in known:
+        assert opt.key is not None
+        name = opt.key
+        given = None if opt.key in file_only else options.env_value(opt, env)
+        if given is not None:
+            value, name = given
+            value = _checked(opt, value, name)
+        elif opt.key in raw:
+            value = _checked(opt, raw[opt.key], name)
+        else:
+            value = options.value(opt, opt.default)
+        values[opt.key], names[opt.key] = value, name
+    return values, names
 
 
 def worker_settings(raw: Any) -> WorkerSettings:
     if not isinstance(raw, dict):
         raise BadInput("worker", "must be a [worker] table")
-    for key in raw:
-        if key not in WORKER_KEYS:
-            raise BadInput(key, "unknown field")
-    allow = raw.get("allow", [])
-    if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
-        raise BadInput("allow", "must be a list of program names or paths")
-    return WorkerSettings(allow=tuple(checks.path_text(a, "allow") for a in allow))
+    values, _ = _table("worker", raw, {})
+    return WorkerSettings(**values)
 
 
 def dispatch_settings(raw: Any, env: dict[str, str]) -> DispatchSettings:
-    """[dispatch], then TICKUI_DISPATCH for the mode; each value within its bounds."""
+    """[dispatch], then TICKUI_DISPATCH and TICKUI_KEY_FILE; each value within its bounds."""
     if not isinstance(raw, dict):
         raise BadInput("dispatch", "must be a [dispatch] table")
-    for key in raw:
-        if key not in DISPATCH_KEYS:
-            raise BadInput(key, "unknown field")
-    mode_name, mode = "mode", raw.get("mode", "local")
-    if env.get("TICKUI_DISPATCH"):
-        mode_name, mode = "TICKUI_DISPATCH", env["TICKUI_DISPATCH"]
-    if mode not in DISPATCH_MODES:
-        raise BadInput(mode_name, f"{checks.shown(mode)} is not local or kafka")
-    group = raw.get("group")
-    if group is not None and (not isinstance(group, str) or not group.strip()):
-        raise BadInput("group", f"{checks.shown(group)} is not a group name")
-    key_origin, key_file = "key_file", raw.get("key_file")
-    if env.get("TICKUI_KEY_FILE"):
-        key_origin, key_file = "TICKUI_KEY_FILE", env["TICKUI_KEY_FILE"]
-    if key_file is not None:
-        key_file = Path(checks.path_text(key_file, key_origin)).expanduser()
-    insecure = raw.get("insecure", False)
-    if not isinstance(insecure, bool):
-        raise BadInput("insecure", f"{checks.shown(insecure)} is not true or false")
-    return DispatchSettings(
-        mode=mode,
-        partitions=int(
-            checks.number(raw.get("partitions", 12), "partitions", 1, 1000, integer=True)
-        ),
-        start_timeout=checks.duration(
-            raw.get("start_timeout", "30s"), "start_timeout", SECOND, HOUR
-        ),
-        worker_timeout=checks.duration(
-            raw.get("worker_timeout", "10s"), "worker_timeout", SECOND, HOUR
-        ),
-        group=group,
-        key_file=key_file,
-        key_origin=key_origin,
-        insecure=insecure,
-    )
+    values, names = _table("dispatch", raw, env)
+    if values["key_file"] is not None:
+        values["key_file"] = Path(values["key_file"]).expanduser()
+    return DispatchSettings(**values, key_origin=names["key_file"])
 
 
 @dataclass(frozen=True)
@@ -193,37 +213,25 @@ def _fail(path: Path, text: str, table: str, index: int, exc: BadInput, prefix: 
 
 
 def _engine(raw: dict[str, Any], env: dict[str, str]) -> EngineSettings:
-    """[engine], each value through the one checker with its bounds."""
-    for key in raw:
-        if key not in ENGINE_KEYS:
-            raise BadInput(key, "unknown field")
-    grace_name, grace = "misfire_grace", raw.get("misfire_grace", "5s")
-    if "TICKUI_MISFIRE_GRACE" in env:
-        grace_name, grace = "TICKUI_MISFIRE_GRACE", env["TICKUI_MISFIRE_GRACE"]
-    if "db" in raw:
-        checks.path_text(raw["db"], "db")
-    return EngineSettings(
-        misfire_grace=checks.duration(grace, grace_name, 0, DAY),
-        lease_ttl=checks.duration(raw.get("lease_ttl", "30s"), "lease_ttl", SECOND, HOUR),
-        stop_grace=checks.duration(raw.get("stop_grace", "10s"), "stop_grace", 0, HOUR),
-        keep=int(checks.number(raw.get("keep", 1000), "keep", 1, 1_000_000, integer=True)),
-        log_head=checks.size(raw.get("log_head", "64KiB"), "log_head", 0, 64 * MIB),
-        log_tail=checks.size(raw.get("log_tail", "1MiB"), "log_tail", KIB, 1024 * MIB),
-    )
+    """[engine], each value through the one checker with its bounds (db: its path is made
+    by load, and TICKUI_DB is read by the command line, which alone needs the database)."""
+    values, _ = _table("engine", raw, env, file_only=("db",))
+    del values["db"]
+    return EngineSettings(**values)
 
 
 def _ui(path: Path, text: str, raw: Any) -> UiSettings:
     if not isinstance(raw, dict):
         raise ConfigError(str(path), "ui must be a [ui] table")
+    known = {opt.key: opt for opt in options.in_table("ui")}
     for key, value in raw.items():
-        if key != "bell":
-            exc = BadInput(key, "unknown field")
-        elif not isinstance(value, bool):
-            exc = BadInput(key, f"{checks.shown(value)} is not true or false")
-        else:
-            continue
-        raise _fail(path, text, "ui", 0, exc, "ui.")
-    return UiSettings(bell=raw.get("bell", False))
+        try:
+            if key not in known:
+                raise BadInput(key, "unknown field")
+            _checked(known[key], value, key)
+        except BadInput as exc:
+            raise _fail(path, text, "ui", 0, exc, "ui.") from None
+    return UiSettings(**{key: raw.get(key, opt.default) for key, opt in known.items()})
 
 
 def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Settings:

@@ -11,38 +11,63 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from tickui.common import checks, procs
+from tickui.common import checks, options, procs
 from tickui.common.errors import BadInput
 from tickui.common.kafka import MECHANISMS, PROTOCOLS, KafkaAccess, read_password
+from tickui.common.options import Option
 from tickui.common.redact import hide
-from tickui.common.timeutil import parse_duration
+from tickui.common.timeutil import MICROS, parse_duration
 from tickui.ticks.wire import DEFAULT_TOPIC, MIN_INTERVAL_MS, WIRES
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII)  # always fullmatch
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}", re.ASCII)
 
 
+def _kind(opt: Option) -> str:
+    """How build converts the setting: a duration to its field's unit (ms or s), else
+    int, bool, secret or str."""
+    if opt.kind == "duration":
+        return "ms" if str(opt.field).endswith("_ms") else "s"
+    return opt.kind if opt.kind in ("int", "bool", "secret") else "str"
+
+
+def _in_unit(opt: Option, text: str) -> float:
+    """A duration default or bound in its field's unit."""
+    return options.micros(text) / (1000 if _kind(opt) == "ms" else MICROS)
+
+
+def _default(table: str, key: str) -> Any:
+    """A setting's declared default as its TickerConfig field holds it."""
+    opt = options.option(table, key)
+    if opt.kind != "duration":
+        return opt.default
+    return int(_in_unit(opt, opt.default)) if _kind(opt) == "ms" else _in_unit(opt, opt.default)
+
+
 @dataclass(slots=True)
 class TickerConfig:
-    interval_ms: int = 1000
-    jitter_ms: int = 0
-    breaker_threshold: int = 5
-    breaker_reset_s: float = 60.0
-    publish_timeout_s: float = 1.0
+    """The merged ticker settings; defaults from tickui.common.options, and the three
+    left empty here derived from others (topic from the wire, the ids from the host)."""
+
+    interval_ms: int = _default("ticker", "interval")
+    jitter_ms: int = _default("ticker", "jitter")
+    breaker_threshold: int = _default("ticker", "breaker_threshold")
+    breaker_reset_s: float = _default("ticker", "breaker_reset")
+    publish_timeout_s: float = _default("ticker", "publish_timeout")
     scheduler_id: str = ""
     topic: str = ""  # empty: the wire's default topic
-    wire: str = "bare"
-    persist_sequence: bool = True
+    wire: str = _default("kafka", "wire")
+    persist_sequence: bool = _default("ticker", "persist_sequence")
     sequence_key: str = ""
     kafka_bootstrap: str | None = None
     valkey_url: str | None = None
-    valkey_timeout_s: float = 1.0
-    valkey_retries: int = 0
+    valkey_timeout_s: float = _default("valkey", "timeout")
+    valkey_retries: int = _default("valkey", "retries")
     valkey_ssl_cafile: str | None = None
     valkey_password_file: str | None = None
     valkey_password: str | None = field(default=None, repr=False)  # TICKUI_VALKEY_PASSWORD
     origin: dict[str, str] = field(default_factory=dict, repr=False)  # field -> its source
-    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_security_protocol: str = _default("kafka", "security_protocol")
     kafka_sasl_mechanism: str | None = None
     kafka_sasl_username: str | None = None
     kafka_sasl_password_file: str | None = None
@@ -60,76 +85,19 @@ class TickerConfig:
             self.sequence_key = f"tickui:sequence:{self.scheduler_id}"
 
 
+TABLES = ("ticker", "kafka", "valkey")
+_READ = tuple(o for o in options.OPTIONS if o.table in TABLES and o.field)
 # source key -> (field, kind); kinds: ms (duration in ms), s (duration in s), int, bool, str
 FILE_KEYS: dict[str, dict[str, tuple[str, str]]] = {
-    "ticker": {
-        "interval": ("interval_ms", "ms"),
-        "jitter": ("jitter_ms", "ms"),
-        "breaker_threshold": ("breaker_threshold", "int"),
-        "breaker_reset": ("breaker_reset_s", "s"),
-        "publish_timeout": ("publish_timeout_s", "s"),
-        "scheduler_id": ("scheduler_id", "str"),
-        "topic": ("topic", "str"),
-        "persist_sequence": ("persist_sequence", "bool"),
-        "sequence_key": ("sequence_key", "str"),
-    },
-    "kafka": {
-        "bootstrap": ("kafka_bootstrap", "str"),
-        "topic": ("topic", "str"),
-        "wire": ("wire", "str"),
-        "security_protocol": ("kafka_security_protocol", "str"),
-        "sasl_mechanism": ("kafka_sasl_mechanism", "str"),
-        "sasl_username": ("kafka_sasl_username", "str"),
-        "sasl_password_file": ("kafka_sasl_password_file", "str"),
-        "ssl_cafile": ("kafka_ssl_cafile", "str"),
-        "ssl_certfile": ("kafka_ssl_certfile", "str"),
-        "ssl_keyfile": ("kafka_ssl_keyfile", "str"),
-    },
-    "valkey": {
-        "url": ("valkey_url", "str"),
-        "timeout": ("valkey_timeout_s", "s"),
-        "retries": ("valkey_retries", "int"),
-        "ssl_cafile": ("valkey_ssl_cafile", "str"),
-        "password_file": ("valkey_password_file", "str"),
-    },
-}
-# Kafka's connection settings as flags of every command that talks to Kafka.
-KAFKA_FLAGS: dict[str, str] = {
-    "kafka_security_protocol": "--kafka-security-protocol",
-    "kafka_sasl_mechanism": "--kafka-sasl-mechanism",
-    "kafka_sasl_username": "--kafka-sasl-username",
-    "kafka_sasl_password_file": "--kafka-sasl-password-file",
-    "kafka_ssl_cafile": "--kafka-ssl-cafile",
-    "kafka_ssl_certfile": "--kafka-ssl-certfile",
-    "kafka_ssl_keyfile": "--kafka-ssl-keyfile",
+    table: {str(o.key): (str(o.field), _kind(o)) for o in _READ if o.table == table and o.key}
+    for table in TABLES
 }
 ENV_KEYS: dict[str, tuple[str, str]] = {
-    "TICKUI_TICK_INTERVAL": ("interval_ms", "ms"),
-    "TICKUI_TICK_JITTER": ("jitter_ms", "ms"),
-    "TICKUI_BREAKER_THRESHOLD": ("breaker_threshold", "int"),
-    "TICKUI_BREAKER_RESET": ("breaker_reset_s", "s"),
-    "TICKUI_PUBLISH_TIMEOUT": ("publish_timeout_s", "s"),
-    "TICKUI_SCHEDULER_ID": ("scheduler_id", "str"),
-    "TICKUI_TOPIC": ("topic", "str"),
-    "TICKUI_PERSIST_SEQUENCE": ("persist_sequence", "bool"),
-    "TICKUI_SEQUENCE_KEY": ("sequence_key", "str"),
-    "TICKUI_KAFKA_BOOTSTRAP": ("kafka_bootstrap", "str"),
-    "TICKUI_KAFKA_WIRE": ("wire", "str"),
-    "TICKUI_VALKEY_URL": ("valkey_url", "str"),
-    "TICKUI_VALKEY_TIMEOUT": ("valkey_timeout_s", "s"),
-    "TICKUI_VALKEY_RETRIES": ("valkey_retries", "int"),
-    "TICKUI_VALKEY_SSL_CAFILE": ("valkey_ssl_cafile", "str"),
-    "TICKUI_VALKEY_PASSWORD_FILE": ("valkey_password_file", "str"),
-    "TICKUI_VALKEY_PASSWORD": ("valkey_password", "secret"),
-    "TICKUI_KAFKA_SECURITY_PROTOCOL": ("kafka_security_protocol", "str"),
-    "TICKUI_KAFKA_SASL_MECHANISM": ("kafka_sasl_mechanism", "str"),
-    "TICKUI_KAFKA_SASL_USERNAME": ("kafka_sasl_username", "str"),
-    "TICKUI_KAFKA_SASL_PASSWORD_FILE": ("kafka_sasl_password_file", "str"),
-    "TICKUI_KAFKA_PASSWORD": ("kafka_password", "secret"),
-    "TICKUI_KAFKA_SSL_CAFILE": ("kafka_ssl_cafile", "str"),
-    "TICKUI_KAFKA_SSL_CERTFILE": ("kafka_ssl_certfile", "str"),
-    "TICKUI_KAFKA_SSL_KEYFILE": ("kafka_ssl_keyfile", "str"),
+    o.env: (str(o.field), _kind(o)) for o in _READ if o.env is not None
 }
+# Kafka's connection settings (TLS, SASL) as flags of every command that talks to Kafka.
+KAFKA_CONNECTION = tuple(o for o in options.kafka_connection() if o.flag)
+KAFKA_FLAGS: dict[str, str] = {str(o.field): str(o.flag) for o in KAFKA_CONNECTION}
 
 
 def _convert(value: Any, kind: str, name: str, from_text: bool) -> Any:
@@ -170,23 +138,28 @@ def _check(cfg: TickerConfig, origin: dict[str, str]) -> None:
     def bad(field: str, message: str) -> BadInput:
         return BadInput(origin.get(field, field), message)
 
-    if cfg.interval_ms != int(cfg.interval_ms) or not 10 <= cfg.interval_ms <= 60_000:
-        raise bad("interval_ms", "must be a whole number of ms from 10ms to 60s")
+    def within(table: str, key: str, whole_ms: bool = False) -> None:
+        """The setting's value within the bounds its option declares."""
+        opt = options.option(table, key)
+        low, high = opt.low, opt.high
+        if opt.kind == "duration":
+            low, high = _in_unit(opt, opt.low), _in_unit(opt, opt.high)
+        field = str(opt.field)
+        value = getattr(cfg, field)
+        if (whole_ms and value != int(value)) or not low <= value <= high:
+            unit = "a whole number of ms " if whole_ms else ""
+            raise bad(field, f"must be {unit}from {opt.low} to {opt.high}")
+
+    within("ticker", "interval", whole_ms=True)
     cfg.interval_ms = int(cfg.interval_ms)
-    if not 0 <= cfg.jitter_ms <= 10_000:
-        raise bad("jitter_ms", "must be from 0 to 10s")
+    within("ticker", "jitter")
     if cfg.jitter_ms and cfg.jitter_ms >= cfg.interval_ms:
         raise bad("jitter_ms", "must be shorter than the tick interval")
-    if not 1 <= cfg.breaker_threshold <= 100:
-        raise bad("breaker_threshold", "must be from 1 to 100")
-    if not 1 <= cfg.breaker_reset_s <= 3600:
-        raise bad("breaker_reset_s", "must be from 1s to 1h")
-    if not 0.01 <= cfg.publish_timeout_s <= 60:
-        raise bad("publish_timeout_s", "must be from 10ms to 60s")
-    if not 0.1 <= cfg.valkey_timeout_s <= 60:
-        raise bad("valkey_timeout_s", "must be from 100ms to 60s")
-    if not 0 <= cfg.valkey_retries <= 10:
-        raise bad("valkey_retries", "must be from 0 to 10")
+    within("ticker", "breaker_threshold")
+    within("ticker", "breaker_reset")
+    within("ticker", "publish_timeout")
+    within("valkey", "timeout")
+    within("valkey", "retries")
     if not ID.fullmatch(cfg.scheduler_id):
         raise bad("scheduler_id", f"{checks.shown(cfg.scheduler_id)} is not a valid id")
     if cfg.wire not in WIRES:
@@ -269,23 +242,28 @@ def valkey_password(cfg: TickerConfig) -> str | None:
 
 def kafka_flags(args: Any) -> dict[str, tuple[Any, str]]:
     """The Kafka connection flags a parsed command line gave, for `build`."""
-    return {name: (getattr(args, name, None), flag) for name, flag in KAFKA_FLAGS.items()}
+    return {str(o.field): (getattr(args, o.dest, None), str(o.flag)) for o in KAFKA_CONNECTION}
+
+
+def ticker_flags(args: Any) -> dict[str, tuple[Any, str]]:
+    """Every flag of [ticker], [kafka] and [valkey] a parsed command line gave (absent
+    ones None), a duration in its field's unit, for `build`."""
+    flags: dict[str, tuple[Any, str]] = {}
+    for opt in _READ:
+        if opt.flag is None:
+            continue
+        value = getattr(args, opt.dest, None)
+        if value is not None and opt.kind == "duration":
+            unit = 1000 if _kind(opt) == "ms" else MICROS
+            value = parse_duration(value, opt.flag.lstrip("-")) / unit
+        flags[str(opt.field)] = (value, opt.flag)
+    return flags
 
 
 def add_kafka_arguments(parser: Any) -> None:
     """--kafka-security-protocol and the rest, on every command that talks to Kafka."""
-    helps = {
-        "kafka_security_protocol": ("PROTOCOL", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
-        "kafka_sasl_mechanism": ("MECHANISM", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
-        "kafka_sasl_username": ("USER", "the SASL user name"),
-        "kafka_sasl_password_file": ("FILE", "the SASL password (or TICKUI_KAFKA_PASSWORD)"),
-        "kafka_ssl_cafile": ("FILE", "CA certificates to trust (default: the system's)"),
-        "kafka_ssl_certfile": ("FILE", "the client's certificate (mutual TLS)"),
-        "kafka_ssl_keyfile": ("FILE", "the client certificate's key"),
-    }
-    for name, flag in KAFKA_FLAGS.items():
-        metavar, text = helps[name]
-        parser.add_argument(flag, dest=name, metavar=metavar, help=text)
+    for opt in KAFKA_CONNECTION:
+        options.add_argument(parser, opt)
 
 
 def build(
