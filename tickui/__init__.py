@@ -7,7 +7,9 @@ use, so importing any other part of tickui does not load the ticker.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing costs milliseconds to import; the run supervisor starts fast
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["RuntimeScheduler", "SchedulerMetrics", "SchedulerStatus", "__version__"]
