@@ -72,6 +72,7 @@ def test_the_cycle_finder_finds_one():
 LAYERS = {
     "common": 0,
     "schedules": 1,
+    "supervisor": 1,
     "model": 2,
     "store": 3,
     "dispatch": 4,

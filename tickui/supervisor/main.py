@@ -1,0 +1,513 @@
+"""The run supervisor: one small process per run, between tickui and the run's command.
+
+    python -I -S -c BOOT ROOT --journal J --log L [--lease F --lease-deadline D]
+        [--grace S] [--head N] [--tail N] -- argv...
+
+(`tickui.supervisor.launch.supervisor_argv` builds it.) It leaves the session and
+process group of whoever started it (`setsid`) and becomes a child subreaper, then waits
+at the gate: one line on stdin starts the command, EOF first ends it with 125, the
+command never started. The command runs in a process group of its own, in the
+supervisor's session, with /dev/null as stdin and its stdout and stderr into a pipe the
+supervisor copies into the run's bounded log (tickui.common.boundedlog: head, marker,
+tail, as tickui's own logs). Each step is recorded durably in the journal
+(tickui.supervisor.journal).
+
+Guarantees, whatever happens to the process that started it (frozen, killed, cut off):
+- the command never runs unrecorded: `running` is durable before it is released;
+- its output keeps draining into the bounded log;
+- when the command ends, whatever it left behind (background children, double-forked
+  daemons: orphans re-parent to the supervisor, so none escapes) is ended too, the log
+  is closed, then the end is recorded, and the supervisor exits with the command's
+  status (its exit code, 128 + the signal that killed it);
+- the run ends when its lease runs out: once CLOCK_MONOTONIC passes the deadline in the
+  lease file (read at least every 0.2 s; the last deadline read, or the one given at
+  start, stands while the file is missing or unreadable), the whole tree gets SIGTERM
+  (its group and every descendant), and SIGKILL after the grace for what is left; the
+  end is recorded as fenced. So a run is over at the latest deadline + 0.2 s + grace +
+  the time SIGKILL takes;
+- SIGTERM, SIGINT or SIGHUP to the supervisor end the run the same way (recorded as
+  cancelled). Signals to the group or session of the starter never reach it.
+
+Assumes: the reader of the journal and the owner of the lease are on the same host
+(pids, /proc start ticks and the monotonic clock mean nothing elsewhere, nor after a
+reboot: the journal records the boot id); Linux (/proc, the subreaper); the grace is
+long enough for the command to stop cleanly; nobody SIGKILLs the supervisor itself (then
+the journal stays `running` and a reader sees `lost`).
+
+Exit status: the command's; 125 never started; 122 the command could not be started
+(exec failed, the log or journal could not be opened; the journal says why when it
+could be written); 2 a malformed command line.
+"""
+
+from __future__ import annotations
+
+# the signal module wraps these in enums, and enum costs milliseconds to import
+import _signal as signal
+import os
+import select
+import sys
+import time
+
+from tickui.common.boundedlog import HEAD_BYTES_DEFAULT, TAIL_BYTES_DEFAULT, BoundedLog
+from tickui.supervisor import journal as j
+from tickui.supervisor.lease import read_lease
+
+TYPE_CHECKING = False  # typing costs milliseconds to import
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+EXIT_NOT_STARTED = 125
+EXIT_START_FAILED = 122
+EXIT_USAGE = 2
+LEASE_CHECK = 0.2  # seconds between looks at the lease file
+END_POLL = 0.05  # while a tree is being ended, how often it is looked at again
+KILL_WAIT = 5.0  # after SIGKILL, how long to wait for the tree before giving up on it
+AFTER_EXIT_READ = 4 << 20  # output read after the command exits, before its rest is ended
+READ_CHUNK = 1 << 16
+READS_PER_WAKEUP = 16
+PR_SET_CHILD_SUBREAPER = 36
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Usage(Exception):
+    """The command line is malformed."""
+
+
+class Options:
+    __slots__ = ("argv", "grace", "head", "journal", "lease", "lease_deadline", "log", "tail")
+
+    def __init__(self) -> None:
+        self.journal = ""
+        self.log = ""
+        self.lease: str | None = None
+        self.lease_deadline = float("-inf")
+        self.grace = 3.0
+        self.head = HEAD_BYTES_DEFAULT
+        self.tail = TAIL_BYTES_DEFAULT
+        self.argv: list[str] = []
+
+
+def parse(args: list[str]) -> Options:
+    """`--name value` pairs, `--`, then the command (argparse costs milliseconds)."""
+    opts = Options()
+    names = {
+        "--journal": ("journal", str),
+        "--log": ("log", str),
+        "--lease": ("lease", str),
+        "--lease-deadline": ("lease_deadline", float),
+        "--grace": ("grace", float),
+        "--head": ("head", int),
+        "--tail": ("tail", int),
+    }
+    i = 0
+    while i < len(args) and args[i] != "--":
+        if args[i] not in names or i + 1 >= len(args):
+            raise Usage(f"unknown or incomplete option {args[i]!r}")
+        attr, kind = names[args[i]]
+        try:
+            setattr(opts, attr, kind(args[i + 1]))
+        except ValueError:
+            raise Usage(f"bad value for {args[i]}: {args[i + 1]!r}") from None
+        i += 2
+    opts.argv = args[i + 1 :]
+    if not opts.journal or not opts.log or not opts.argv or opts.grace < 0:
+        raise Usage("--journal, --log and a command after -- are required")
+    return opts
+
+
+def enable_subreaper() -> bool:
+    """Orphans of the command re-parent to this process instead of init."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)  # own symbols: find_library runs ldconfig
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> dict[int, tuple[int, int, bool]]:
+    """Every process below `root` in /proc: pid -> (start ticks, pgrp, zombie)."""
+    children: dict[int, list[int]] = {}
+    info: dict[int, tuple[int, int, bool]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                data = handle.read()
+            fields = data[data.rfind(b")") + 2 :].split()
+            pid = int(name)
+            info[pid] = (int(fields[19]), int(fields[2]), fields[0] == b"Z")
+            children.setdefault(int(fields[1]), []).append(pid)
+        except (OSError, IndexError, ValueError):
+            continue
+    found: dict[int, tuple[int, int, bool]] = {}
+    stack = list(children.get(root, ()))
+    while stack:
+        pid = stack.pop()
+        if pid not in found and pid in info:
+            found[pid] = info[pid]
+            stack.extend(children.get(pid, ()))
+    return found
+
+
+def environment_given() -> dict[bytes, bytes]:
+    """The environment this process was started with: Python's start-up may have changed
+    os.environ (the C locale is coerced to C.UTF-8 in LC_CTYPE), and the command must get
+    the run's environment as it was given."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return dict(os.environb)
+    env = {}
+    for entry in data.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep and key:
+            env[key] = value
+    return env
+
+
+def attempt(call: Callable[..., object], *args: int) -> bool:
+    """A system call whose failure means there is nothing left to do (contextlib costs
+    milliseconds to import)."""
+    try:
+        call(*args)
+    except OSError:
+        return False
+    return True
+
+
+def exit_status(code: int) -> int:
+    """The supervisor's exit status for the command's `os.waitstatus_to_exitcode`."""
+    return code if code >= 0 else 128 - code
+
+
+def _noted(signum: int, frame: object) -> None:
+    """The signal's number reaches the loop through the wakeup pipe."""
+
+
+class Supervisor:
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.me = os.getpid()
+        self.journal = j.JournalWriter(opts.journal)
+        self.log: BoundedLog | None = None
+        self.deadline = opts.lease_deadline
+        self.next_lease_check = 0.0
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.poller = select.poll()
+        self.poller.register(self.wake_r, select.POLLIN)
+        self.stop_asked = False
+        self.out: int | None = None
+        self.pid = 0  # the command's main process
+        self.code: int | None = None  # its os.waitstatus_to_exitcode, once reaped
+        self.ended_us = 0
+        self.why: str | None = None  # "fenced" or "cancelled", once ending began for it
+        self.ending_since: float | None = None
+        self.killing = False
+        self.signalled: set[tuple[int, int]] = set()
+        self.env = environment_given()
+
+    # ---- signals, lease ----------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        for sig in (*STOP_SIGNALS, signal.SIGCHLD):
+            signal.signal(sig, _noted)
+
+    def take_signals(self) -> None:
+        try:
+            numbers = os.read(self.wake_r, 512)
+        except (BlockingIOError, InterruptedError):
+            return
+        if any(n in numbers for n in STOP_SIGNALS):
+            self.stop_asked = True
+
+    def lease_lapsed(self, now: float) -> bool:
+        """Look at the lease (at most every LEASE_CHECK): True once its deadline is past."""
+        if self.opts.lease is None:
+            return False
+        if now >= self.next_lease_check:
+            self.next_lease_check = now + LEASE_CHECK
+            deadline = read_lease(self.opts.lease)
+            if deadline is not None:
+                self.deadline = deadline
+        return now >= self.deadline
+
+    def timeout_ms(self, now: float, limit: float) -> int:
+        wait = limit
+        if self.opts.lease is not None:
+            wait = min(wait, max(0.0, self.next_lease_check - now))
+        return max(0, int(wait * 1000) + 1)
+
+    # ---- the gate ----------------------------------------------------------------------
+
+    def wait_at_gate(self) -> str | None:
+        """None once the go line came; else why the command must not start."""
+        self.poller.register(0, select.POLLIN)
+        line = b""
+        try:
+            while True:
+                now = time.monotonic()
+                if self.stop_asked:
+                    return "cancelled"
+                if self.lease_lapsed(now):
+                    return "fenced"
+                for fd, _ in self.poller.poll(self.timeout_ms(now, 1.0)):
+                    if fd == self.wake_r:
+                        self.take_signals()
+                    elif fd == 0:
+                        data = os.read(0, 256)
+                        if not data:
+                            return "gate_closed"
+                        line += data
+                        if b"\n" in line:
+                            return None
+        finally:
+            self.poller.unregister(0)
+
+    # ---- starting ----------------------------------------------------------------------
+
+    def start(self) -> str | None:
+        """Fork the command, record it as running, release it; the error text if exec failed."""
+        out_r, out_w = os.pipe()
+        release_r, release_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            self._child(out_w, release_r, err_w)  # never returns
+        for fd in (out_w, release_r, err_w):
+            os.close(fd)
+        attempt(os.setpgid, pid, pid)  # fails when it did so itself first
+        self.pid = pid
+        self.out = out_r
+        os.set_blocking(out_r, False)
+        self.poller.register(out_r, select.POLLIN)
+        try:
+            command = {"pid": pid, "start": j.start_ticks(pid), "started_us": j.now_us()}
+            self.journal.write(j.RUNNING, command=command)
+            os.write(release_w, b"x")
+        finally:
+            os.close(release_w)  # unreleased, the child ends unrun
+        with os.fdopen(err_r, "rb") as errs:
+            failure = errs.read()  # EOF as it execs (close-on-exec), else the errno
+        if not failure:
+            return None
+        code = int(failure) if failure.isdigit() else 0
+        return f"{self.opts.argv[0]}: {os.strerror(code) if code else 'cannot start'}"
+
+    def _child(self, out_w: int, release_r: int, err_w: int) -> None:
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (*STOP_SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.setpgid(0, 0)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_w, 1)
+            os.dup2(out_w, 2)
+            if not os.read(release_r, 1):
+                os._exit(EXIT_NOT_STARTED)
+            os.execvpe(self.opts.argv[0], self.opts.argv, self.env)
+        except OSError as exc:
+            try:
+                os.write(err_w, str(exc.errno or 0).encode())
+            finally:
+                os._exit(EXIT_START_FAILED)
+        except BaseException:
+            os._exit(EXIT_START_FAILED)
+
+    # ---- running -----------------------------------------------------------------------
+
+    def read_output(self, reads: int) -> bool:
+        """Copy what the pipe holds (up to `reads` chunks) into the log; True at its end."""
+        for _ in range(reads):
+            if self.out is None:
+                return True
+            try:
+                data = os.read(self.out, READ_CHUNK)
+            except BlockingIOError:
+                return False
+            except InterruptedError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.poller.unregister(self.out)
+                os.close(self.out)
+                self.out = None
+                return True
+            assert self.log is not None
+            self.log.write(data)
+            if self.log.needs_compaction():  # a tail past INLINE_COMPACT: no thread here
+                self.log.compact()
+        return False
+
+    def drain(self) -> None:
+        """The tree is gone: take what its pipe still holds (its writers are gone, so it
+        is at its end; one that could not be killed leaves it open: stop when empty)."""
+        while self.out is not None:
+            try:
+                data = os.read(self.out, READ_CHUNK)
+            except InterruptedError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                assert self.log is not None
+                self.log.write(data)
+                if self.log.needs_compaction():
+                    self.log.compact()
+                continue
+            self.poller.unregister(self.out)
+            os.close(self.out)
+            self.out = None
+
+    def reap(self) -> None:
+        """Wait for every ended child: the command, and orphans re-parented here."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == 0:
+                return
+            if pid == self.pid and self.code is None:
+                self.code = os.waitstatus_to_exitcode(status)
+                self.ended_us = j.now_us()
+
+    def end_tree_step(self, now: float) -> bool:
+        """One step of ending the tree: signal what is there; True once nothing is left."""
+        if self.ending_since is None:
+            self.ending_since = now
+        if not self.killing and now >= self.ending_since + self.opts.grace:
+            self.killing = True
+            self.signalled.clear()
+        sig = signal.SIGKILL if self.killing else signal.SIGTERM
+        tree = descendants(self.me)
+        live = {pid: v for pid, v in tree.items() if not v[2]}
+        if not live and self.code is not None:
+            return not tree  # zombies left are reaped by the next `reap`
+        if self.killing and now >= self.ending_since + self.opts.grace + KILL_WAIT:
+            self._say(f"processes left after SIGKILL: {sorted(live)}")
+            return True
+        if self.code is None and (self.pid, sig) not in self.signalled:
+            attempt(os.killpg, self.pid, sig)  # unreaped, its pid and group are still its own
+            self.signalled.add((self.pid, sig))
+        for pid, (start, _pgrp, _zombie) in live.items():
+            if (pid, start) in self.signalled:
+                continue
+            if j.start_ticks(pid) == start:  # still that process, not a reused pid
+                attempt(os.kill, pid, sig)
+            self.signalled.add((pid, start))
+        return False
+
+    def run(self) -> int:
+        """From the released command to its recorded end; returns the exit status."""
+        after_exit_read = False
+        done = False
+        while not done:
+            now = time.monotonic()
+            self.reap()
+            if self.ending_since is None and self.code is None:
+                if self.stop_asked:
+                    self.why = "cancelled"
+                elif self.lease_lapsed(now):
+                    self.why = "fenced"
+            if self.code is not None and not after_exit_read:
+                after_exit_read = True  # as tickui does: what it said before its end
+                self.read_output(max(1, AFTER_EXIT_READ // READ_CHUNK))
+            if self.why is not None or self.code is not None:
+                done = self.end_tree_step(now)
+                if done:
+                    break
+                limit = END_POLL
+            else:
+                limit = 1.0
+            for fd, _ in self.poller.poll(self.timeout_ms(now, limit)):
+                if fd == self.wake_r:
+                    self.take_signals()
+                elif fd == self.out:
+                    self.read_output(READS_PER_WAKEUP)
+        self.reap()
+        self.drain()
+        assert self.log is not None and self.code is not None
+        self.log.close()
+        signum = -self.code if self.code < 0 else None
+        status = exit_status(self.code)
+        self.journal.write(
+            j.ENDED,
+            exit_code=None if signum else self.code,
+            signal=signum,
+            status=status,
+            ended_us=self.ended_us,
+            fenced=self.why == "fenced",
+            cancelled=self.why == "cancelled",
+        )
+        return status
+
+    def _say(self, text: str) -> None:
+        try:
+            os.write(2, f"tickui supervisor: {text}\n".encode())
+        except OSError:
+            return
+
+
+def main(args: list[str] | None = None) -> int:
+    try:
+        opts = parse(sys.argv[1:] if args is None else args)
+    except Usage as exc:
+        print(f"tickui supervisor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if os.getsid(0) != os.getpid():
+        os.setsid()
+    enable_subreaper()
+    try:
+        sup = Supervisor(opts)
+    except OSError as exc:
+        print(f"tickui supervisor: journal {opts.journal}: {exc.strerror}", file=sys.stderr)
+        return EXIT_START_FAILED
+    sup.install_signals()
+    me = {"pid": sup.me, "start": j.start_ticks(sup.me), "boot_id": j.boot_id()}
+    try:
+        sup.log = BoundedLog(opts.log, opts.head, opts.tail)
+    except OSError as exc:
+        sup.journal.write(
+            j.START_FAILED, supervisor=me, error=f"log {opts.log}: {exc.strerror}",
+            status=EXIT_START_FAILED, ended_us=j.now_us(),
+        )  # fmt: skip
+        return EXIT_START_FAILED
+    sup.journal.write(j.WAITING, supervisor=me)
+    why = sup.wait_at_gate()
+    if why is not None:
+        sup.log.close()
+        sup.journal.write(j.NOT_STARTED, reason=why, status=EXIT_NOT_STARTED, ended_us=j.now_us())
+        return EXIT_NOT_STARTED
+    try:
+        failure = sup.start()
+    except OSError as exc:  # the journal could not be written: the command was not let go
+        failure = f"journal {opts.journal}: {exc.strerror}"
+    if failure is not None:
+        sup.reap()
+        sup.log.close()
+        sup.journal.write(
+            j.START_FAILED, error=failure, status=EXIT_START_FAILED, ended_us=j.now_us()
+        )
+        return EXIT_START_FAILED
+    return sup.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
