@@ -5,6 +5,8 @@ how far the run got, even after the process that started it is gone.
 States, in order (each record keeps the fields of the one before):
 - `waiting`: the supervisor is up and waits at the gate; the command has not run.
   `supervisor` = {pid, start (clock ticks since boot, /proc/PID/stat), boot_id}.
+  Not fsynced (it is on the start path): lost in a crash of the host, it reads as no
+  record, which means the same (never started), as the supervisor died with the host.
 - `running`: the command is released; `command` = {pid, start, started_us (wall clock)}.
   Written before the command is let go, so a command never runs unrecorded.
 - `ended`: `exit_code` or `signal`, `status` (the supervisor's exit status), `ended_us`,
@@ -91,8 +93,10 @@ class JournalWriter:
         self.record: dict[str, object] = {"version": 1}
         self._dir = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_CLOEXEC)
 
-    def write(self, state: str, **fields: object) -> None:
-        """Record `state` (with `fields` added to what was recorded before); raises OSError."""
+    def write(self, state: str, *, durable: bool = True, **fields: object) -> None:
+        """Record `state` (with `fields` added to what was recorded before); raises OSError.
+        Not `durable`: replaced atomically but not fsynced, for a record whose loss in a
+        crash of the host changes no reader's conclusion."""
         self.record.update(fields, state=state)
         data = encode(self.record).encode() + b"\n"
         fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -100,11 +104,13 @@ class JournalWriter:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(self.tmp, self.path)
-        os.fsync(self._dir)
+        if durable:
+            os.fsync(self._dir)
 
     def close(self) -> None:
         try:

@@ -489,7 +489,7 @@ def main(args: list[str] | None = None) -> int:
             status=EXIT_START_FAILED, ended_us=j.now_us(),
         )  # fmt: skip
         return EXIT_START_FAILED
-    sup.journal.write(j.WAITING, supervisor=me)
+    sup.journal.write(j.WAITING, durable=False, supervisor=me)
     why = sup.wait_at_gate()
     if why is not None:
         sup.log.close()
