@@ -1,0 +1,207 @@
+"""The run supervisor's cost: start latency and memory, against today's sh start gate.
+
+Both sides are started as ProcessRunner starts a gated run (own session, stdin a pipe
+that gets the go line at once, output to a pipe), alternating, `--rounds` times:
+- baseline: ProcessRunner's gate (`sh -c 'read -r _ ...; exec "$@"'`) before the command;
+- supervisor: `tickui.supervisor.launch.supervisor_argv` (python -I -S, setsid,
+  subreaper, journal `waiting` and `running` fsynced, output into a bounded log).
+
+Start latency is from just before the spawn to the moment the command runs (it opens a
+FIFO the benchmark waits on). A whole run is spawn to reaped for `true` (the supervisor
+also scans /proc for leftovers, closes the log and records the end). Memory is VmRSS and
+RssAnon (its own, unshared pages) of the supervisor while it waits at the gate and
+while the command runs, against the gate's sh while it waits (once the gate opens, sh
+is the command). One journal record (write, fsync, rename, fsync of the directory) is
+timed on its own. The last line is one JSON object.
+
+    .venv/bin/python benchmarks/run_supervisor.py [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tickui.dispatch.process import GATE
+from tickui.supervisor.journal import JournalWriter, read_journal
+from tickui.supervisor.launch import supervisor_argv
+
+OPEN_FIFO = ["sh", "-c", 'exec 3>"$1"; exec sleep 30', "sh"]
+
+
+def spawn(argv: list[str], go: bool = True) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True
+    )
+    if go:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+    return proc
+
+
+def memory(pid: int) -> tuple[int, int]:
+    """VmRSS and RssAnon of `pid`, in KiB."""
+    found = {}
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon"):
+                found[key] = int(value.split()[0])
+    return found["VmRSS"], found["RssAnon"]
+
+
+def wait_until(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out")
+        time.sleep(0.001)
+
+
+def start_latency(
+    work: Path, supervised: bool, n: int | str
+) -> tuple[float, tuple[int, int] | None]:
+    """Seconds from spawn to the command running; the supervisor's memory meanwhile."""
+    n = f"{n}-{int(supervised)}"
+    fifo = work / f"fifo-{n}"
+    os.mkfifo(fifo)
+    command = [*OPEN_FIFO, str(fifo)]
+    if supervised:
+        argv = supervisor_argv(command, journal=work / f"j-{n}", log=work / f"l-{n}")
+    else:
+        argv = [*GATE, *command]
+    began = time.perf_counter()
+    proc = spawn(argv)
+    reader = os.open(fifo, os.O_RDONLY)  # returns once the command has opened it
+    latency = time.perf_counter() - began
+    mem = memory(proc.pid) if supervised else None
+    os.close(reader)
+    if supervised:
+        proc.send_signal(signal.SIGTERM)  # the supervisor ends the run (a cancel)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait()
+    return latency, mem
+
+
+def whole_run(work: Path, supervised: bool, n: int | str) -> float:
+    n = f"{n}-{int(supervised)}"
+    argv = ["true"]
+    if supervised:
+        argv = supervisor_argv(argv, journal=work / f"t-{n}", log=work / f"tl-{n}")
+    else:
+        argv = [*GATE, *argv]
+    began = time.perf_counter()
+    spawn(argv).wait()
+    return time.perf_counter() - began
+
+
+def gate_memory(work: Path, supervised: bool, n: int | str) -> tuple[int, int]:
+    """Memory of the process waiting at the gate."""
+    n = f"{n}-{int(supervised)}"
+    if supervised:
+        journal = work / f"g-{n}"
+        proc = spawn(supervisor_argv(["true"], journal=journal, log=work / f"gl-{n}"), go=False)
+        wait_until(lambda: (read_journal(str(journal)) or {}).get("state") == "waiting")
+    else:
+        proc = spawn([*GATE, "true"], go=False)
+        wait_until(lambda: "pipe_read" in Path(f"/proc/{proc.pid}/wchan").read_text())
+    mem = memory(proc.pid)
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait()
+    return mem
+
+
+def journal_write(work: Path, times: int = 20) -> float:
+    writer = JournalWriter(str(work / "timed.json"))
+    spent = []
+    for i in range(times):
+        began = time.perf_counter()
+        writer.write("running", command={"pid": i, "start": i, "started_us": i})
+        spent.append(time.perf_counter() - began)
+    writer.close()
+    return statistics.median(spent)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    ms = 1000.0
+    with tempfile.TemporaryDirectory(prefix="tickui-sup-") as tmp:
+        work = Path(tmp)
+        start = {False: [], True: []}
+        run = {False: [], True: []}
+        running_mem = []
+        for n in range(args.rounds):
+            for supervised in (n % 2 == 0, n % 2 == 1):  # alternate who goes first
+                latency, mem = start_latency(work, supervised, n)
+                start[supervised].append(latency)
+                if mem is not None:
+                    running_mem.append(mem)
+                run[supervised].append(whole_run(work, supervised, n))
+        gate_sup = [gate_memory(work, True, n) for n in range(5)]
+        gate_sh = [gate_memory(work, False, n) for n in range(5)]
+        record = journal_write(work)
+
+    def med(values: list[float]) -> float:
+        return round(statistics.median(values) * ms, 2)
+
+    summary = {
+        "rounds": args.rounds,
+        "start_ms": {"supervisor": med(start[True]), "sh_gate": med(start[False])},
+        "start_added_ms": round(med(start[True]) - med(start[False]), 2),
+        "start_ratio": round(statistics.median(start[True]) / statistics.median(start[False]), 1),
+        "start_p90_ms": {
+            "supervisor": round(statistics.quantiles(start[True], n=10)[8] * ms, 2),
+            "sh_gate": round(statistics.quantiles(start[False], n=10)[8] * ms, 2),
+        },
+        "run_true_ms": {"supervisor": med(run[True]), "sh_gate": med(run[False])},
+        "run_ratio": round(statistics.median(run[True]) / statistics.median(run[False]), 1),
+        "journal_record_ms": round(record * ms, 2),
+        "rss_kib": {
+            "supervisor_running": statistics.median(m[0] for m in running_mem),
+            "supervisor_at_gate": statistics.median(m[0] for m in gate_sup),
+            "sh_at_gate": statistics.median(m[0] for m in gate_sh),
+        },
+        "rss_anon_kib": {
+            "supervisor_running": statistics.median(m[1] for m in running_mem),
+            "supervisor_at_gate": statistics.median(m[1] for m in gate_sup),
+            "sh_at_gate": statistics.median(m[1] for m in gate_sh),
+        },
+    }
+    s = summary
+    print(
+        f"start to command running, median: supervisor {s['start_ms']['supervisor']} ms, "
+        f"sh gate {s['start_ms']['sh_gate']} ms (+{s['start_added_ms']} ms, "
+        f"{s['start_ratio']}x)"
+    )
+    print(
+        f"whole run of `true`, median: supervisor {s['run_true_ms']['supervisor']} ms, "
+        f"sh gate {s['run_true_ms']['sh_gate']} ms ({s['run_ratio']}x)"
+    )
+    print(f"one durable journal record: {s['journal_record_ms']} ms")
+    rss, anon = s["rss_kib"], s["rss_anon_kib"]
+    print(
+        f"RSS (anon): supervisor running {rss['supervisor_running']} KiB "
+        f"({anon['supervisor_running']}), at the gate {rss['supervisor_at_gate']} KiB "
+        f"({anon['supervisor_at_gate']}); sh at the gate {rss['sh_at_gate']} KiB "
+        f"({anon['sh_at_gate']})"
+    )
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
