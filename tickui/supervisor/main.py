@@ -215,6 +215,7 @@ class Supervisor:
         self.why: str | None = None  # "fenced" or "cancelled", once ending began for it
         self.ending_since: float | None = None
         self.killing = False
+        self.stuck = False  # processes outlived SIGKILL (uninterruptible sleep)
         self.signalled: set[tuple[int, int]] = set()
         self.env = environment_given()
 
@@ -267,7 +268,10 @@ class Supervisor:
                     if fd == self.wake_r:
                         self.take_signals()
                     elif fd == 0:
-                        data = os.read(0, 256)
+                        try:
+                            data = os.read(0, 256)
+                        except OSError:  # no stdin at all: no go line can come
+                            data = b""
                         if not data:
                             return "gate_closed"
                         line += data
@@ -401,8 +405,11 @@ class Supervisor:
         if not live and self.code is not None:
             return not tree  # zombies left are reaped by the next `reap`
         if self.killing and now >= self.ending_since + self.opts.grace + KILL_WAIT:
-            self._say(f"processes left after SIGKILL: {sorted(live)}")
-            return True
+            if not self.stuck:
+                self.stuck = True
+                self._say(f"processes left after SIGKILL: {sorted(live)}")
+            if self.code is not None:  # else it still runs: recording an end would be a lie
+                return True
         if self.code is None and (self.pid, sig) not in self.signalled:
             attempt(os.killpg, self.pid, sig)  # unreaped, its pid and group are still its own
             self.signalled.add((self.pid, sig))
@@ -447,6 +454,14 @@ class Supervisor:
         self.log.close()
         signum = -self.code if self.code < 0 else None
         status = exit_status(self.code)
+        try:
+            self.record_end(signum, status)
+        except OSError as exc:  # the journal stays `running`: a reader sees `lost`
+            self._say(f"journal {self.opts.journal}: {exc.strerror}")
+        return status
+
+    def record_end(self, signum: int | None, status: int) -> None:
+        assert self.code is not None
         self.journal.write(
             j.ENDED,
             exit_code=None if signum else self.code,
@@ -456,7 +471,6 @@ class Supervisor:
             fenced=self.why == "fenced",
             cancelled=self.why == "cancelled",
         )
-        return status
 
     def _say(self, text: str) -> None:
         try:
@@ -472,7 +486,7 @@ def main(args: list[str] | None = None) -> int:
         print(f"tickui supervisor: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if os.getsid(0) != os.getpid():
-        os.setsid()
+        attempt(os.setsid)  # fails for a group leader: still out of its starter's group
     enable_subreaper()
     try:
         sup = Supervisor(opts)
