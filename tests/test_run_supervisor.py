@@ -261,15 +261,17 @@ def test_a_frozen_starter_does_not_stop_the_run_nor_its_output(runs, tmp_path):
 def test_a_killed_starter_leaves_the_run_going_until_its_lease_ends(runs, tmp_path):
     deadline = time.monotonic() + 1.5
     write_lease(str(tmp_path / "lease"), deadline)
-    run = Run(tmp_path, ["sleep", "30"], lease=tmp_path / "lease", grace=1.0)
+    script = "until [ -e starter-gone ]; do sleep 0.01; done; echo alive; exec sleep 30"
+    run = Run(tmp_path, ["sh", "-c", script], lease=tmp_path / "lease", grace=1.0)
     runs.append(run)
     parent = _parent(run)
     command = run.wait_state(j.RUNNING)["command"]
     os.killpg(parent.pid, signal.SIGKILL)
     parent.wait()
     sup = run.record()["supervisor"]
-    assert time.monotonic() < deadline - 0.5, "too slow to see the run outlive its starter"
-    time.sleep(0.2)  # the starter is gone: the run must still be there a moment later
+    (tmp_path / "starter-gone").touch()  # the command goes on, its output is still kept
+    until(lambda: run.log.read_text() == "alive\n", what="the command to go on")
+    assert time.monotonic() < deadline, "too slow to see the run outlive its starter"
     assert not gone(command["pid"], command["start"]) and not gone(sup["pid"], sup["start"])
     assert j.verdict(run.record()) == j.RUNNING
     record = run.wait_state(j.ENDED, timeout=1.5 + LEASE_CHECK + TOLERANCE + 1)
@@ -357,6 +359,20 @@ def test_a_missing_lease_file_stands_on_the_initial_deadline(runs, tmp_path):
     )
     assert run.wait() == 128 + signal.SIGTERM
     assert time.monotonic() >= deadline
+    assert run.record()["fenced"]
+
+
+def test_the_owner_fences_at_once_by_writing_0_and_never_with_inf(runs, tmp_path):
+    lease = str(tmp_path / "lease")
+    write_lease(lease, float("inf"))
+    run = supervised(runs, tmp_path, ["sleep", str(3 * LEASE_CHECK)], lease=lease)
+    assert run.wait() == 0 and not run.record()["fenced"]
+    run = supervised(runs, tmp_path, ["sleep", "30"], lease=lease, grace=1.0)
+    run.wait_state(j.RUNNING)
+    write_lease(lease, 0)
+    revoked = time.monotonic()
+    assert run.wait() == 128 + signal.SIGTERM
+    assert time.monotonic() - revoked <= LEASE_CHECK + TOLERANCE
     assert run.record()["fenced"]
 
 
