@@ -9,11 +9,12 @@ from collections.abc import Sequence
 
 import tickui
 
-# -I: no PYTHON* variables of the run's environment, no user site; -S: no site-packages
-# (nothing there is needed). The tickui source is put on the path by hand, so that the
-# supervisor is the code of the tickui that starts it.
+# -I: no PYTHON* variables of the run's environment, no user site, not the cwd; -S: no
+# site-packages (nothing there is needed). The tickui source is put on the path by hand,
+# so that the supervisor is the code of the tickui that starts it; after the standard
+# library, so that nothing beside tickui there (a site-packages) can shadow a module of it.
 BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "import sys; sys.path.append(sys.argv[1]); "
     "from tickui.supervisor.main import main; sys.exit(main(sys.argv[2:]))"
 )
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tickui.__file__)))

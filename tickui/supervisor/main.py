@@ -1,6 +1,6 @@
 """The run supervisor: one small process per run, between tickui and the run's command.
 
-    python -I -S -c BOOT ROOT --journal J --log L [--lease F --lease-deadline D]
+    python -I -S -c BOOT SOURCE_ROOT --journal J --log L [--lease F --lease-deadline D]
         [--grace S] [--head N] [--tail N] -- argv...
 
 (`tickui.supervisor.launch.supervisor_argv` builds it.) It leaves the session and
