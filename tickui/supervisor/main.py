@@ -407,7 +407,7 @@ class Supervisor:
         if self.killing and now >= self.ending_since + self.opts.grace + KILL_WAIT:
             if not self.stuck:
                 self.stuck = True
-                self._say(f"processes left after SIGKILL: {sorted(live)}")
+                self.say(f"processes left after SIGKILL: {sorted(live)}")
             if self.code is not None:  # else it still runs: recording an end would be a lie
                 return True
         if self.code is None and (self.pid, sig) not in self.signalled:
@@ -454,15 +454,7 @@ class Supervisor:
         self.log.close()
         signum = -self.code if self.code < 0 else None
         status = exit_status(self.code)
-        try:
-            self.record_end(signum, status)
-        except OSError as exc:  # the journal stays `running`: a reader sees `lost`
-            self._say(f"journal {self.opts.journal}: {exc.strerror}")
-        return status
-
-    def record_end(self, signum: int | None, status: int) -> None:
-        assert self.code is not None
-        self.journal.write(
+        self.record(  # when it fails, the journal stays `running`: a reader sees `lost`
             j.ENDED,
             exit_code=None if signum else self.code,
             signal=signum,
@@ -471,8 +463,24 @@ class Supervisor:
             fenced=self.why == "fenced",
             cancelled=self.why == "cancelled",
         )
+        return status
 
-    def _say(self, text: str) -> None:
+    def record(self, state: str, **fields: object) -> None:
+        """A final record; a journal that cannot take it is said on stderr."""
+        try:
+            self.journal.write(state, **fields)
+        except OSError as exc:
+            self.say(f"journal {self.opts.journal}: {exc.strerror}")
+
+    def wait_unreleased(self) -> None:
+        """The command's process was never let go (or its exec failed): it ends at once."""
+        if self.pid and self.code is None:
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                return
+
+    def say(self, text: str) -> None:
         try:
             os.write(2, f"tickui supervisor: {text}\n".encode())
         except OSError:
@@ -503,22 +511,25 @@ def main(args: list[str] | None = None) -> int:
             status=EXIT_START_FAILED, ended_us=j.now_us(),
         )  # fmt: skip
         return EXIT_START_FAILED
-    sup.journal.write(j.WAITING, durable=False, supervisor=me)
+    try:
+        sup.journal.write(j.WAITING, durable=False, supervisor=me)
+    except OSError as exc:
+        sup.log.close()
+        sup.say(f"journal {opts.journal}: {exc.strerror}")
+        return EXIT_START_FAILED
     why = sup.wait_at_gate()
     if why is not None:
         sup.log.close()
-        sup.journal.write(j.NOT_STARTED, reason=why, status=EXIT_NOT_STARTED, ended_us=j.now_us())
+        sup.record(j.NOT_STARTED, reason=why, status=EXIT_NOT_STARTED, ended_us=j.now_us())
         return EXIT_NOT_STARTED
     try:
         failure = sup.start()
-    except OSError as exc:  # the journal could not be written: the command was not let go
-        failure = f"journal {opts.journal}: {exc.strerror}"
+    except OSError as exc:  # no fork, or no `running` record: the command was not let go
+        failure = f"cannot start {opts.argv[0]}: {exc.strerror}"
     if failure is not None:
-        sup.reap()
+        sup.wait_unreleased()
         sup.log.close()
-        sup.journal.write(
-            j.START_FAILED, error=failure, status=EXIT_START_FAILED, ended_us=j.now_us()
-        )
+        sup.record(j.START_FAILED, error=failure, status=EXIT_START_FAILED, ended_us=j.now_us())
         return EXIT_START_FAILED
     return sup.run()
 
