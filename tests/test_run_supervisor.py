@@ -60,9 +60,8 @@ class Run:
         self.proc: subprocess.Popen | None = None
 
     def spawn(self, go: bool = True) -> Run:
-        self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, cwd=self.dir, start_new_session=True
-        )
+        # in the test's own session and group: the supervisor leaves them itself
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, cwd=self.dir)
         if go:
             self.go()
         return self
@@ -116,6 +115,7 @@ def supervised(runs, tmp_path, argv, go=True, **options) -> Run:
 def test_gate_closed_first_means_125_and_the_command_never_ran(runs, tmp_path):
     run = supervised(runs, tmp_path, ["touch", str(tmp_path / "ran")], go=False)
     assert run.wait_state(j.WAITING)["supervisor"]["pid"] == run.proc.pid
+    assert os.getsid(run.proc.pid) == run.proc.pid != os.getsid(0)  # left its starter's
     assert j.verdict(run.record()) == j.WAITING
     run.proc.stdin.close()
     assert run.wait() == EXIT_NOT_STARTED
@@ -145,6 +145,23 @@ def test_a_command_that_cannot_start_is_told_apart_from_its_exit_127(runs, tmp_p
     again = supervised(runs, tmp_path, [str(tmp_path / "plain")])
     assert again.wait() == EXIT_START_FAILED
     assert again.record()["error"].endswith("Permission denied")
+
+
+def test_a_log_that_cannot_be_opened_means_122_unrun(runs, tmp_path):
+    run = Run(tmp_path, ["touch", str(tmp_path / "ran")])
+    run.argv[run.argv.index("--log") + 1] = str(tmp_path / "no" / "such" / "dir.log")
+    runs.append(run.spawn())
+    assert run.wait() == EXIT_START_FAILED
+    record = run.record()
+    assert record["state"] == j.START_FAILED and "No such file or directory" in record["error"]
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_malformed_command_line_is_refused(tmp_path):
+    argv = supervisor_argv([], journal=tmp_path / "j", log=tmp_path / "l")
+    out = subprocess.run(argv, input=b"go\n", capture_output=True, timeout=10)
+    assert out.returncode == 2 and b"a command after --" in out.stderr
+    assert not (tmp_path / "j").exists()
 
 
 def test_exit_code_and_times_are_recorded(runs, tmp_path):
