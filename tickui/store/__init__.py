@@ -23,7 +23,7 @@ from tickui.store.abc import (
     SyncReport,
     ascii_lower,
 )
-from tickui.store.base import BUSY_TIMEOUT_MS, SQLITE_MAGIC, inspect_file
+from tickui.store.base import inspect_file
 from tickui.store.copies import (
     copy_database,
     finished_runs,
@@ -39,11 +39,9 @@ SCHEMA_VERSION = schema.VERSION  # the newest schema this tickui reads and write
 faults.recognize(dbfile.fault_kind)  # the database's full disk and outages, for fault_text
 
 __all__ = [
-    "BUSY_TIMEOUT_MS",
     "DATABASE_ERRORS",
     "DEFAULT_KEEP",
     "SCHEMA_VERSION",
-    "SQLITE_MAGIC",
     "Beat",
     "Delivery",
     "DispatchSecurity",
