@@ -11,6 +11,7 @@ from pathlib import Path
 
 import tickui.store
 from tickui.store.abc import Store
+from tickui.store.base import StoreBase
 from tickui.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent / "tickui"
@@ -256,3 +257,36 @@ def test_the_use_check_catches_an_undeclared_method():
         "vacuum_too",
     ]
     assert {"vacuum", "_all"} - _declared() == {"vacuum", "_all"}
+
+
+def _defined_in(cls: type) -> set[str]:
+    """What a class of the store declares: its members, and the attributes its methods set
+    on `self`."""
+    names = set(vars(cls)) | set(getattr(cls, "__annotations__", {}))
+    tree = ast.parse(inspect.getsource(cls))
+    for node in ast.walk(tree):
+        assigned = isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+        if assigned and isinstance(node.value, ast.Name) and node.value.id == "self":
+            names.add(node.attr)
+    return names
+
+
+def test_each_query_group_uses_only_what_it_or_the_base_declares():
+    """A group may call the contract's methods (the whole store implements them) but no
+    other group's private member: the connection and shared state are StoreBase's."""
+    groups = [c for c in SQLiteStore.__mro__[1:] if issubclass(c, StoreBase) and c is not StoreBase]
+    assert len(groups) == 7
+    shared = _defined_in(StoreBase) | _declared()
+    strays = {}
+    for group in groups:
+        own = _defined_in(group) | shared
+        used = {
+            node.attr
+            for node in ast.walk(ast.parse(inspect.getsource(group)))
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        }
+        if used - own:
+            strays[group.__name__] = sorted(used - own)
+    assert strays == {}

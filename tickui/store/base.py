@@ -19,9 +19,7 @@ from tickui.model.occurrence import ACTIVE
 from tickui.model.records import OCCURRENCE_COLUMNS, Occurrence, TaskStats, occurrence_from_row
 from tickui.model.spec import TaskSpec
 from tickui.store import dbfile, schema
-from tickui.store.abc import DEFAULT_KEEP, LeaseLost, NewEvent, Store
-
-__all__ = ["DEFAULT_KEEP", "LeaseLost", "NewEvent", "StoreBase", "inspect_file"]
+from tickui.store.abc import LeaseLost, Store
 
 NO_STATS = TaskStats()
 SPEC_CACHE_MAX = 100_000

@@ -11,8 +11,8 @@ from tickui.common.errors import NotFound
 from tickui.model.occurrence import ACTIVE
 from tickui.model.planning import Plan, due_time
 from tickui.model.records import Occurrence, Task, occurrence_from_row
-from tickui.store.abc import ascii_lower
-from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, DEFAULT_KEEP, StoreBase
+from tickui.store.abc import DEFAULT_KEEP, ascii_lower
+from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase
 from tickui.store.queue import after_settling, watch_settling
 
 
