@@ -290,3 +290,17 @@ def test_each_query_group_uses_only_what_it_or_the_base_declares():
         if used - own:
             strays[group.__name__] = sorted(used - own)
     assert strays == {}
+
+
+def test_the_database_errors_reach_the_one_line_faults_through_the_store():
+    import sqlite3
+
+    from tickui.common.faults import fault_text, is_disk_full, is_outage
+
+    full = sqlite3.OperationalError("database or disk is full")
+    locked = sqlite3.OperationalError("database is locked")
+    assert is_disk_full(full) and fault_text(full).startswith("disk full: OperationalError")
+    assert is_outage(locked) and not is_disk_full(locked)
+    assert not is_outage(sqlite3.IntegrityError("UNIQUE constraint failed"))
+    assert not is_outage(ValueError("a bug"))
+    assert isinstance(locked, tickui.store.DATABASE_ERRORS)
