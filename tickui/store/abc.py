@@ -172,7 +172,8 @@ class Store(ABC):
     @classmethod
     async def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> Store:
         """Open the database at `path` for writing (created, private, when missing) or,
-        with `readonly`, for reading only; on the contract itself, with tickui's store."""
+        with `readonly`, for reading only. On the contract this opens tickui's store (the
+        SQLite one); an implementation's own `open` opens its kind."""
         from tickui.store.sqlite import SQLiteStore
 
         return await SQLiteStore.open(path, readonly=readonly)
