@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tickui.common.clock import Clock
-from tickui.common.faults import fault_text, is_disk_full
+from tickui.common.faults import fault_text, is_outage
 from tickui.common.redact import redact
 from tickui.dispatch import Dispatcher, DispatchFailure, Job, NotStarted
 from tickui.engine.lease import LeaseKeeper
@@ -215,7 +214,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         text = fault_text(exc)
         if self._faults.get(what) != text:
             self._faults[what] = text
-            if is_disk_full(exc) or isinstance(exc, sqlite3.OperationalError):
+            if is_outage(exc):
                 log.warning("%s failed: %s (logged once until it recovers)", what, text)
             else:
                 log.exception("%s failed (logged once until it recovers)", what)
