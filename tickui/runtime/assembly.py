@@ -23,7 +23,8 @@ from tickui.store import Store
 from tickui.ticks.bus import KafkaBus, MemoryBus
 from tickui.ticks.config import TickerConfig, kafka_access, valkey_password
 from tickui.ticks.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
-from tickui.ticks.ticker import RuntimeScheduler, Tick
+from tickui.ticks.tick import Tick
+from tickui.ticks.ticker import RuntimeScheduler
 
 MIN_INTERVAL_MS = 10
 MEMORY_BUS_KEEP = 100  # ticks an in-process bus keeps
