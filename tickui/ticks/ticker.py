@@ -100,7 +100,7 @@ class RuntimeScheduler:
         self.sequence = sequence
         self.align = align
         self._publisher = TickPublisher(bus, owns_bus, config, self.clock, wire, self._changed)
-        self._slots = SlotLoop(config, self.clock, align, rng or random.Random(), self._tick)
+        self._slots = SlotLoop(config, self.clock, align, rng or random.Random(), self._produce)
         self._status = SchedulerStatus.STOPPED
         self._counts = DeliveryCounts()
         self._subscribers: list[Subscriber] = []
@@ -260,10 +260,6 @@ class RuntimeScheduler:
         return self.metrics()
 
     # ---- each tick ----------------------------------------------------------------------
-
-    def _tick(self, now: int | None, lateness: float, scheduled: int | None) -> None:
-        """The slot loop's tick."""
-        self._produce(now, lateness, scheduled)
 
     def _produce(
         self, now: int | None, lateness: float, scheduled: int | None
