@@ -28,7 +28,7 @@ from tickui.common.timeutil import MICROS
 from tickui.dispatch import Job, NotStarted, Receipt, SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.model.spec import build_spec
-from tickui.runtime.runner import build_ticker_for
+from tickui.runtime.assembly import build_ticker_for
 from tickui.runtime.settings import Settings
 from tickui.runtime.simulate import TEMP_PREFIX, Profile, SimulatedDispatcher, TimeLapse, succeeds
 from tickui.store import Store

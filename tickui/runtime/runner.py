@@ -14,29 +14,16 @@ from pathlib import Path
 
 from tickui.common.clock import Clock, ScaledClock, SystemClock
 from tickui.common.errors import BadInput
-from tickui.common.kafka import KafkaAccess, preflight
+from tickui.common.kafka import preflight
 from tickui.common.procs import stop_on_signals
 from tickui.common.redact import RedactingFilter
 from tickui.common.timeutil import MICROS, parse_duration
-from tickui.dispatch import Dispatcher, SubprocessDispatcher
-from tickui.dispatch.kafka import KafkaDispatcher
-from tickui.dispatch.keyfile import keyring_for
-from tickui.dispatch.signing import Keyring
-from tickui.engine import EngineConfig, SchedulerEngine
-from tickui.hooks import HookService
-from tickui.hooks import attach as attach_hooks
+from tickui.runtime.assembly import assemble, check_dispatch
 from tickui.runtime.settings import DispatchSettings, Settings
 from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import Store
-from tickui.ticks.bus import KafkaBus, MemoryBus
-from tickui.ticks.config import TickerConfig, kafka_access, ticker_flags, valkey_password
+from tickui.ticks.config import TickerConfig, kafka_access, ticker_flags
 from tickui.ticks.config import build as build_ticker
-from tickui.ticks.sequence import SequenceAllocator, SqliteSequenceStore, ValkeySequenceStore
-from tickui.ticks.ticker import RuntimeScheduler, Tick
-
-MIN_INTERVAL_MS = 10
-MEMORY_BUS_KEEP = 100
-SEQUENCE_BLOCK_SECONDS = 10  # reserve about this much ticking ahead
 
 
 @dataclass(frozen=True)
@@ -47,20 +34,6 @@ class RunOptions:
     ticker: TickerConfig
     real_commands: bool = False
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
-
-
-def check_dispatch(dispatch: DispatchSettings, kafka: KafkaAccess | None) -> Keyring | None:
-    """Kafka dispatch needs a broker to name and a key to sign with (or --insecure): bad
-    input, exit 2, before anything starts. The keys, for kafka dispatch."""
-    if dispatch.mode != "kafka":
-        return None
-    if kafka is None:
-        raise BadInput(
-            "dispatch",
-            "kafka dispatch needs a broker: --kafka BOOTSTRAP, [kafka] bootstrap"
-            " or TICKUI_KAFKA_BOOTSTRAP",
-        )
-    return keyring_for(dispatch.key_file, dispatch.key_origin, dispatch.insecure, "kafka dispatch")
 
 
 def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
@@ -88,110 +61,6 @@ def setup_logging() -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
     root.propagate = False
-
-
-def real_ticker_config(config: TickerConfig, scale: float) -> TickerConfig:
-    """Under time-lapse the ticker ticks `scale` times as often, down to 10 ms."""
-    if scale == 1:
-        return config
-    interval = max(MIN_INTERVAL_MS, round(config.interval_ms / scale))
-    jitter = min(config.jitter_ms, interval - 1) if config.jitter_ms else 0
-    return dataclasses.replace(config, interval_ms=interval, jitter_ms=jitter)
-
-
-def build_engine(
-    store: Store,
-    clock: Clock,
-    settings: Settings,
-    tick: int,
-    dispatcher: Dispatcher | None = None,
-    *,
-    dispatch: DispatchSettings | None = None,
-    ticker: TickerConfig | None = None,
-) -> SchedulerEngine:
-    """The engine with its dispatcher: the one given, else workers over Kafka when
-    dispatch says so (never under time-lapse: its clock is not the workers'), else
-    child processes."""
-    engine = settings.engine
-    dispatch = dispatch or getattr(settings, "dispatch", None) or DispatchSettings()
-    kafka = kafka_access(ticker or settings.ticker)
-    if dispatcher is None and dispatch.mode == "kafka" and clock.scale != 1:
-        logging.getLogger("tickui.run").info("time-lapse: runs are local, not on workers")
-    elif dispatcher is None and dispatch.mode == "kafka":
-        keyring = check_dispatch(dispatch, kafka)
-        assert kafka is not None and keyring is not None
-        if keyring.insecure:
-            logging.getLogger("tickui.run").warning(
-                "INSECURE: dispatch messages are not signed; anyone who can write to the"
-                " topics can run commands on the workers"
-            )
-        dispatcher = KafkaDispatcher(
-            store,
-            clock,
-            kafka,
-            keyring=keyring,
-            partitions=dispatch.partitions,
-            start_timeout=dispatch.start_timeout / MICROS,
-            worker_timeout=dispatch.worker_timeout / MICROS,
-            group=dispatch.group,
-        )
-    config = EngineConfig(
-        misfire_grace=engine.misfire_grace,
-        lease_ttl=engine.lease_ttl,
-        stop_grace=engine.stop_grace / MICROS,
-        keep=engine.keep,
-        tick_period=tick,
-        scan_on_end=True,  # E: a queued run starts as the run before it ends
-    )
-    dispatcher = dispatcher or SubprocessDispatcher(
-        store,
-        clock,
-        head_bytes=getattr(engine, "log_head", 64 * 1024),
-        tail_bytes=getattr(engine, "log_tail", 1024 * 1024),
-    )
-    return SchedulerEngine(store, dispatcher, clock, config)
-
-
-def hear_refusals(engine: SchedulerEngine, hooks: HookService | None) -> None:
-    """The hooks hear what a Kafka dispatcher (and its workers) refused."""
-    if hooks is not None and isinstance(engine.dispatcher, KafkaDispatcher):
-        engine.dispatcher.refusal_listeners.append(hooks.on_refused)
-
-
-def build_ticker_for(store: Store, clock: Clock, config: TickerConfig) -> RuntimeScheduler:
-    """The ticker with its sequence store (Valkey if configured, else the database) and bus.
-
-    Under time-lapse (a scale other than 1) nothing leaves the process: ticks go to an
-    in-process bus instead of Kafka, and sequence numbers are kept in the (copied) database
-    instead of Valkey, whose key belongs to the real timeline."""
-    lapse = clock.scale != 1
-    if lapse and (config.kafka_bootstrap or (config.persist_sequence and config.valkey_url)):
-        logging.getLogger("tickui.run").info(
-            "time-lapse: ticks go to an in-process bus, not Kafka; "
-            "tick sequence numbers stay in the copy, not in Valkey"
-        )
-    sequence_store = None
-    if config.persist_sequence:
-        if config.valkey_url and not lapse:
-            sequence_store = ValkeySequenceStore(
-                config.valkey_url,
-                config.valkey_timeout_s,
-                config.valkey_retries,
-                ssl_cafile=config.valkey_ssl_cafile,
-                password=valkey_password(config),
-            )
-        else:
-            sequence_store = SqliteSequenceStore(store)
-    block = max(10, SEQUENCE_BLOCK_SECONDS * 1000 // config.interval_ms)
-    sequence = SequenceAllocator(sequence_store, config.sequence_key, block)
-    bus = None
-    if lapse:
-        bus = MemoryBus(keep=MEMORY_BUS_KEEP)
-    elif config.kafka_bootstrap:
-        access = kafka_access(config)
-        assert access is not None
-        bus = KafkaBus(access, request_timeout=config.publish_timeout_s)
-    return RuntimeScheduler(config, clock, bus, sequence)
 
 
 async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -> int:
@@ -234,29 +103,19 @@ async def _run(
                     report.removed,
                 )
         clock: Clock = ScaledClock(opts.scale) if opts.scale != 1 else SystemClock()
-        tick_config = real_ticker_config(opts.ticker, opts.scale)
         dispatcher = None
         if lapse is not None and not lapse.real_commands:
             dispatcher = SimulatedDispatcher(store, clock, lapse.profiles)
-        # Between two ticks this much engine time passes: at high scales, more than asked.
-        engine = build_engine(
+        # H: alert hooks ([[hook]]) beside the engine and the ticker; None without any.
+        engine, ticker, hooks = assemble(
             store,
             clock,
             settings,
-            round(tick_config.interval_ms * 1000 * opts.scale),
-            dispatcher,
+            opts.ticker,
             dispatch=opts.dispatch,
-            ticker=opts.ticker,
+            kafka=access,
+            dispatcher=dispatcher,
         )
-        ticker = build_ticker_for(store, clock, tick_config)
-
-        async def scan(tick: Tick) -> None:
-            await engine.tick(tick.now)
-
-        ticker.subscribe(scan)
-        # H: alert hooks ([[hook]]), beside the engine and the ticker; None without any.
-        hooks = attach_hooks(getattr(settings, "hooks", ()), store, clock, engine, ticker)
-        hear_refusals(engine, hooks)
         loop = asyncio.get_running_loop()
         if opts.duration:
             loop.call_later(opts.duration, stop.set)
@@ -267,8 +126,8 @@ async def _run(
         else:
             where = f"a copy of {lapse.source}" if lapse else db
             log.info("running on %s as %s", where, engine.owner)
-        if isinstance(engine.dispatcher, KafkaDispatcher):
-            log.info("runs go to workers through kafka %s", engine.dispatcher.bootstrap)
+        if engine.dispatcher.remote and access is not None:
+            log.info("runs go to workers through kafka %s", access.bootstrap)
         try:
             await ticker.start()
             await stop.wait()

@@ -46,11 +46,6 @@ STATE_STYLE = {"alive": "green", "lost": "bold red", "draining": "yellow", "drai
 STATE_ORDER = {"lost": 0, "alive": 1, "draining": 2, "drained": 3}  # trouble on top
 
 
-def dispatch_mode(engine: Any) -> str:
-    """ "kafka" when the engine hands its runs to workers, else "local"."""
-    return "kafka" if engine is not None and engine.dispatcher.remote else "local"
-
-
 def ago(last_seen: int | None, now: int) -> str:
     """ "2s ago", "3m05s ago"; "-" when never heard from."""
     if last_seen is None:
@@ -253,7 +248,7 @@ class WorkersView:
     _worker_column = False
 
     def dispatches_to_workers(self) -> bool:
-        return self.host is not None and dispatch_mode(self.host.engine) == "kafka"
+        return self.host is not None and self.host.engine.dispatcher.remote
 
     def workers_due(self, committed: bool = False) -> None:
         """Once a second: a fresh read while the pane shows or runs go to workers; else
