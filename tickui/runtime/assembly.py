@@ -138,8 +138,8 @@ def build_engine(
 
 def hear_refusals(engine: SchedulerEngine, hooks: HookService | None) -> None:
     """The hooks hear what a Kafka dispatcher (and its workers) refused."""
-    if hooks is not None and isinstance(engine.dispatcher, KafkaDispatcher):
-        engine.dispatcher.refusal_listeners.append(hooks.on_refused)
+    if hooks is not None:
+        engine.dispatcher.on_refusal(hooks.on_refused)
 
 
 def real_ticker_config(config: TickerConfig, scale: float) -> TickerConfig:
