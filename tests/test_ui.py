@@ -14,8 +14,8 @@ from helpers import T0, cli
 from tickui.common.clock import ManualClock, SystemClock
 from tickui.schedules.triggers import preview
 from tickui.ticks.config import TickerConfig
-from tickui.ui.app import STALLED, TickuiApp
 from tickui.ui.keys import KEYS
+from tickui.ui.live import STALLED, LiveRefresh
 from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.screens.form import AddTaskScreen
@@ -27,8 +27,10 @@ SIZE = (140, 40)
 
 def pick(app, name: str) -> None:
     """Put the task cursor on `name`."""
-    index = next(i for i in range(len(app.task_rows)) if app.task_rows.at(i).name == name)
-    app.tasks_table.move_to(index)
+    index = next(
+        i for i in range(len(app.board.task_rows)) if app.board.task_rows.at(i).name == name
+    )
+    app.board.tasks_table.move_to(index)
 
 
 async def started(pilot) -> None:
@@ -56,9 +58,11 @@ async def test_r_runs_the_selected_task_and_the_row_follows_it_to_success(tmp_db
         await pilot.press("r")
         [occ] = await app.host.store.history("alpha")
         assert occ.kind == "manual"
-        await until(pilot, lambda: app.occ_rows.by_id[occ.id].state == "succeeded")
+        await until(pilot, lambda: app.board.occ_rows.by_id[occ.id].state == "succeeded")
         assert (await app.host.store.get_occurrence(occ.id)).state == "succeeded"
-        await until(pilot, lambda: app.task_rows.by_id[occ.task_id].stats.last_state == "succeeded")
+        await until(
+            pilot, lambda: app.board.task_rows.by_id[occ.task_id].stats.last_state == "succeeded"
+        )
         await until(pilot, lambda: "succeeded" in screen_text(app))
         assert any("started alpha" in n for n in notes(app))
 
@@ -173,7 +177,7 @@ async def test_detail_output_follows_a_running_task(tmp_db: Path) -> None:
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         runs = await app.host.store.history("chatty")
-        await until(pilot, lambda: app.occ_rows.by_id[runs[0].id].state == "cancelled")
+        await until(pilot, lambda: app.board.occ_rows.by_id[runs[0].id].state == "cancelled")
 
 
 async def test_a_adds_a_task_and_refuses_a_bad_cron_as_you_type(tmp_db: Path) -> None:
@@ -215,7 +219,9 @@ async def test_d_deletes_after_confirmation_and_keeps_on_no(tmp_db: Path) -> Non
         await pilot.press("d")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await until(pilot, lambda: all(t.name != "beta" for t in app.task_rows.by_id.values()))
+        await until(
+            pilot, lambda: all(t.name != "beta" for t in app.board.task_rows.by_id.values())
+        )
         assert await app.host.store.find_task("beta") is None
 
 
@@ -227,13 +233,13 @@ async def test_c_cancels_the_selected_running_occurrence(tmp_db: Path) -> None:
         await pilot.press("r")
         [occ] = await app.host.store.history("sleepy")
         await pilot.press("tab")  # to the occurrences pane
-        assert app.focused is app.occ_table
-        app.occ_table.move_to(app.occ_rows.index_of(occ.id))
-        await until(pilot, lambda: app.occ_rows.by_id[occ.id].state == "running")
+        assert app.focused is app.board.occ_table
+        app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
+        await until(pilot, lambda: app.board.occ_rows.by_id[occ.id].state == "running")
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await until(pilot, lambda: app.occ_rows.by_id[occ.id].state == "cancelled")
+        await until(pilot, lambda: app.board.occ_rows.by_id[occ.id].state == "cancelled")
         assert (await app.host.store.get_occurrence(occ.id)).state == "cancelled"
         await pilot.press("c")  # nothing running there now
         await pilot.pause()
@@ -246,14 +252,16 @@ async def test_slash_filters_tasks_and_escape_clears(tmp_db: Path) -> None:
         await started(pilot)
         await pilot.press("slash", *"ee")
         await pilot.pause()
-        assert [app.task_rows.at(i).name for i in range(len(app.task_rows))] == ["sleepy"]
+        assert [app.board.task_rows.at(i).name for i in range(len(app.board.task_rows))] == [
+            "sleepy"
+        ]
         text = screen_text(app)
         assert "sleepy" in text and "alpha" not in text
         await pilot.press("e")  # typed into the filter, not a key binding
         assert (await app.host.store.get_task("sleepy")).enabled
         await pilot.press("escape")
         await pilot.pause()
-        assert len(app.task_rows) == 4
+        assert len(app.board.task_rows) == 4
 
 
 async def test_f_fails_publishes_and_shows_a_banner(tmp_db: Path) -> None:
@@ -267,7 +275,7 @@ async def test_f_fails_publishes_and_shows_a_banner(tmp_db: Path) -> None:
         assert app.host.ticker.simulate_failures
         await until(pilot, lambda: "SIMULATING PUBLISH FAILURES" in screen_text(app))
         for _ in range(5):
-            await app.host.ticker.emit_tick_at(app.clock.now())
+            await app.host.ticker.emit_tick_at(app.host.clock.now())
         assert app.host.ticker.breaker.state == "OPEN"
         await until(pilot, lambda: "OPEN" in screen_text(app))
         assert "5 of 5" in screen_text(app)
@@ -356,7 +364,7 @@ async def test_every_key_is_in_the_footer_and_the_command_palette(tmp_db: Path) 
     async with app.run_test(size=(220, 40)) as pilot:
         await started(pilot)
         # The footer lists the focused pane's keys: wait for the focus, then for its repaint.
-        await until(pilot, lambda: app.focused is app.tasks_table, timeout=5)
+        await until(pilot, lambda: app.focused is app.board.tasks_table, timeout=5)
 
         def footer() -> str:
             return screen_text(app).splitlines()[-1]
@@ -385,17 +393,17 @@ async def test_palette_command_runs_the_action(tmp_db: Path) -> None:
 def _count_polls(monkeypatch) -> list[tuple[float, float, int]]:
     """Record each look for outside changes: (started, finished, tasks known or marked after)."""
     polls: list[tuple[float, float, int]] = []
-    original = TickuiApp.look_outside
+    original = LiveRefresh.look_outside
 
     async def look_outside(self) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
         await original(self)
         polls.append(
-            (started, loop.time(), len(set(self._dirty_tasks) | set(self.task_rows.by_id)))
+            (started, loop.time(), len(set(self._dirty_tasks) | set(self.board.task_rows.by_id)))
         )
 
-    monkeypatch.setattr(TickuiApp, "look_outside", look_outside)  # before the timer binds it
+    monkeypatch.setattr(LiveRefresh, "look_outside", look_outside)  # before the timer binds it
     return polls
 
 
@@ -427,10 +435,10 @@ async def test_ticks_beat_the_seconds_and_the_timer_sleeps_until_they_stop(
         await until(pilot, lambda: ticker.metrics().ticks_emitted >= 2, timeout=10)
         first = len(polls)
         await until(pilot, lambda: len(polls) >= first + 3, timeout=10)
-        assert not app._second_timer._active.is_set(), "the timer still wakes beside ticks"
+        assert not app.live.second_timer._active.is_set(), "the timer still wakes beside ticks"
         await ticker.stop()
         stopped = asyncio.get_running_loop().time()
-        await until(pilot, lambda: app._second_timer._active.is_set(), timeout=STALLED + 2)
+        await until(pilot, lambda: app.live.second_timer._active.is_set(), timeout=STALLED + 2)
         assert asyncio.get_running_loop().time() - stopped <= STALLED + 0.5
         after = len(polls)
         await until(pilot, lambda: len(polls) >= after + 2, timeout=5)  # looks go on
@@ -455,7 +463,7 @@ async def test_changes_by_another_process_show_at_the_first_look_after_them(
         first = next(p for p in polls if p[0] > committed)
         assert first[2] == 5, "the first look after the commit did not notice the new task"
         await until(pilot, lambda: "delta" in screen_text(app), timeout=5)
-        alpha = next(t for t in app.task_rows.by_id.values() if t.name == "alpha")
+        alpha = next(t for t in app.board.task_rows.by_id.values() if t.name == "alpha")
         assert not alpha.enabled and alpha.note == "from the cli"
         await until(pilot, lambda: "off from the" in screen_text(app), timeout=5)
 
@@ -474,11 +482,12 @@ async def test_a_second_dashboard_is_standby_and_still_sees_runs(tmp_db: Path) -
             await until(p2, lambda: any("queued" in n for n in notes(second)), timeout=5)
             await first.host.engine.tick(clock.now())
             [occ] = await first.host.store.history("alpha")
-            await until(p1, lambda: first.occ_rows.by_id.get(occ.id) is not None)
+            await until(p1, lambda: first.board.occ_rows.by_id.get(occ.id) is not None)
             await until(
                 p2,
                 lambda: (
-                    (o := second.occ_rows.by_id.get(occ.id)) is not None and o.state == "succeeded"
+                    (o := second.board.occ_rows.by_id.get(occ.id)) is not None
+                    and o.state == "succeeded"
                 ),
                 timeout=5,
             )
@@ -491,15 +500,17 @@ async def test_scheduled_runs_appear_when_the_engine_ticks(tmp_db: Path) -> None
         await started(pilot)
         clock.advance(3630)  # past every hourly slot
         await app.host.engine.tick(clock.now())
-        await until(pilot, lambda: len(app.occ_rows) == 3)
+        await until(pilot, lambda: len(app.board.occ_rows) == 3)
         await until(pilot, lambda: "exit 3" in screen_text(app))
         want = {"alpha": "succeeded", "beta": "failed", "sleepy": "running"}
         # each run's outcome arrives on its own: wait for all, then say which differ
         with contextlib.suppress(AssertionError):
             await until(
-                pilot, lambda: {o.task: o.state for o in app.occ_rows.by_id.values()} == want, 10
+                pilot,
+                lambda: {o.task: o.state for o in app.board.occ_rows.by_id.values()} == want,
+                10,
             )
-        assert {o.task: o.state for o in app.occ_rows.by_id.values()} == want
+        assert {o.task: o.state for o in app.board.occ_rows.by_id.values()} == want
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])

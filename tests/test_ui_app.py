@@ -34,8 +34,8 @@ async def started(pilot) -> None:
 
 
 def pick(app, name: str) -> None:
-    task = next(t for t in app.task_rows.by_id.values() if t.name == name)
-    app.tasks_table.move_to(app.task_rows.index_of(task.id))
+    task = next(t for t in app.board.task_rows.by_id.values() if t.name == name)
+    app.board.tasks_table.move_to(app.board.task_rows.index_of(task.id))
 
 
 def header(app) -> str:
@@ -93,8 +93,8 @@ async def test_the_seconds_paint_survives_a_dashboard_without_its_panes(tmp_db: 
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         await app.dashboard.query_one("#tasks-pane").remove()
-        app._each_second()
-        app.show_ticker()
+        app.live.each_second()
+        app.live.show_ticker()
         await pilot.pause()
         assert app.is_running and app.return_code is None
 
@@ -123,13 +123,13 @@ async def test_saved_view_choices_come_back_at_start(tmp_db: Path) -> None:
         await started(pilot)
         assert "08:00:00 UTC" in header(app)
         assert app.dashboard.query_one("#tasks-pane").border_title == "Tasks · by NAME ▼"
-        assert app.task_rows.at(0).name == "sleepy"
+        assert app.board.task_rows.at(0).name == "sleepy"
         assert "failed" in app.dashboard.query_one("#occ-pane").border_title
         clock.advance(3630)
         await app.host.engine.tick(clock.now())
-        await until(pilot, lambda: any(not o.active for o in app.occ_rows.by_id.values()))
+        await until(pilot, lambda: any(not o.active for o in app.board.occ_rows.by_id.values()))
         await pilot.pause(0.3)
-        assert {o.task for o in app.occ_rows.by_id.values()} == {"beta"}
+        assert {o.task for o in app.board.occ_rows.by_id.values()} == {"beta"}
 
 
 async def test_settings_that_cannot_be_saved_are_said_once(
@@ -143,7 +143,9 @@ async def test_settings_that_cannot_be_saved_are_said_once(
         await until(pilot, lambda: any("settings not saved" in n for n in notes(app)))
         await pilot.pause(0.2)
         assert sum("settings not saved" in n for n in notes(app)) == 1
-        assert app.view.mode == "task" and app.prefs.side_hidden  # kept while the app runs
+        assert (
+            app.board.view.mode == "task" and app.board.prefs.side_hidden
+        )  # kept while the app runs
 
 
 async def test_an_app_can_keep_its_settings_in_a_file_of_its_own(tmp_db: Path) -> None:
@@ -180,22 +182,22 @@ async def test_c_cancels_the_picked_run_after_50_newer_ones_arrived(tmp_db: Path
         pick(app, "sleepy")
         await pilot.press("r")
         [picked] = await app.host.store.history("sleepy")
-        await until(pilot, lambda: picked.id in app.occ_rows.by_id)
+        await until(pilot, lambda: picked.id in app.board.occ_rows.by_id)
         await pilot.press("tab")
-        app.occ_table.move_to(app.occ_rows.index_of(picked.id))
+        app.board.occ_table.move_to(app.board.occ_rows.index_of(picked.id))
         spec = build_spec(
             {"name": "burst", "every": "1h", "concurrency": "allow", "command": ["true"]}, T0
         )
         await app.host.store.add_task(spec, T0)
         for _ in range(50):
             await app.host.engine.run_now("burst")
-        await until(pilot, lambda: len(app.occ_rows) == 51)
-        assert app.occ_rows.index_of(picked.id) == 50  # moved 50 rows down
+        await until(pilot, lambda: len(app.board.occ_rows) == 51)
+        assert app.board.occ_rows.index_of(picked.id) == 50  # moved 50 rows down
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert f"Cancel run {picked.id} (sleepy, started " in screen_text(app)
         await pilot.press("y")
-        await until(pilot, lambda: app.occ_rows.by_id[picked.id].state == "cancelled")
+        await until(pilot, lambda: app.board.occ_rows.by_id[picked.id].state == "cancelled")
         cancelled = [
             o for o in await app.host.store.newest_occurrences(100) if o.state == "cancelled"
         ]
@@ -209,7 +211,7 @@ async def test_c_then_enter_or_n_keeps_the_run(tmp_db: Path) -> None:
         pick(app, "sleepy")
         await pilot.press("r")
         [occ] = await app.host.store.history("sleepy")
-        await until(pilot, lambda: occ.id in app.occ_rows.by_id)
+        await until(pilot, lambda: occ.id in app.board.occ_rows.by_id)
         for answer in ("enter", "n"):
             await pilot.press("c")  # from the Tasks pane: the task's running occurrence
             await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -278,10 +280,10 @@ async def test_S_cycles_the_sort_shows_it_in_the_title_and_remembers_it(tmp_db: 
         assert pane.border_title == "Tasks · by NEXT ▲"
         pick(app, "beta")
         await pilot.press("S")
-        title, descending = app.task_rows.sort
+        title, descending = app.board.task_rows.sort
         assert title not in ("NEXT", "LEFT") and not descending  # LEFT would order as NEXT
         assert pane.border_title == f"Tasks · by {title} ▲"
-        assert app.task_rows.at(app.tasks_table.cursor).name == "beta"  # still on beta
+        assert app.board.task_rows.at(app.board.tasks_table.cursor).name == "beta"  # still on beta
         assert saved.load()[0].sort_column == title
 
 
@@ -289,11 +291,11 @@ async def test_a_header_click_sorts_by_that_column_and_again_reverses(tmp_db: Pa
     app = make_app(tmp_db, ManualClock(T0))
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
-        table = app.tasks_table
+        table = app.board.tasks_table
         for expected in (False, True):
             table.post_message(table.HeaderClicked(table, "NAME"))
-            await until(pilot, lambda e=expected: app.task_rows.sort == ("NAME", e))
-        names = [app.task_rows.at(i).name for i in range(len(app.task_rows))]
+            await until(pilot, lambda e=expected: app.board.task_rows.sort == ("NAME", e))
+        names = [app.board.task_rows.at(i).name for i in range(len(app.board.task_rows))]
         assert names == sorted(names, reverse=True)
         assert app.dashboard.query_one("#tasks-pane").border_title == "Tasks · by NAME ▼"
         assert saved.load()[0].sort_descending
@@ -306,28 +308,30 @@ async def test_occurrence_filters_by_name_state_and_task_show_in_the_title(tmp_d
         await started(pilot)
         clock.advance(3630)
         await app.host.engine.tick(clock.now())
-        await until(pilot, lambda: {o.state for o in app.occ_rows.by_id.values()} >= {
+        await until(pilot, lambda: {o.state for o in app.board.occ_rows.by_id.values()} >= {
             "succeeded", "failed", "running"})  # fmt: skip
         pane = app.dashboard.query_one("#occ-pane")
         await pilot.press("tab", "slash", *"bet", "enter")
-        await until(pilot, lambda: {o.task for o in app.occ_rows.by_id.values()} == {"beta"})
+        await until(pilot, lambda: {o.task for o in app.board.occ_rows.by_id.values()} == {"beta"})
         await until(pilot, lambda: "task ~ 'bet'" in pane.border_title, timeout=5)
         await pilot.press("slash", "escape")
-        await until(pilot, lambda: len(app.occ_rows) == 3)
+        await until(pilot, lambda: len(app.board.occ_rows) == 3)
         await pilot.press("F")  # failed
-        await until(pilot, lambda: [o.task for o in app.occ_rows.by_id.values()] == ["beta"])
+        await until(pilot, lambda: [o.task for o in app.board.occ_rows.by_id.values()] == ["beta"])
         assert "failed" in pane.border_title and saved.load()[0].occ_state == "failed"
         await pilot.press("F")  # running
-        await until(pilot, lambda: [o.task for o in app.occ_rows.by_id.values()] == ["sleepy"])
+        await until(
+            pilot, lambda: [o.task for o in app.board.occ_rows.by_id.values()] == ["sleepy"]
+        )
         await pilot.press("F", "F")  # not skipped, all
-        await until(pilot, lambda: len(app.occ_rows) == 3)
-        app.occ_table.move_to(app.occ_rows.index_of(
-            next(o.id for o in app.occ_rows.by_id.values() if o.task == "alpha")))  # fmt: skip
+        await until(pilot, lambda: len(app.board.occ_rows) == 3)
+        alpha = next(o.id for o in app.board.occ_rows.by_id.values() if o.task == "alpha")
+        app.board.occ_table.move_to(app.board.occ_rows.index_of(alpha))
         await pilot.press("T")
-        await until(pilot, lambda: [o.task for o in app.occ_rows.by_id.values()] == ["alpha"])
+        await until(pilot, lambda: [o.task for o in app.board.occ_rows.by_id.values()] == ["alpha"])
         assert "alpha" in pane.border_title
         await pilot.press("T")
-        await until(pilot, lambda: len(app.occ_rows) == 3)
+        await until(pilot, lambda: len(app.board.occ_rows) == 3)
         assert pane.border_title == "Occurrences (newest first)"
 
 
@@ -341,15 +345,15 @@ async def test_a_run_the_state_filter_stops_showing_leaves_the_table_at_once(
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         await pilot.press("tab", "F", "F")  # failed, then running
-        assert app.occ_rows.state == "running"
+        assert app.board.occ_rows.state == "running"
         occ = await app.host.engine.run_now("sleepy")
         # the height follows within the refresh that brought the row (its last step), well
         # before the next once-a-second repaint
-        await until(pilot, lambda: occ.id in app.occ_rows.by_id)
-        await until(pilot, lambda: app.occ_table.virtual_size.height == 2, timeout=0.5)
+        await until(pilot, lambda: occ.id in app.board.occ_rows.by_id)
+        await until(pilot, lambda: app.board.occ_table.virtual_size.height == 2, timeout=0.5)
         await app.host.engine.cancel(occ.id)
-        await until(pilot, lambda: not app.occ_rows.by_id)
-        await until(pilot, lambda: app.occ_table.virtual_size.height == 1, timeout=0.5)
+        await until(pilot, lambda: not app.board.occ_rows.by_id)
+        await until(pilot, lambda: app.board.occ_table.virtual_size.height == 1, timeout=0.5)
 
 
 # ---- time zones --------------------------------------------------------------------------
@@ -372,11 +376,13 @@ async def test_z_cycles_the_zone_in_the_header_and_the_tables_and_remembers_it(
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         assert "08:00:00 local (UTC)" in header(app)
-        assert app.tasks_table.source.view.mode == "local"
+        assert app.board.tasks_table.source.view.mode == "local"
         assert "08:00:30" in tokyo_row()
         await pilot.press("z")
         await until(pilot, lambda: "08:00:00 UTC" in header(app))
-        assert app.tasks_table.source.view.mode == app.occ_table.source.view.mode == "utc"
+        assert (
+            app.board.tasks_table.source.view.mode == app.board.occ_table.source.view.mode == "utc"
+        )
         await pilot.press("z")
         await until(pilot, lambda: "task zones" in header(app))
         await until(pilot, lambda: "17:00:30" in tokyo_row())  # the task's own zone
@@ -519,7 +525,7 @@ async def test_a_failed_run_raises_a_toast_and_the_bell_once_a_minute(
     tmp_db: Path, monkeypatch
 ) -> None:
     app = make_app(tmp_db, ManualClock(T0))
-    app.ring_bell = True
+    app.live.ring_bell = True
     rings: list[int] = []
     app.bell = lambda: rings.append(1)
     told = lambda: [n for n in notes(app) if "failed (" in n]  # noqa: E731
@@ -531,7 +537,7 @@ async def test_a_failed_run_raises_a_toast_and_the_bell_once_a_minute(
         [newest, *_] = await app.host.store.history(name)
 
         def ended() -> bool:
-            occ = app.occ_rows.by_id.get(newest.id)
+            occ = app.board.occ_rows.by_id.get(newest.id)
             return occ is not None and not occ.active
 
         await until(pilot, ended)
@@ -544,7 +550,7 @@ async def test_a_failed_run_raises_a_toast_and_the_bell_once_a_minute(
         assert told() == ["beta failed (3): exit 3: broken"] and rings == [1]
         await run("beta")  # failing again within the minute: counted, not told
         assert len(told()) == 1 and rings == [1]
-        app.notices.quiet = 0.0  # the minute has passed
+        app.live.notices.quiet = 0.0  # the minute has passed
         await run("beta")
         assert told()[-1] == "beta failed (3): exit 3: broken (1 more failed since the last notice)"
         assert rings == [1, 1]
@@ -565,7 +571,7 @@ async def test_breaker_opening_is_told_and_f_off_says_when_it_closes(tmp_db: Pat
         await pilot.press("y")
         await until(pilot, lambda: app.host.ticker.simulate_failures)
         for _ in range(5):
-            await app.host.ticker.emit_tick_at(app.clock.now())
+            await app.host.ticker.emit_tick_at(app.host.clock.now())
         assert app.host.ticker.breaker.state == "OPEN"
         await until(pilot, lambda: any("Breaker open" in n or "publishes stop" in n
                                        for n in notes(app)))  # fmt: skip
@@ -583,7 +589,7 @@ async def test_losing_the_lease_is_told(tmp_db: Path) -> None:
         await started(pilot)
         engine = app.host.engine
         await until(pilot, lambda: engine.status().lease_state == "held")
-        app.show_status()
+        app.live.show_status()
         clock.advance(120)  # the lease expired unrenewed: another engine takes it
         thief = await Store.open(tmp_db)
         try:
@@ -660,7 +666,7 @@ async def test_the_header_cuts_the_database_path_not_a_separator(tmp_db: Path, w
     async with app.run_test(size=(width, 30)) as pilot:
         await started(pilot)
         app.host.clock.advance(1)
-        app.show_status()
+        app.live.show_status()
         await pilot.pause()
         line = screen_text(app).splitlines()[0].rstrip()  # as drawn, cut to the width
         assert not line.endswith("│"), line
@@ -679,17 +685,17 @@ async def test_the_occurrences_title_counts_newer_runs_scrolled_out_of_sight(
     async with app.run_test(size=(100, 24)) as pilot:
         await started(pilot)
         first = await app.host.engine.run_now("alpha")
-        await until(pilot, lambda: first.id in app.occ_rows.by_id)
-        app.occ_table.focus()
-        app.occ_table.select_key(first.id)
+        await until(pilot, lambda: first.id in app.board.occ_rows.by_id)
+        app.board.occ_table.focus()
+        app.board.occ_table.select_key(first.id)
         pane = app.dashboard.query_one("#occ-pane")
         for _ in range(15):
             await until(pilot, lambda: not app.host.engine.dispatcher.active())
             occ = await app.host.engine.run_now("alpha")
-            await until(pilot, lambda occ=occ: occ.id in app.occ_rows.by_id)
-        assert app.occ_table.selected_key == first.id
-        above = app.occ_table.scroll_offset.y
+            await until(pilot, lambda occ=occ: occ.id in app.board.occ_rows.by_id)
+        assert app.board.occ_table.selected_key == first.id
+        above = app.board.occ_table.scroll_offset.y
         assert above > 0
         await until(pilot, lambda: f"↑ {above} newer above" in pane.border_title)
-        app.occ_table.move_to(0)  # back to the newest: nothing above any more
+        app.board.occ_table.move_to(0)  # back to the newest: nothing above any more
         await until(pilot, lambda: "newer above" not in pane.border_title)

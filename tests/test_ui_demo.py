@@ -38,12 +38,12 @@ async def test_demo_tasks_show_every_state_within_15_seconds(tmp_path: Path) -> 
             await wait_until(dispatched, what="the tick's runs to start")
 
         def states(task: str) -> set[str]:
-            return {o.state for o in app.occ_rows.by_id.values() if o.task == task}
+            return {o.state for o in app.board.occ_rows.by_id.values() if o.task == task}
 
         def shown(task: str, state: str, detail: str = "") -> bool:
             return any(
                 o.task == task and o.state == state and detail in (o.detail or "")
-                for o in app.occ_rows.by_id.values()
+                for o in app.board.occ_rows.by_id.values()
             )
 
         await until(pilot, lambda: "succeeded" in states("hello"))

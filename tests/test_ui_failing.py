@@ -121,7 +121,7 @@ async def test_a_retry_waits_then_pause_after_pauses_the_task_loudly(tmp_path: P
             # the Occurrences pane reads the store on its own: it may show the retry a moment on
             await until(pilot, lambda: f"attempt 2/2, next in {left}" in screen_text(app), 5)
             clock.advance(20)  # the countdowns move with the clock
-            app._each_second()
+            app.live.each_second()
             left = countdown(retry.retry_at, clock.now())
             await until(pilot, lambda: f"retry 2/2 in {left}" in _row(app, "export"), timeout=5)
             clock.set(retry.retry_at)  # due: it runs (attempt 2) and fails
@@ -151,9 +151,9 @@ async def test_c_cancels_a_waiting_retry_after_asking(tmp_path: Path) -> None:
         await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
         (retry,) = await app.host.store.queued_of()
         # the Occurrences pane reads the store on its own and can trail the Tasks row
-        await until(pilot, lambda: retry.id in app.occ_rows.by_id, timeout=5)
-        app.occ_table.focus()
-        assert app.occ_table.select_key(retry.id)
+        await until(pilot, lambda: retry.id in app.board.occ_rows.by_id, timeout=5)
+        app.board.occ_table.focus()
+        assert app.board.occ_table.select_key(retry.id)
         await pilot.press("c")
         await until(pilot, lambda: f"Cancel run {retry.id} (export, due " in screen_text(app))
         await pilot.press("y")

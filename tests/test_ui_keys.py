@@ -64,9 +64,9 @@ async def test_help_lists_the_keys_of_the_screen_it_is_opened_on(tmp_db: Path) -
         assert "Runs" in shown and "Engine" in shown and "Run output view" not in shown
         await pilot.press("escape")
         occ = await app.host.engine.run_now("alpha")
-        await until(pilot, lambda: occ.id in app.occ_rows.by_id)
-        app.occ_table.focus()
-        app.occ_table.select_key(occ.id)
+        await until(pilot, lambda: occ.id in app.board.occ_rows.by_id)
+        app.board.occ_table.focus()
+        app.board.occ_table.select_key(occ.id)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen))
         await pilot.press("question_mark")

@@ -27,14 +27,14 @@ async def key_effect_times(pilot, presses: int = 6) -> list[float]:
     app = pilot.app
     loop = asyncio.get_running_loop()
     # by id: with tasks sorted by NEXT, a disabled alpha moves to the end (the cursor with it)
-    alpha = next(t.id for t in app.task_rows.by_id.values() if t.name == "alpha")
-    app.tasks_table.select_key(alpha)
+    alpha = next(t.id for t in app.board.task_rows.by_id.values() if t.name == "alpha")
+    app.board.tasks_table.select_key(alpha)
     times = []
     for _ in range(presses):
-        before = app.task_rows.by_id[alpha].enabled
+        before = app.board.task_rows.by_id[alpha].enabled
         started = loop.time()
         app.simulate_key("e")
-        while app.task_rows.by_id[alpha].enabled == before:
+        while app.board.task_rows.by_id[alpha].enabled == before:
             await asyncio.sleep(0.001)
         times.append(loop.time() - started)
         await pilot.pause(0.05)

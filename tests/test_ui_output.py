@@ -34,14 +34,16 @@ async def run_once(pilot, name: str = "alpha"):
     before = {o.id for o in await app.host.store.history(name)}
     occ = await app.host.engine.run_now(name)
     assert occ.id not in before
-    await until(pilot, lambda: (o := app.occ_rows.by_id.get(occ.id)) is not None and not o.active)
-    return app.occ_rows.by_id[occ.id]
+    await until(
+        pilot, lambda: (o := app.board.occ_rows.by_id.get(occ.id)) is not None and not o.active
+    )
+    return app.board.occ_rows.by_id[occ.id]
 
 
 async def open_from_occurrences(pilot, occ) -> RunScreen:
     app = pilot.app
-    app.occ_table.focus()
-    app.occ_table.move_to(app.occ_rows.index_of(occ.id))
+    app.board.occ_table.focus()
+    app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
     await pilot.press("enter")
     await until(pilot, lambda: isinstance(app.screen, RunScreen))
     screen = app.screen
@@ -139,8 +141,8 @@ async def test_a_200_mb_log_opens_quickly_and_is_browsed_in_bounded_memory(
         rss_before = process.memory_info().rss
         peak = rss_before
         began = time.monotonic()
-        app.occ_table.focus()
-        app.occ_table.move_to(app.occ_rows.index_of(occ.id))
+        app.board.occ_table.focus()
+        app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen))
         screen = app.screen
@@ -186,9 +188,9 @@ async def test_follow_shows_lines_written_while_the_view_is_open(tmp_db: Path) -
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         occ = await app.host.engine.run_now("chatty")
-        await until(pilot, lambda: occ.id in app.occ_rows.by_id)
-        app.occ_table.focus()
-        app.occ_table.move_to(app.occ_rows.index_of(occ.id))
+        await until(pilot, lambda: occ.id in app.board.occ_rows.by_id)
+        app.board.occ_table.focus()
+        app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen))
         screen = app.screen

@@ -512,24 +512,24 @@ async def test_the_app_keeps_the_selected_run_while_new_runs_arrive(tmp_path) ->
     db = tmp_path / "t.db"
     app = make_app(db, clock, start_engine=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.host is not None and len(app.task_rows) > 0)
+        await until(pilot, lambda: app.host is not None and len(app.board.task_rows) > 0)
         other = await Store.open(db)
         try:
             alpha = await other.get_task("alpha")
             await _add_runs(other, alpha, [("succeeded", S)] * 10)
-            await app.look_outside()
-            await until(pilot, lambda: len(app.occ_rows) == 10)
-            table = app.occ_table
+            await app.live.look_outside()
+            await until(pilot, lambda: len(app.board.occ_rows) == 10)
+            table = app.board.occ_table
             table.focus()
             await pilot.press("down", "down", "down")
             picked = table.selected_key
-            assert picked == app.occ_rows.key_at(3)
+            assert picked == app.board.occ_rows.key_at(3)
             await _add_runs(other, alpha, [("failed", S)] * 50)
-            await app.look_outside()
-            await until(pilot, lambda: len(app.occ_rows) == 60)
+            await app.live.look_outside()
+            await until(pilot, lambda: len(app.board.occ_rows) == 60)
             await until(pilot, lambda: table.cursor == 53, timeout=2)  # moved in the same refresh
             assert table.selected_key == picked
-            assert app.selected_occurrence().id == picked
+            assert app.dashboard.selected_occurrence().id == picked
         finally:
             await other.close()
 

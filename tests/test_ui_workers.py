@@ -67,7 +67,7 @@ async def remote_run(app, worker: str, tail: str) -> int:
     )
     await store.set_workers([(occ.id, worker)])
     await engine.tick(now)
-    app.mark(occurrences=[occ.id])
+    app.live.mark(occurrences=[occ.id])
     return occ.id
 
 
@@ -80,7 +80,7 @@ async def test_local_dispatch_shows_no_workers_pane_and_no_worker_column(tmp_db:
         await started(pilot)
         await until(pilot, lambda: "Circuit breaker" in screen_text(app))
         assert not pane(app).display and "Workers" not in screen_text(app)
-        assert app.occ_table.columns == OCCURRENCE_COLUMNS
+        assert app.board.occ_table.columns == OCCURRENCE_COLUMNS
 
 
 async def test_kafka_dispatch_lists_workers_with_state_slots_and_last_heartbeat(
@@ -184,13 +184,13 @@ async def test_a_run_on_a_worker_shows_its_worker_in_the_tables_and_its_tail(
     async with app.run_test(size=(200, 50)) as pilot:
         await started(pilot)
         await app.host.engine.tick(clock.now())  # the lease
-        assert "WORKER" not in [c.title for c in app.occ_table.columns]
+        assert "WORKER" not in [c.title for c in app.board.occ_table.columns]
         occ_id = await remote_run(app, "w-east-1", "line one\nsecret=hunter2 done\n")
         await until(pilot, lambda: "w-east-1" in screen_text(app), timeout=5)
         assert "WORKER" in screen_text(app) and "succeeded" in screen_text(app)
         # the run view: the worker's tail, its id and its log path on the worker
-        app.occ_table.focus()
-        app.occ_table.select_key(occ_id)
+        app.board.occ_table.focus()
+        app.board.occ_table.select_key(occ_id)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen))
         run = app.screen
@@ -204,8 +204,8 @@ async def test_a_run_on_a_worker_shows_its_worker_in_the_tables_and_its_tail(
         assert paged.read_text() == "line one\nsecret=*** done\n"
         await pilot.press("escape")
         # the task's detail: a WORKER column and the worker's tail as the output
-        app.tasks_table.focus()
-        app.tasks_table.select_key(app.occ_rows.by_id[occ_id].task_id)
+        app.board.tasks_table.focus()
+        app.board.tasks_table.select_key(app.board.occ_rows.by_id[occ_id].task_id)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, DetailScreen))
         await until(pilot, lambda: "line one" in screen_text(app), timeout=5)
@@ -246,7 +246,7 @@ async def test_a_remote_run_still_running_says_its_tail_comes_with_its_end(
         await store.set_workers([(occ.id, "w-2")])
         await engine.tick(clock.now())
         fresh = (await store.occurrences_by_id([occ.id]))[0]
-        app.open_run(fresh)
+        app.dashboard.act.open_run(fresh)
         await until(pilot, lambda: isinstance(app.screen, RunScreen))
         await until(pilot, lambda: "comes with its end" in screen_text(app), timeout=5)
         assert "/w/9.log (on w-2)" in screen_text(app)
@@ -264,7 +264,7 @@ async def test_a_broker_that_is_down_is_said_in_the_header_and_the_workers_pane(
         await started(pilot)
         await app.host.engine.tick(clock.now())
         await until(pilot, lambda: "⚠ kafka 127.0.0.1:9: broker down" in screen_text(app))
-        app._status_dirty = True
+        app.live.status_dirty = True
         await until(
             pilot, lambda: PROBLEM in str(app.dashboard.query_one(StatusLine)._shown), timeout=5
         )
