@@ -85,6 +85,24 @@ def tmux():
     run("kill-server")
 
 
+# ---- the dashboard (tests/ui_support.py) ------------------------------------------------------
+
+
+@pytest.fixture
+async def dashboard(tmp_db: Path):
+    """Runs the dashboard over `tmp_db` (seeded with ui_support.BASIC_TASKS unless told):
+    `app, pilot = await dashboard(clock, seed, size=..., notifications=..., **make_app
+    options)` returns once the host is up and the first picture is shown (`started=False`:
+    at once). Every app opened is closed after the test, the last one first."""
+    from ui_support import RunningDashboards
+
+    running = RunningDashboards(tmp_db)
+    try:
+        yield running.open
+    finally:
+        await running.close()
+
+
 # ---- running in parallel (pytest-xdist, `make test` uses -n 2 --dist loadgroup) ---------------
 
 # Files whose tests must not run beside each other in two workers. Kafka dispatch uses fixed

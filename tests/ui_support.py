@@ -7,6 +7,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from textual._context import active_app, active_message_pump
+from textual.pilot import Pilot
+
+from helpers import T0
 from tickui.common.clock import ManualClock
 from tickui.model.spec import build_spec
 from tickui.runtime.host import Host, build_host
@@ -15,6 +19,7 @@ from tickui.store import Store
 from tickui.ticks.config import TickerConfig
 from tickui.ui.app import TickuiApp
 
+SIZE = (140, 40)  # the terminal a dashboard test runs in unless it says otherwise
 QUIT_GRACE = 200_000  # µs: runs still going when a test's app closes are cancelled quickly
 Seed = Callable[[Store, ManualClock], Awaitable[None]]
 
@@ -63,6 +68,73 @@ def make_app(
         return host
 
     return TickuiApp(factory)
+
+
+class RunningDashboards:
+    """Dashboards over one database, each run headless by a task of its own (Textual's
+    run_test sets context variables it must reset in the same context, and a fixture's
+    teardown runs in another): see the `dashboard` fixture."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.runs: list[tuple[asyncio.Task, asyncio.Event]] = []
+
+    async def open(
+        self,
+        clock: ManualClock | None = None,
+        seed: Seed | None = seed_basic,
+        *,
+        size: tuple[int, int] = SIZE,
+        notifications: bool = False,
+        started: bool = True,
+        **options,
+    ) -> tuple[TickuiApp, Pilot]:
+        app = make_app(self.db, clock if clock is not None else ManualClock(T0), seed, **options)
+        opened: asyncio.Future[Pilot] = asyncio.get_running_loop().create_future()
+        closing = asyncio.Event()
+
+        async def run() -> None:
+            async with app.run_test(size=size, notifications=notifications) as pilot:
+                opened.set_result(pilot)
+                await closing.wait()
+
+        task = asyncio.create_task(run(), name=f"dashboard {len(self.runs)}")
+        self.runs.append((task, closing))
+        await asyncio.wait([task, opened], return_when=asyncio.FIRST_COMPLETED)
+        if not opened.done():
+            await task  # it ended before its pilot came: raise why
+            raise AssertionError("the dashboard ended before it started")
+        pilot = opened.result()
+        active_app.set(app)  # as run_test does for the code inside it: the test's code
+        active_message_pump.set(app)
+        if started:
+            await ready(pilot)
+        return app, pilot
+
+    async def close(self) -> None:
+        """Each dashboard shut down, the last opened first; what ended one is raised."""
+        ended: list[BaseException] = []
+        for task, closing in reversed(self.runs):
+            closing.set()
+            try:
+                await task
+            except Exception as exc:
+                ended.append(exc)
+        if ended:
+            raise ended[0]
+
+
+async def ready(pilot) -> None:
+    """Until the host is up and the first picture is on the screen."""
+    await pilot.app.ready.wait()
+    await pilot.pause()
+
+
+def pick(app: TickuiApp, name: str) -> None:
+    """Put the Tasks pane's cursor on the task shown with that name."""
+    rows = app.board.task_rows
+    index = next(i for i in range(len(rows)) if rows.at(i).name == name)
+    app.board.tasks_table.move_to(index)
 
 
 async def until(pilot, check: Callable[[], object], timeout: float = 10.0) -> None:
