@@ -93,7 +93,8 @@ async def dashboard(tmp_db: Path):
     """Runs the dashboard over `tmp_db` (seeded with ui_support.BASIC_TASKS unless told):
     `app, pilot = await dashboard(clock, seed, size=..., notifications=..., **make_app
     options)` returns once the host is up and the first picture is shown (`started=False`:
-    at once). Every app opened is closed after the test, the last one first."""
+    at once); `app=` runs an app the test built. Every app opened is closed after the
+    test, the last one first."""
     from ui_support import RunningDashboards
 
     running = RunningDashboards(tmp_db)

@@ -100,106 +100,108 @@ def _row(app: TickuiApp, task: str) -> str:
     return next(line for line in screen_text(app).splitlines() if f"│{task} " in line)
 
 
-async def test_a_retry_waits_then_pause_after_pauses_the_task_loudly(tmp_path: Path) -> None:
+async def test_a_retry_waits_then_pause_after_pauses_the_task_loudly(
+    tmp_path: Path, dashboard
+) -> None:
     """The 08:00 slot (due at start) fails; its retry waits with a countdown in both
     panes, runs and fails; the 09:00 slot does the same: two failed slots pause it."""
     clock = ManualClock(T0)
-    app = _app(tmp_path / "t.db", clock)
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready.wait()
-        engine, store = app.host.engine, app.host.store
+    app, pilot = await dashboard(app=_app(tmp_path / "t.db", clock), size=SIZE, started=False)
+    await app.ready.wait()
+    engine, store = app.host.engine, app.host.store
 
-        async def waiting_retry() -> Occurrence:
-            (queued,) = await store.queued_of()
-            return queued
+    async def waiting_retry() -> Occurrence:
+        (queued,) = await store.queued_of()
+        return queued
 
-        async def fail_a_slot() -> None:
-            await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
-            retry = await waiting_retry()
-            left = countdown(retry.retry_at, clock.now())
-            assert f"failed, retry 2/2 in {left}" in _row(app, "export")
-            # the Occurrences pane reads the store on its own: it may show the retry a moment on
-            await until(pilot, lambda: f"attempt 2/2, next in {left}" in screen_text(app), 5)
-            clock.advance(20)  # the countdowns move with the clock
-            app.live.each_second()
-            left = countdown(retry.retry_at, clock.now())
-            await until(pilot, lambda: f"retry 2/2 in {left}" in _row(app, "export"), timeout=5)
-            clock.set(retry.retry_at)  # due: it runs (attempt 2) and fails
-            clock.advance(0)
-            await engine.tick(clock.now())
-            await until(pilot, lambda: f"{retry.id:>6} failed" in screen_text(app), timeout=15)
-            await until(pilot, lambda: "attempt 2/2 · exit 3" in screen_text(app), timeout=5)
-
-        await fail_a_slot()
-        assert " on " in _row(app, "export") and not any("paused" in n for n in notes(app))
-        clock.set(T0 + 3600 * MICROS)  # the 09:00 slot
-        await engine.tick(clock.now())
-        await fail_a_slot()
-        await until(pilot, lambda: "PAUSED after 2" in _row(app, "export"), timeout=15)
-        await until(
-            pilot,
-            lambda: any("export paused after 2 consecutive failures" in n for n in notes(app)),
-            timeout=5,
-        )
-
-
-async def test_c_cancels_a_waiting_retry_after_asking(tmp_path: Path) -> None:
-    clock = ManualClock(T0)
-    app = _app(tmp_path / "t.db", clock)
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready.wait()
+    async def fail_a_slot() -> None:
         await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
-        (retry,) = await app.host.store.queued_of()
-        # the Occurrences pane reads the store on its own and can trail the Tasks row
-        await until(pilot, lambda: retry.id in app.board.occ_rows.by_id, timeout=5)
-        app.board.occ_table.focus()
-        assert app.board.occ_table.select_key(retry.id)
-        await pilot.press("c")
-        await until(pilot, lambda: f"Cancel run {retry.id} (export, due " in screen_text(app))
-        await pilot.press("y")
-        await until(pilot, lambda: f"{retry.id:>6} cancelled" in screen_text(app), timeout=10)
-        assert not await app.host.store.queued_of()
-        await until(pilot, lambda: "retry" not in _row(app, "export"), timeout=5)
+        retry = await waiting_retry()
+        left = countdown(retry.retry_at, clock.now())
+        assert f"failed, retry 2/2 in {left}" in _row(app, "export")
+        # the Occurrences pane reads the store on its own: it may show the retry a moment on
+        await until(pilot, lambda: f"attempt 2/2, next in {left}" in screen_text(app), 5)
+        clock.advance(20)  # the countdowns move with the clock
+        app.live.each_second()
+        left = countdown(retry.retry_at, clock.now())
+        await until(pilot, lambda: f"retry 2/2 in {left}" in _row(app, "export"), timeout=5)
+        clock.set(retry.retry_at)  # due: it runs (attempt 2) and fails
+        clock.advance(0)
+        await engine.tick(clock.now())
+        await until(pilot, lambda: f"{retry.id:>6} failed" in screen_text(app), timeout=15)
+        await until(pilot, lambda: "attempt 2/2 · exit 3" in screen_text(app), timeout=5)
+
+    await fail_a_slot()
+    assert " on " in _row(app, "export") and not any("paused" in n for n in notes(app))
+    clock.set(T0 + 3600 * MICROS)  # the 09:00 slot
+    await engine.tick(clock.now())
+    await fail_a_slot()
+    await until(pilot, lambda: "PAUSED after 2" in _row(app, "export"), timeout=15)
+    await until(
+        pilot,
+        lambda: any("export paused after 2 consecutive failures" in n for n in notes(app)),
+        timeout=5,
+    )
 
 
-async def test_the_hooks_screen_lists_deliveries_with_their_outcome(tmp_path: Path) -> None:
+async def test_c_cancels_a_waiting_retry_after_asking(tmp_path: Path, dashboard) -> None:
+    clock = ManualClock(T0)
+    app, pilot = await dashboard(app=_app(tmp_path / "t.db", clock), size=SIZE, started=False)
+    await app.ready.wait()
+    await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
+    (retry,) = await app.host.store.queued_of()
+    # the Occurrences pane reads the store on its own and can trail the Tasks row
+    await until(pilot, lambda: retry.id in app.board.occ_rows.by_id, timeout=5)
+    app.board.occ_table.focus()
+    assert app.board.occ_table.select_key(retry.id)
+    await pilot.press("c")
+    await until(pilot, lambda: f"Cancel run {retry.id} (export, due " in screen_text(app))
+    await pilot.press("y")
+    await until(pilot, lambda: f"{retry.id:>6} cancelled" in screen_text(app), timeout=10)
+    assert not await app.host.store.queued_of()
+    await until(pilot, lambda: "retry" not in _row(app, "export"), timeout=5)
+
+
+async def test_the_hooks_screen_lists_deliveries_with_their_outcome(
+    tmp_path: Path, dashboard
+) -> None:
     got = tmp_path / "event.json"
     hook = HookConfig(name="pager", on=frozenset({"failed"}), command=("sh", "-c", f"cat > {got}"))
     clock = ManualClock(T0)
-    app = _app(tmp_path / "t.db", clock, hooks=(hook,))
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready.wait()
-        while await app.host.store.active_occurrences():  # the 08:00 slot, due at start
-            await pilot.pause(0.05)
-        await app.host.store.edit_task(
-            "export",
-            build_spec(
-                {"name": "export", "every": "1h", "command": ["sh", "-c", "exit 3"]}, clock.now()
-            ),
-            clock.now(),
-        )  # no retries: the first failure is the slot's last
-        await app.host.engine.run_now("export")
-        await until(pilot, got.exists, timeout=15)
-        await pilot.press("h")
-        await until(pilot, lambda: isinstance(app.screen, HooksScreen))
-        # the count goes up when the hook's process has ended; the screen reads it each second
-        await until(
-            pilot, lambda: "1 hook · delivered 1 · failed 0" in screen_text(app), timeout=10
-        )
-        text = screen_text(app)
-        assert "pager" in text and "failed" in text and "export" in text
-        assert "1 hook · delivered 1 · failed 0" in text
-        await pilot.press("escape")
-        await until(pilot, lambda: not isinstance(app.screen, HooksScreen))
+    app, pilot = await dashboard(
+        app=_app(tmp_path / "t.db", clock, hooks=(hook,)), size=SIZE, started=False
+    )
+    await app.ready.wait()
+    while await app.host.store.active_occurrences():  # the 08:00 slot, due at start
+        await pilot.pause(0.05)
+    await app.host.store.edit_task(
+        "export",
+        build_spec(
+            {"name": "export", "every": "1h", "command": ["sh", "-c", "exit 3"]}, clock.now()
+        ),
+        clock.now(),
+    )  # no retries: the first failure is the slot's last
+    await app.host.engine.run_now("export")
+    await until(pilot, got.exists, timeout=15)
+    await pilot.press("h")
+    await until(pilot, lambda: isinstance(app.screen, HooksScreen))
+    # the count goes up when the hook's process has ended; the screen reads it each second
+    await until(pilot, lambda: "1 hook · delivered 1 · failed 0" in screen_text(app), timeout=10)
+    text = screen_text(app)
+    assert "pager" in text and "failed" in text and "export" in text
+    assert "1 hook · delivered 1 · failed 0" in text
+    await pilot.press("escape")
+    await until(pilot, lambda: not isinstance(app.screen, HooksScreen))
 
 
-async def test_the_hooks_screen_without_hooks_says_so(tmp_path: Path) -> None:
-    app = _app(tmp_path / "t.db", ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready.wait()
-        await pilot.press("h")
-        await until(pilot, lambda: "No [[hook]] in tickui.toml" in screen_text(app))
-        assert "No deliveries recorded yet." in screen_text(app)
+async def test_the_hooks_screen_without_hooks_says_so(tmp_path: Path, dashboard) -> None:
+    app, pilot = await dashboard(
+        app=_app(tmp_path / "t.db", ManualClock(T0)), size=SIZE, started=False
+    )
+    await app.ready.wait()
+    await pilot.press("h")
+    await until(pilot, lambda: "No [[hook]] in tickui.toml" in screen_text(app))
+    assert "No deliveries recorded yet." in screen_text(app)
 
 
 # ---- the edit form ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from tickui.ui.view.cells import (
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
 from tickui.ui.view.rows import OccurrenceRows, TaskRows
 from tickui.ui.widgets.table import Column, RowTable, fit, layout_columns
-from ui_support import make_app, until
+from ui_support import until
 
 S = MICROS
 PARIS = ZoneInfo("Europe/Paris")
@@ -505,33 +505,32 @@ async def test_cells_take_the_theme_colours_light_and_dark() -> None:
         assert Color.from_rich_color(blurred) != surface
 
 
-async def test_the_app_keeps_the_selected_run_while_new_runs_arrive(tmp_path) -> None:
+async def test_the_app_keeps_the_selected_run_while_new_runs_arrive(tmp_db, dashboard) -> None:
     """The full dashboard: pick a run in the Occurrences pane; 50 newer ones arrive
     (recorded by another connection, as a second tickui would); the pick stays."""
     clock = ManualClock(T0)
-    db = tmp_path / "t.db"
-    app = make_app(db, clock, start_engine=False)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.host is not None and len(app.board.task_rows) > 0)
-        other = await Store.open(db)
-        try:
-            alpha = await other.get_task("alpha")
-            await _add_runs(other, alpha, [("succeeded", S)] * 10)
-            await app.live.look_outside()
-            await until(pilot, lambda: len(app.board.occ_rows) == 10)
-            table = app.board.occ_table
-            table.focus()
-            await pilot.press("down", "down", "down")
-            picked = table.selected_key
-            assert picked == app.board.occ_rows.key_at(3)
-            await _add_runs(other, alpha, [("failed", S)] * 50)
-            await app.live.look_outside()
-            await until(pilot, lambda: len(app.board.occ_rows) == 60)
-            await until(pilot, lambda: table.cursor == 53, timeout=2)  # moved in the same refresh
-            assert table.selected_key == picked
-            assert app.dashboard.selected_occurrence().id == picked
-        finally:
-            await other.close()
+    db = tmp_db
+    app, pilot = await dashboard(clock, start_engine=False, size=(160, 50), started=False)
+    await until(pilot, lambda: app.host is not None and len(app.board.task_rows) > 0)
+    other = await Store.open(db)
+    try:
+        alpha = await other.get_task("alpha")
+        await _add_runs(other, alpha, [("succeeded", S)] * 10)
+        await app.live.look_outside()
+        await until(pilot, lambda: len(app.board.occ_rows) == 10)
+        table = app.board.occ_table
+        table.focus()
+        await pilot.press("down", "down", "down")
+        picked = table.selected_key
+        assert picked == app.board.occ_rows.key_at(3)
+        await _add_runs(other, alpha, [("failed", S)] * 50)
+        await app.live.look_outside()
+        await until(pilot, lambda: len(app.board.occ_rows) == 60)
+        await until(pilot, lambda: table.cursor == 53, timeout=2)  # moved in the same refresh
+        assert table.selected_key == picked
+        assert app.dashboard.selected_occurrence().id == picked
+    finally:
+        await other.close()
 
 
 class TaskApp(App):

@@ -87,9 +87,13 @@ class RunningDashboards:
         size: tuple[int, int] = SIZE,
         notifications: bool = False,
         started: bool = True,
+        app: TickuiApp | None = None,
         **options,
     ) -> tuple[TickuiApp, Pilot]:
-        app = make_app(self.db, clock if clock is not None else ManualClock(T0), seed, **options)
+        """`app`: run this one (built over its own database) instead of make_app's."""
+        if app is None:
+            clock = clock if clock is not None else ManualClock(T0)
+            app = make_app(self.db, clock, seed, **options)
         opened: asyncio.Future[Pilot] = asyncio.get_running_loop().create_future()
         closing = asyncio.Event()
 
