@@ -85,7 +85,7 @@ def tmux():
     run("kill-server")
 
 
-# ---- the dashboard (tests/ui_support.py) ------------------------------------------------------
+# ---- the dashboard and other Textual apps, headless (tests/ui_support.py) ------------------
 
 
 @pytest.fixture
@@ -95,11 +95,26 @@ async def dashboard(tmp_db: Path):
     options)` returns once the host is up and the first picture is shown (`started=False`:
     at once); `app=` runs an app the test built. Every app opened is closed after the
     test, the last one first."""
-    from ui_support import RunningDashboards
+    from functools import partial
 
-    running = RunningDashboards(tmp_db)
+    from ui_support import RunningApps, open_dashboard
+
+    running = RunningApps()
     try:
-        yield running.open
+        yield partial(open_dashboard, running, tmp_db)
+    finally:
+        await running.close()
+
+
+@pytest.fixture
+async def run_app():
+    """`pilot = await run_app(app, size=..., **run_test options)`: any Textual app running
+    headless until the test ends."""
+    from ui_support import RunningApps
+
+    running = RunningApps()
+    try:
+        yield running.run
     finally:
         await running.close()
 

@@ -207,7 +207,7 @@ async def test_the_hooks_screen_without_hooks_says_so(tmp_path: Path, dashboard)
 # ---- the edit form ----------------------------------------------------------------------
 
 
-async def test_the_edit_form_keeps_and_changes_the_failure_fields(tmp_path: Path) -> None:
+async def test_the_edit_form_keeps_and_changes_the_failure_fields(tmp_path: Path, run_app) -> None:
     from textual.app import App
 
     raw = {"name": "export", "every": "5m", "command": ["true"], "retries": 3}
@@ -252,9 +252,9 @@ async def test_the_edit_form_keeps_and_changes_the_failure_fields(tmp_path: Path
         assert spec.retry_on == ("timeout",)
     answers.clear()
     app = FormApp()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        app.screen.query_one("#retries").value = "101"
-        await pilot.pause()
-        assert "retries" in screen_text(app) and app.screen.query_one("#add").disabled
-        await asyncio.sleep(0)
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    app.screen.query_one("#retries").value = "101"
+    await pilot.pause()
+    assert "retries" in screen_text(app) and app.screen.query_one("#add").disabled
+    await asyncio.sleep(0)

@@ -221,7 +221,7 @@ async def test_a_remote_run_still_running_says_its_tail_comes_with_its_end(dashb
     await store.set_workers([(occ.id, "w-2")])
     await engine.tick(clock.now())
     fresh = (await store.occurrences_by_id([occ.id]))[0]
-    app.dashboard.act.open_run(fresh)
+    app.dashboard.actions.open_run(fresh)
     await until(pilot, lambda: isinstance(app.screen, RunScreen))
     await until(pilot, lambda: "comes with its end" in screen_text(app), timeout=5)
     assert "/w/9.log (on w-2)" in screen_text(app)

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from textual._context import active_app, active_message_pump
+from textual.app import App
 from textual.pilot import Pilot
 
 from helpers import T0
@@ -70,53 +71,36 @@ def make_app(
     return TickuiApp(factory)
 
 
-class RunningDashboards:
-    """Dashboards over one database, each run headless by a task of its own (Textual's
-    run_test sets context variables it must reset in the same context, and a fixture's
-    teardown runs in another): see the `dashboard` fixture."""
+class RunningApps:
+    """Apps run headless, each by a task of its own until `close` (Textual's run_test sets
+    context variables it must reset in the context that set them, and a fixture's
+    teardown runs in another): see the `dashboard` and `run_app` fixtures."""
 
-    def __init__(self, db: Path) -> None:
-        self.db = db
+    def __init__(self) -> None:
         self.runs: list[tuple[asyncio.Task, asyncio.Event]] = []
 
-    async def open(
-        self,
-        clock: ManualClock | None = None,
-        seed: Seed | None = seed_basic,
-        *,
-        size: tuple[int, int] = SIZE,
-        notifications: bool = False,
-        started: bool = True,
-        app: TickuiApp | None = None,
-        **options,
-    ) -> tuple[TickuiApp, Pilot]:
-        """`app`: run this one (built over its own database) instead of make_app's."""
-        if app is None:
-            clock = clock if clock is not None else ManualClock(T0)
-            app = make_app(self.db, clock, seed, **options)
+    async def run(self, app: App, *, size: tuple[int, int] = SIZE, **options) -> Pilot:
+        """`app` running (run_test's `options`), and its pilot."""
         opened: asyncio.Future[Pilot] = asyncio.get_running_loop().create_future()
         closing = asyncio.Event()
 
         async def run() -> None:
-            async with app.run_test(size=size, notifications=notifications) as pilot:
+            async with app.run_test(size=size, **options) as pilot:
                 opened.set_result(pilot)
                 await closing.wait()
 
-        task = asyncio.create_task(run(), name=f"dashboard {len(self.runs)}")
+        task = asyncio.create_task(run(), name=f"headless app {len(self.runs)}")
         self.runs.append((task, closing))
         await asyncio.wait([task, opened], return_when=asyncio.FIRST_COMPLETED)
         if not opened.done():
             await task  # it ended before its pilot came: raise why
-            raise AssertionError("the dashboard ended before it started")
-        pilot = opened.result()
+            raise AssertionError(f"{app} ended before it started")
         active_app.set(app)  # as run_test does for the code inside it: the test's code
         active_message_pump.set(app)
-        if started:
-            await ready(pilot)
-        return app, pilot
+        return opened.result()
 
     async def close(self) -> None:
-        """Each dashboard shut down, the last opened first; what ended one is raised."""
+        """Each app shut down, the last opened first; what ended one is raised."""
         ended: list[BaseException] = []
         for task, closing in reversed(self.runs):
             closing.set()
@@ -126,6 +110,28 @@ class RunningDashboards:
                 ended.append(exc)
         if ended:
             raise ended[0]
+
+
+async def open_dashboard(
+    running: RunningApps,
+    db: Path,
+    clock: ManualClock | None = None,
+    seed: Seed | None = seed_basic,
+    *,
+    size: tuple[int, int] = SIZE,
+    notifications: bool = False,
+    started: bool = True,
+    app: TickuiApp | None = None,
+    **options,
+) -> tuple[TickuiApp, Pilot]:
+    """The dashboard over `db` (make_app's `options`), or `app` when a test built its own,
+    running in `running`."""
+    if app is None:
+        app = make_app(db, clock if clock is not None else ManualClock(T0), seed, **options)
+    pilot = await running.run(app, size=size, notifications=notifications)
+    if started:
+        await ready(pilot)
+    return app, pilot
 
 
 async def ready(pilot) -> None:

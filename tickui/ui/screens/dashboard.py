@@ -53,7 +53,7 @@ class Dashboard(Screen[None]):
         self.tasks = board.tasks_table
         self.occurrences = board.occ_table
         self.live = LiveRefresh(board, self, ring_bell=ring_bell)
-        self.act = TaskActions(board, self.live, self)
+        self.actions = TaskActions(board, self.live, self)
         self._filtering_occ = False  # the filter box filters the Occurrences pane (else Tasks)
 
     def compose(self) -> ComposeResult:
@@ -142,12 +142,12 @@ class Dashboard(Screen[None]):
         task = self._need_task()
         if task is None:
             return
-        await self.act.run_now(task)
+        await self.actions.run_now(task)
 
     async def action_toggle_enabled(self) -> None:
         task = self._need_task()
         if task is not None:
-            await self.act.toggle_enabled(task)
+            await self.actions.toggle_enabled(task)
 
     def action_detail(self) -> None:
         screen = self.app.screen
@@ -157,30 +157,30 @@ class Dashboard(Screen[None]):
         if self.focused is self.occurrences:
             occ = self.selected_occurrence()
             if occ is not None:
-                self.act.open_run(occ)
+                self.actions.open_run(occ)
             return
         task = self._need_task()
         if task is not None:
-            self.act.open_detail(task)
+            self.actions.open_detail(task)
 
     def action_add_task(self) -> None:
-        self.act.add()
+        self.actions.add()
 
     def action_edit_task(self) -> None:
         task = self._need_task()
         if task is not None:
-            self.act.edit(task)
+            self.actions.edit(task)
 
     def action_delete_task(self) -> None:
         task = self._need_task()
         if task is not None:
-            self.act.delete(task)
+            self.actions.delete(task)
 
     async def action_cancel_run(self) -> None:
         if self.board.quitting:
             self.post_message(self.HangUp())
             return
-        await self.act.cancel(self.selected_occurrence())
+        await self.actions.cancel(self.selected_occurrence())
 
     # ---- what the panes show ------------------------------------------------------------
 

@@ -47,7 +47,8 @@ class DetailSource:
     """What the detail screen needs from whoever shows it, handed down rather than
     reached for: the task's live row, its run history, the time, how to cancel, the zone
     times are shown in (UTC when not given) and why slots were skipped or missed (per
-    reason: skipped occurrences, missed slots; Store.miss_reasons by task id)."""
+    reason: skipped occurrences, missed slots; Store.miss_reasons by task id), and what
+    its r, e and E do to the task (the dashboard's own actions, given this task)."""
 
     current_task: Callable[[Task], Task]
     history: Callable[[str, int], Awaitable[list[Occurrence]]]
@@ -60,7 +61,7 @@ class DetailSource:
     run_now: Callable[[Task], Awaitable[None]] | None = None
     toggle_enabled: Callable[[Task], Awaitable[None]] | None = None
     edit: Callable[[Task], None] | None = None
-    quitting: Callable[[], bool] = lambda: False  # quit waits for the runs: r, e, E are off
+    quitting: Callable[[], bool] = lambda: False  # quit waits for the runs: r, e, E, enter off
 
 
 class DetailScreen(Screen[None]):
