@@ -1,8 +1,8 @@
 """The tickui dashboard: the engine and ticker in the UI's own loop, shown live.
 
-The app boots the host, keeps the view choices, and owns the keys that are about the
-whole app (the engine, the ticker, help, quit); the dashboard screen owns its panes'
-keys, and its `LiveRefresh` keeps the panes current.
+The app makes the `Board` (what the dashboard shows), boots the host into it, and owns
+the keys about the whole app (the engine, the ticker, help, quit); the dashboard screen
+owns the keys that act on its panes, and its `LiveRefresh` keeps them current.
 """
 
 from __future__ import annotations
