@@ -225,31 +225,31 @@ async def test_the_edit_form_keeps_and_changes_the_failure_fields(tmp_path: Path
             self.push_screen(AddTaskScreen(lambda: T0, task=task), answers.append)
 
     app = FormApp()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        assert not form.query_one("#failing", Collapsible).collapsed  # it has retries
-        assert form.query_one("#retries").value == "3"
-        assert form.query_one("#retry_delay").value == "30s"
-        assert form.query_one("#pause_after").value == "4"
-        assert form.query_one("#concurrency").value == "buffer_one"
-        await pilot.press("ctrl+s")
-        await until(pilot, lambda: answers)
-        assert answers[0] == task.spec, "saving unchanged changed the failure fields"
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    assert not form.query_one("#failing", Collapsible).collapsed  # it has retries
+    assert form.query_one("#retries").value == "3"
+    assert form.query_one("#retry_delay").value == "30s"
+    assert form.query_one("#pause_after").value == "4"
+    assert form.query_one("#concurrency").value == "buffer_one"
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: answers)
+    assert answers[0] == task.spec, "saving unchanged changed the failure fields"
     answers.clear()
     app = FormApp()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        form.query_one("#retries").value = "5"
-        form.query_one("#pause_after").value = ""
-        await pilot.pause()
-        await pilot.press("ctrl+s")
-        await until(pilot, lambda: answers)
-        spec = answers[0]
-        assert (spec.retries, spec.pause_after) == (5, None)
-        assert (spec.retry_delay, spec.retry_max_delay) == (30 * MICROS, 600 * MICROS)
-        assert spec.retry_on == ("timeout",)
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    form.query_one("#retries").value = "5"
+    form.query_one("#pause_after").value = ""
+    await pilot.pause()
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: answers)
+    spec = answers[0]
+    assert (spec.retries, spec.pause_after) == (5, None)
+    assert (spec.retry_delay, spec.retry_max_delay) == (30 * MICROS, 600 * MICROS)
+    assert spec.retry_on == ("timeout",)
     answers.clear()
     app = FormApp()
     pilot = await run_app(app, size=(120, 50))

@@ -107,16 +107,16 @@ async def test_confirm_escape_and_n_answer_no(key: str, run_app) -> None:
 
 async def test_quit_dialog_enter_never_cancels_runs(run_app) -> None:
     app = Host(QuitScreen(2))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        assert app.focused is not None and app.focused.id == "stay"
-        footer = footer_line(app)
-        assert "Wait for them" in footer and "Cancel them" in footer
-        await pilot.press("tab", "tab", "tab")
-        assert app.focused is not None and app.focused.id != "cancel"
-        await pilot.press("escape")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer is None
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    assert app.focused is not None and app.focused.id == "stay"
+    footer = footer_line(app)
+    assert "Wait for them" in footer and "Cancel them" in footer
+    await pilot.press("tab", "tab", "tab")
+    assert app.focused is not None and app.focused.id != "cancel"
+    await pilot.press("escape")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer is None
     app = Host(QuitScreen(2))
     pilot = await run_app(app, size=(80, 24))
     await pilot.pause()
@@ -338,17 +338,17 @@ async def test_edit_prefills_from_the_task_and_round_trips_to_an_equal_spec(
     finally:
         await store.close()
     app = form_host(task)
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        text = screen_text(app)
-        assert "Edit task backup" in text and "Save (ctrl+s)" in text
-        assert form.query_one("#command").value == "sh -c 'echo '\"'\"'a b'\"'\"' && exit 3'"
-        assert form.query_one("#misfire").value == "run_all"
-        assert not form.query_one("#add").disabled
-        await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer == task.spec
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    text = screen_text(app)
+    assert "Edit task backup" in text and "Save (ctrl+s)" in text
+    assert form.query_one("#command").value == "sh -c 'echo '\"'\"'a b'\"'\"' && exit 3'"
+    assert form.query_one("#misfire").value == "run_all"
+    assert not form.query_one("#add").disabled
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer == task.spec
     app = form_host(task)
     pilot = await run_app(app, size=(80, 24))  # valid from the start: it opens at
     await pilot.pause(0.1)  # the top, on the name, and does not jump to the buttons
