@@ -93,15 +93,13 @@ async def dashboard(tmp_db: Path):
     """Runs the dashboard over `tmp_db` (seeded with ui_support.BASIC_TASKS unless told):
     `app, pilot = await dashboard(clock, seed, size=..., notifications=..., **make_app
     options)` returns once the host is up and the first picture is shown (`started=False`:
-    at once); `app=` runs an app the test built. Every app opened is closed after the
-    test, the last one first."""
-    from functools import partial
-
-    from ui_support import RunningApps, open_dashboard
+    at once); `app=` runs an app the test built; `await dashboard.stop(app)` shuts one
+    down early. Every app still open is closed after the test, the last one first."""
+    from ui_support import Dashboards, RunningApps
 
     running = RunningApps()
     try:
-        yield partial(open_dashboard, running, tmp_db)
+        yield Dashboards(running, tmp_db)
     finally:
         await running.close()
 

@@ -20,7 +20,7 @@ from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.screens.form import AddTaskScreen
 from tickui.ui.view.cells import stamp_text
-from ui_support import make_app, notes, pick, ready, screen_text, stored_state, until
+from ui_support import notes, pick, screen_text, stored_state, until
 
 SIZE = (140, 40)
 
@@ -238,37 +238,35 @@ async def test_f_fails_publishes_and_shows_a_banner(dashboard) -> None:
     assert "SIMULATING" not in screen_text(app)
 
 
-async def test_q_quits_at_once_when_nothing_runs(tmp_db: Path) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        await pilot.press("q")
-        await pilot.pause()
+async def test_q_quits_at_once_when_nothing_runs(dashboard) -> None:
+    app, pilot = await dashboard()
+    await pilot.press("q")
+    await pilot.pause()
+    await dashboard.stop(app)
     assert app.return_code == 0 and app.host.closed
 
 
-async def test_q_with_an_active_run_asks_and_cancel_cancels_it(tmp_db: Path) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        pick(app, "sleepy")
-        await pilot.press("r")
-        [occ] = await app.host.store.history("sleepy")
-        await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
-        await pilot.press("escape")  # stay
-        await pilot.pause()
-        assert app.is_running and not app.host.closed
-        await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
-        await pilot.press("c")
-        await until(pilot, lambda: app.host.closed)
+async def test_q_with_an_active_run_asks_and_cancel_cancels_it(tmp_db: Path, dashboard) -> None:
+    app, pilot = await dashboard()
+    pick(app, "sleepy")
+    await pilot.press("r")
+    [occ] = await app.host.store.history("sleepy")
+    await pilot.press("q")
+    await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+    await pilot.press("escape")  # stay
+    await pilot.pause()
+    assert app.is_running and not app.host.closed
+    await pilot.press("q")
+    await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+    await pilot.press("c")
+    await until(pilot, lambda: app.host.closed)
+    await dashboard.stop(app)
     assert app.return_code == 0
 
     assert await stored_state(tmp_db, occ.id) == "cancelled"
 
 
-async def test_q_wait_lets_the_active_run_finish(tmp_db: Path) -> None:
+async def test_q_wait_lets_the_active_run_finish(tmp_db: Path, dashboard) -> None:
     go = tmp_db.with_name("go")  # the run ends when the test says so, not after a sleep
 
     async def seed(store, clock):
@@ -278,16 +276,15 @@ async def test_q_wait_lets_the_active_run_finish(tmp_db: Path) -> None:
         spec = build_spec({"name": "brief", "every": "1h", "command": ["sh", "-c", script]}, T0)
         await store.add_task(spec, T0)
 
-    app = make_app(tmp_db, ManualClock(T0), seed)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        await pilot.press("r", "q")
-        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
-        # Pilot waits for the app to go idle, which quitting with "wait" does not do until
-        # the run ends: end it from a timer. It can only succeed if quit waited for it.
-        asyncio.get_running_loop().call_later(0.5, go.touch)
-        await pilot.press("w")
-        await until(pilot, lambda: not app.is_running)
+    app, pilot = await dashboard(ManualClock(T0), seed)
+    await pilot.press("r", "q")
+    await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+    # Pilot waits for the app to go idle, which quitting with "wait" does not do until
+    # the run ends: end it from a timer. It can only succeed if quit waited for it.
+    asyncio.get_running_loop().call_later(0.5, go.touch)
+    await pilot.press("w")
+    await until(pilot, lambda: not app.is_running)
+    await dashboard.stop(app)
     from tickui.store import Store
 
     store = await Store.open(tmp_db)
@@ -354,41 +351,39 @@ def _count_polls(monkeypatch) -> list[tuple[float, float, int]]:
     return polls
 
 
-async def test_outside_changes_are_looked_for_every_second(tmp_db: Path, monkeypatch) -> None:
+async def test_outside_changes_are_looked_for_every_second(dashboard, monkeypatch) -> None:
     """README: another process's changes are found within a second. The timer is
     absolute (start + k * interval), so the typical gap between looks is the interval
     itself even on a busy machine; a late look only shortens the next gap."""
     polls = _count_polls(monkeypatch)
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        await until(pilot, lambda: len(polls) >= 5, timeout=15)
+    app, pilot = await dashboard()
+    await until(pilot, lambda: len(polls) >= 5, timeout=15)
+    await dashboard.stop(app)
     starts = [p[0] for p in polls]
     gaps = sorted(b - a for a, b in itertools.pairwise(starts))
     assert statistics.median(gaps) <= 1.0 + 0.05, f"looks every {gaps} s"
 
 
 async def test_ticks_beat_the_seconds_and_the_timer_sleeps_until_they_stop(
-    tmp_db: Path, monkeypatch
+    dashboard, monkeypatch
 ) -> None:
     """While ticks come each second they do the second's work (look outside, countdowns,
     clock) and the one-second timer is paused: an idle dashboard wakes once a second, not
     twice. When ticks stop, the timer takes the beat back within STALLED s."""
     polls = _count_polls(monkeypatch)
-    app = make_app(tmp_db, ManualClock(T0), start_ticker=True)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        ticker = app.host.ticker
-        await until(pilot, lambda: ticker.metrics().ticks_emitted >= 2, timeout=10)
-        first = len(polls)
-        await until(pilot, lambda: len(polls) >= first + 3, timeout=10)
-        assert not app.live.second_timer._active.is_set(), "the timer still wakes beside ticks"
-        await ticker.stop()
-        stopped = asyncio.get_running_loop().time()
-        await until(pilot, lambda: app.live.second_timer._active.is_set(), timeout=STALLED + 2)
-        assert asyncio.get_running_loop().time() - stopped <= STALLED + 0.5
-        after = len(polls)
-        await until(pilot, lambda: len(polls) >= after + 2, timeout=5)  # looks go on
+    app, pilot = await dashboard(start_ticker=True)
+    ticker = app.host.ticker
+    await until(pilot, lambda: ticker.metrics().ticks_emitted >= 2, timeout=10)
+    first = len(polls)
+    await until(pilot, lambda: len(polls) >= first + 3, timeout=10)
+    assert not app.live.second_timer._active.is_set(), "the timer still wakes beside ticks"
+    await ticker.stop()
+    stopped = asyncio.get_running_loop().time()
+    await until(pilot, lambda: app.live.second_timer._active.is_set(), timeout=STALLED + 2)
+    assert asyncio.get_running_loop().time() - stopped <= STALLED + 0.5
+    after = len(polls)
+    await until(pilot, lambda: len(polls) >= after + 2, timeout=5)  # looks go on
+    await dashboard.stop(app)
     starts = [p[0] for p in polls[first:]]
     gaps = sorted(b - a for a, b in itertools.pairwise(starts))
     assert statistics.median(gaps) <= 1.0 + 0.1, f"looks every {gaps} s"

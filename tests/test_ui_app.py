@@ -23,7 +23,7 @@ from tickui.ui.screens.dashboard import Dashboard
 from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.screens.form import AddTaskScreen
 from tickui.ui.widgets.panes import BreakerPane, KeyFooter, StatusLine
-from ui_support import make_app, notes, pick, ready, screen_text, seed_basic, stored_state, until
+from ui_support import make_app, notes, pick, screen_text, seed_basic, stored_state, until
 
 SIZE = (140, 40)
 
@@ -85,16 +85,13 @@ async def test_the_seconds_paint_survives_a_dashboard_without_its_panes(dashboar
     assert app.is_running and app.return_code is None
 
 
-async def test_the_theme_is_remembered(tmp_db: Path) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        app.theme = "textual-light"
-        await until(pilot, lambda: saved.load()[0].theme == "textual-light")
-    again = make_app(tmp_db, ManualClock(T0))
-    async with again.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        assert again.theme == "textual-light"
+async def test_the_theme_is_remembered(dashboard) -> None:
+    app, pilot = await dashboard()
+    app.theme = "textual-light"
+    await until(pilot, lambda: saved.load()[0].theme == "textual-light")
+    await dashboard.stop(app)
+    again, pilot = await dashboard()
+    assert again.theme == "textual-light"
 
 
 async def test_saved_view_choices_come_back_at_start(dashboard) -> None:
@@ -128,15 +125,15 @@ async def test_settings_that_cannot_be_saved_are_said_once(
     assert app.board.view.mode == "task" and app.board.prefs.side_hidden  # kept while the app runs
 
 
-async def test_an_app_can_keep_its_settings_in_a_file_of_its_own(tmp_db: Path) -> None:
+async def test_an_app_can_keep_its_settings_in_a_file_of_its_own(tmp_db: Path, dashboard) -> None:
     own = tmp_db.with_name("scene-settings.json")
     saved.save(saved.DashboardSettings(zone="utc"), own)
     app = TickuiApp(make_app(tmp_db, ManualClock(T0)).factory, settings_file=own)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        assert "08:00:00 UTC" in header(app)
-        await pilot.press("H")
-        await until(pilot, lambda: saved.load(own)[0].side_hidden)
+    _, pilot = await dashboard(app=app)
+    assert "08:00:00 UTC" in header(app)
+    await pilot.press("H")
+    await until(pilot, lambda: saved.load(own)[0].side_hidden)
+    await dashboard.stop(app)
     assert not saved.settings_path().exists()  # the user's file untouched
 
 
@@ -317,9 +314,7 @@ async def test_a_run_the_state_filter_stops_showing_leaves_the_table_at_once(das
 # ---- time zones --------------------------------------------------------------------------
 
 
-async def test_z_cycles_the_zone_in_the_header_and_the_tables_and_remembers_it(
-    dashboard,
-) -> None:
+async def test_z_cycles_the_zone_in_the_header_and_the_tables_and_remembers_it(dashboard) -> None:
     async def seed(store, clock):
         await seed_basic(store, clock)
         fields = {"name": "tokyo", "every": "1h", "tz": "Asia/Tokyo", "command": ["true"]}
@@ -375,20 +370,17 @@ async def test_layout_follows_every_resize(dashboard) -> None:
     await until(pilot, narrow)
 
 
-async def test_H_hides_the_side_panes_and_it_is_remembered(tmp_db: Path) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        assert "Circuit breaker" in screen_text(app)
-        await pilot.press("H")
-        await until(pilot, lambda: "Circuit breaker" not in screen_text(app))
-        assert app.dashboard.query_one("#tables").region.width == SIZE[0]
-    again = make_app(tmp_db, ManualClock(T0))
-    async with again.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        assert "Circuit breaker" not in screen_text(again)
-        await pilot.press("H")
-        await until(pilot, lambda: "Circuit breaker" in screen_text(again))
+async def test_H_hides_the_side_panes_and_it_is_remembered(dashboard) -> None:
+    app, pilot = await dashboard()
+    assert "Circuit breaker" in screen_text(app)
+    await pilot.press("H")
+    await until(pilot, lambda: "Circuit breaker" not in screen_text(app))
+    assert app.dashboard.query_one("#tables").region.width == SIZE[0]
+    await dashboard.stop(app)
+    again, pilot = await dashboard()
+    assert "Circuit breaker" not in screen_text(again)
+    await pilot.press("H")
+    await until(pilot, lambda: "Circuit breaker" in screen_text(again))
 
 
 # ---- live under dialogs ------------------------------------------------------------------
@@ -543,41 +535,41 @@ async def test_losing_the_lease_is_told(tmp_db: Path, dashboard) -> None:
 # ---- quitting ------------------------------------------------------------------------------
 
 
-async def test_quit_wait_counts_down_in_the_header_and_c_cancels_them(tmp_db: Path) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        pick(app, "sleepy")
-        await pilot.press("r")
-        [occ] = await app.host.store.history("sleepy")
-        await until(pilot, lambda: app.host.engine.dispatcher.active() == 1)
-        await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
-        await pilot.press("w")
-        await until(pilot, lambda: "waiting for 1 run (c cancels them)" in header(app))
-        assert app.is_running
-        await until(pilot, lambda: "Run now" not in footer(app))  # only what still means something
-        assert "c Cancel run" in footer(app) and "q Quit" in footer(app)
-        await pilot.press("q")  # q again says how it stands rather than nothing
-        await until(pilot, lambda: any("already quitting" in n for n in notes(app)))
-        assert app.is_running
-        await pilot.press("c")
-        await until(pilot, lambda: not app.is_running)
+async def test_quit_wait_counts_down_in_the_header_and_c_cancels_them(
+    tmp_db: Path, dashboard
+) -> None:
+    app, pilot = await dashboard()
+    pick(app, "sleepy")
+    await pilot.press("r")
+    [occ] = await app.host.store.history("sleepy")
+    await until(pilot, lambda: app.host.engine.dispatcher.active() == 1)
+    await pilot.press("q")
+    await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+    await pilot.press("w")
+    await until(pilot, lambda: "waiting for 1 run (c cancels them)" in header(app))
+    assert app.is_running
+    await until(pilot, lambda: "Run now" not in footer(app))  # only what still means something
+    assert "c Cancel run" in footer(app) and "q Quit" in footer(app)
+    await pilot.press("q")  # q again says how it stands rather than nothing
+    await until(pilot, lambda: any("already quitting" in n for n in notes(app)))
+    assert app.is_running
+    await pilot.press("c")
+    await until(pilot, lambda: not app.is_running)
+    await dashboard.stop(app)
     assert app.return_code == 0
     assert await stored_state(tmp_db, occ.id) == "cancelled"
 
 
-async def test_hang_up_cancels_runs_records_them_and_exits_0(tmp_db: Path) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        pick(app, "sleepy")
-        await pilot.press("r")
-        [occ] = await app.host.store.history("sleepy")
-        await until(pilot, lambda: app.host.engine.dispatcher.active() == 1)
-        pid_alive = _pids(app)
-        await app.hang_up()
-        await until(pilot, lambda: not app.is_running)
+async def test_hang_up_cancels_runs_records_them_and_exits_0(tmp_db: Path, dashboard) -> None:
+    app, pilot = await dashboard()
+    pick(app, "sleepy")
+    await pilot.press("r")
+    [occ] = await app.host.store.history("sleepy")
+    await until(pilot, lambda: app.host.engine.dispatcher.active() == 1)
+    pid_alive = _pids(app)
+    await app.hang_up()
+    await until(pilot, lambda: not app.is_running)
+    await dashboard.stop(app)
     assert app.return_code == 0 and app.host.closed
     assert not any(_alive(pid) for pid in pid_alive)
     assert await stored_state(tmp_db, occ.id) == "cancelled"

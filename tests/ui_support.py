@@ -77,7 +77,7 @@ class RunningApps:
     teardown runs in another): see the `dashboard` and `run_app` fixtures."""
 
     def __init__(self) -> None:
-        self.runs: list[tuple[asyncio.Task, asyncio.Event]] = []
+        self.runs: dict[App, tuple[asyncio.Task, asyncio.Event]] = {}
 
     async def run(self, app: App, *, size: tuple[int, int] = SIZE, **options) -> Pilot:
         """`app` running (run_test's `options`), and its pilot."""
@@ -90,7 +90,7 @@ class RunningApps:
                 await closing.wait()
 
         task = asyncio.create_task(run(), name=f"headless app {len(self.runs)}")
-        self.runs.append((task, closing))
+        self.runs[app] = (task, closing)
         await asyncio.wait([task, opened], return_when=asyncio.FIRST_COMPLETED)
         if not opened.done():
             await task  # it ended before its pilot came: raise why
@@ -99,39 +99,57 @@ class RunningApps:
         active_message_pump.set(app)
         return opened.result()
 
+    async def stop(self, app: App) -> None:
+        """`app` shut down now, as leaving run_test does; what ended it is raised."""
+        task, closing = self.runs.pop(app)
+        closing.set()
+        await task
+
     async def close(self) -> None:
-        """Each app shut down, the last opened first; what ended one is raised."""
+        """Each app still running shut down, the last opened first; what ended one is
+        raised."""
         ended: list[BaseException] = []
-        for task, closing in reversed(self.runs):
-            closing.set()
+        for app in reversed(list(self.runs)):
             try:
-                await task
+                await self.stop(app)
             except Exception as exc:
                 ended.append(exc)
         if ended:
             raise ended[0]
 
 
-async def open_dashboard(
-    running: RunningApps,
-    db: Path,
-    clock: ManualClock | None = None,
-    seed: Seed | None = seed_basic,
-    *,
-    size: tuple[int, int] = SIZE,
-    notifications: bool = False,
-    started: bool = True,
-    app: TickuiApp | None = None,
-    **options,
-) -> tuple[TickuiApp, Pilot]:
-    """The dashboard over `db` (make_app's `options`), or `app` when a test built its own,
-    running in `running`."""
-    if app is None:
-        app = make_app(db, clock if clock is not None else ManualClock(T0), seed, **options)
-    pilot = await running.run(app, size=size, notifications=notifications)
-    if started:
-        await ready(pilot)
-    return app, pilot
+class Dashboards:
+    """What the `dashboard` fixture gives: `await dashboards(...)` opens one over `db`,
+    `await dashboards.stop(app)` shuts one down before the test ends (to look at what it
+    left behind, or to start it again)."""
+
+    def __init__(self, running: RunningApps, db: Path) -> None:
+        self.running = running
+        self.db = db
+
+    async def __call__(
+        self,
+        clock: ManualClock | None = None,
+        seed: Seed | None = seed_basic,
+        *,
+        size: tuple[int, int] = SIZE,
+        notifications: bool = False,
+        started: bool = True,
+        app: TickuiApp | None = None,
+        **options,
+    ) -> tuple[TickuiApp, Pilot]:
+        """The dashboard over the test's database (make_app's `options`), or `app` when
+        the test built its own."""
+        if app is None:
+            clock = clock if clock is not None else ManualClock(T0)
+            app = make_app(self.db, clock, seed, **options)
+        pilot = await self.running.run(app, size=size, notifications=notifications)
+        if started:
+            await ready(pilot)
+        return app, pilot
+
+    async def stop(self, app: TickuiApp) -> None:
+        await self.running.stop(app)
 
 
 async def ready(pilot) -> None:
