@@ -107,12 +107,12 @@ async def dashboard(tmp_db: Path):
 @pytest.fixture
 async def run_app():
     """`pilot = await run_app(app, size=..., **run_test options)`: any Textual app running
-    headless until the test ends."""
+    headless until the test ends (or `await run_app.stop(app)`)."""
     from ui_support import RunningApps
 
     running = RunningApps()
     try:
-        yield running.run
+        yield running
     finally:
         await running.close()
 

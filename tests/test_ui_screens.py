@@ -462,26 +462,29 @@ async def detail_app(db: Path) -> tuple[Host, Store]:
     return Host(DetailScreen(task, source)), store
 
 
-async def test_detail_sparkline_bars_take_the_outcome_colours(tmp_db: Path) -> None:
+async def test_detail_sparkline_bars_take_the_outcome_colours(tmp_db: Path, run_app) -> None:
     app, store = await detail_app(tmp_db)
     try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            screen = app.screen
-            await until(pilot, lambda: len(screen.runs) == len(DETAIL_RUNS))
-            line = sparkline(screen.runs, T0)
-            started = [r for r in DETAIL_RUNS if "took" in r]  # skips have no bar
-            bars = line.plain.split()[0]
-            assert len(bars) == len(started)
-            styles = [str(line.get_style_at_offset(Console(), i)) for i in range(len(bars))]
-            expected = {"succeeded": "green", "failed": "red", "cancelled": "magenta"}
-            assert styles == [expected[r["state"]] for r in started]
-            assert bars[-2] == "█" and bars[0] == "▁"  # 8 s is the longest, 1 s the shortest
-            await until(pilot, lambda: bars in screen_text(app))
+        pilot = await run_app(app, size=(120, 40))
+        screen = app.screen
+        await until(pilot, lambda: len(screen.runs) == len(DETAIL_RUNS))
+        line = sparkline(screen.runs, T0)
+        started = [r for r in DETAIL_RUNS if "took" in r]  # skips have no bar
+        bars = line.plain.split()[0]
+        assert len(bars) == len(started)
+        styles = [str(line.get_style_at_offset(Console(), i)) for i in range(len(bars))]
+        expected = {"succeeded": "green", "failed": "red", "cancelled": "magenta"}
+        assert styles == [expected[r["state"]] for r in started]
+        assert bars[-2] == "█" and bars[0] == "▁"  # 8 s is the longest, 1 s the shortest
+        await until(pilot, lambda: bars in screen_text(app))
     finally:
+        await run_app.stop(app)  # before its store closes
         await store.close()
 
 
-async def test_detail_counts_missed_and_skipped_runs_with_their_reasons(tmp_db: Path) -> None:
+async def test_detail_counts_missed_and_skipped_runs_with_their_reasons(
+    tmp_db: Path, run_app
+) -> None:
     app, store = await detail_app(tmp_db)
     try:
         assert await store.miss_reasons((await store.get_task("backup")).id) == {
@@ -489,47 +492,50 @@ async def test_detail_counts_missed_and_skipped_runs_with_their_reasons(tmp_db: 
             "misfire_skipped": (1, 3),
             "misfire_coalesced": (0, 2),
         }
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: "misfire_coalesced 2" in screen_text(app))
-            text = screen_text(app)
-            assert "missed    5: misfire_skipped 3, misfire_coalesced 2" in text
-            assert "skipped   3: concurrency_forbid 2, misfire_skipped 1" in text
+        pilot = await run_app(app, size=(120, 40))
+        await until(pilot, lambda: "misfire_coalesced 2" in screen_text(app))
+        text = screen_text(app)
+        assert "missed    5: misfire_skipped 3, misfire_coalesced 2" in text
+        assert "skipped   3: concurrency_forbid 2, misfire_skipped 1" in text
     finally:
+        await run_app.stop(app)  # before its store closes
         await store.close()
 
 
-async def test_detail_times_in_the_view_zone_named_in_the_titles(tmp_db: Path) -> None:
+async def test_detail_times_in_the_view_zone_named_in_the_titles(tmp_db: Path, run_app) -> None:
     app, store = await detail_app(tmp_db)
     try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: "Next 10 fire times (Europe/Berlin)" in screen_text(app))
-            text = screen_text(app)
-            assert "2027-01-18 09:00:00" in text  # Monday 09:00 in Berlin, not 08:00 UTC
-            assert "2027-01-18 08:00:00" not in text
-            assert "Recent runs, times Europe/Berlin" in text
-            assert " 08:00:00   +0.10s " in text  # the newest run's 07:00 UTC slot
+        pilot = await run_app(app, size=(120, 40))
+        await until(pilot, lambda: "Next 10 fire times (Europe/Berlin)" in screen_text(app))
+        text = screen_text(app)
+        assert "2027-01-18 09:00:00" in text  # Monday 09:00 in Berlin, not 08:00 UTC
+        assert "2027-01-18 08:00:00" not in text
+        assert "Recent runs, times Europe/Berlin" in text
+        assert " 08:00:00   +0.10s " in text  # the newest run's 07:00 UTC slot
     finally:
+        await run_app.stop(app)  # before its store closes
         await store.close()
 
 
 async def test_detail_runs_table_keeps_id_state_and_code_beside_a_long_error(
-    tmp_db: Path,
+    tmp_db: Path, run_app
 ) -> None:
     app, store = await detail_app(tmp_db)
     try:
-        async with app.run_test(size=(80, 24)) as pilot:
-            screen = app.screen
-            await until(pilot, lambda: len(screen.recent) == len(DETAIL_RUNS))
-            newest = screen.recent[0]
-            assert newest.state == "failed" and len(newest.detail) > 300
-            rows = screen_text(app).splitlines()
-            [header] = [r for r in rows if "STATE" in r and "CODE" in r]
-            assert "ID" in header and "DETAIL" in header
-            [row] = [r for r in rows if f" {newest.id} " in r and "failed" in r]
-            assert " 3 " in row and "exit 3: p" in row and "…" in row
-            cancelled = [r for r in rows if "CANCELLED" in r]
-            assert cancelled  # outcome_code, not -15
+        pilot = await run_app(app, size=(80, 24))
+        screen = app.screen
+        await until(pilot, lambda: len(screen.recent) == len(DETAIL_RUNS))
+        newest = screen.recent[0]
+        assert newest.state == "failed" and len(newest.detail) > 300
+        rows = screen_text(app).splitlines()
+        [header] = [r for r in rows if "STATE" in r and "CODE" in r]
+        assert "ID" in header and "DETAIL" in header
+        [row] = [r for r in rows if f" {newest.id} " in r and "failed" in r]
+        assert " 3 " in row and "exit 3: p" in row and "…" in row
+        cancelled = [r for r in rows if "CANCELLED" in r]
+        assert cancelled  # outcome_code, not -15
     finally:
+        await run_app.stop(app)  # before its store closes
         await store.close()
 
 

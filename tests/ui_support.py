@@ -79,7 +79,7 @@ class RunningApps:
     def __init__(self) -> None:
         self.runs: dict[App, tuple[asyncio.Task, asyncio.Event]] = {}
 
-    async def run(self, app: App, *, size: tuple[int, int] = SIZE, **options) -> Pilot:
+    async def __call__(self, app: App, *, size: tuple[int, int] = SIZE, **options) -> Pilot:
         """`app` running (run_test's `options`), and its pilot."""
         opened: asyncio.Future[Pilot] = asyncio.get_running_loop().create_future()
         closing = asyncio.Event()
@@ -101,6 +101,8 @@ class RunningApps:
 
     async def stop(self, app: App) -> None:
         """`app` shut down now, as leaving run_test does; what ended it is raised."""
+        if app not in self.runs:  # never started, or stopped already
+            return
         task, closing = self.runs.pop(app)
         closing.set()
         await task
@@ -143,7 +145,7 @@ class Dashboards:
         if app is None:
             clock = clock if clock is not None else ManualClock(T0)
             app = make_app(self.db, clock, seed, **options)
-        pilot = await self.running.run(app, size=size, notifications=notifications)
+        pilot = await self.running(app, size=size, notifications=notifications)
         if started:
             await ready(pilot)
         return app, pilot
