@@ -100,112 +100,114 @@ def _row(app: TickuiApp, task: str) -> str:
     return next(line for line in screen_text(app).splitlines() if f"│{task} " in line)
 
 
-async def test_a_retry_waits_then_pause_after_pauses_the_task_loudly(tmp_path: Path) -> None:
+async def test_a_retry_waits_then_pause_after_pauses_the_task_loudly(
+    tmp_path: Path, dashboard
+) -> None:
     """The 08:00 slot (due at start) fails; its retry waits with a countdown in both
     panes, runs and fails; the 09:00 slot does the same: two failed slots pause it."""
     clock = ManualClock(T0)
-    app = _app(tmp_path / "t.db", clock)
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready.wait()
-        engine, store = app.host.engine, app.host.store
+    app, pilot = await dashboard(app=_app(tmp_path / "t.db", clock), size=SIZE, started=False)
+    await app.ready.wait()
+    engine, store = app.host.engine, app.host.store
 
-        async def waiting_retry() -> Occurrence:
-            (queued,) = await store.queued_of()
-            return queued
+    async def waiting_retry() -> Occurrence:
+        (queued,) = await store.queued_of()
+        return queued
 
-        async def fail_a_slot() -> None:
-            await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
-            retry = await waiting_retry()
-            left = countdown(retry.retry_at, clock.now())
-            assert f"failed, retry 2/2 in {left}" in _row(app, "export")
-            # the Occurrences pane reads the store on its own: it may show the retry a moment on
-            await until(pilot, lambda: f"attempt 2/2, next in {left}" in screen_text(app), 5)
-            clock.advance(20)  # the countdowns move with the clock
-            app._each_second()
-            left = countdown(retry.retry_at, clock.now())
-            await until(pilot, lambda: f"retry 2/2 in {left}" in _row(app, "export"), timeout=5)
-            clock.set(retry.retry_at)  # due: it runs (attempt 2) and fails
-            clock.advance(0)
-            await engine.tick(clock.now())
-            await until(pilot, lambda: f"{retry.id:>6} failed" in screen_text(app), timeout=15)
-            await until(pilot, lambda: "attempt 2/2 · exit 3" in screen_text(app), timeout=5)
-
-        await fail_a_slot()
-        assert " on " in _row(app, "export") and not any("paused" in n for n in notes(app))
-        clock.set(T0 + 3600 * MICROS)  # the 09:00 slot
-        await engine.tick(clock.now())
-        await fail_a_slot()
-        await until(pilot, lambda: "PAUSED after 2" in _row(app, "export"), timeout=15)
-        await until(
-            pilot,
-            lambda: any("export paused after 2 consecutive failures" in n for n in notes(app)),
-            timeout=5,
-        )
-
-
-async def test_c_cancels_a_waiting_retry_after_asking(tmp_path: Path) -> None:
-    clock = ManualClock(T0)
-    app = _app(tmp_path / "t.db", clock)
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready.wait()
+    async def fail_a_slot() -> None:
         await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
-        (retry,) = await app.host.store.queued_of()
-        # the Occurrences pane reads the store on its own and can trail the Tasks row
-        await until(pilot, lambda: retry.id in app.occ_rows.by_id, timeout=5)
-        app.occ_table.focus()
-        assert app.occ_table.select_key(retry.id)
-        await pilot.press("c")
-        await until(pilot, lambda: f"Cancel run {retry.id} (export, due " in screen_text(app))
-        await pilot.press("y")
-        await until(pilot, lambda: f"{retry.id:>6} cancelled" in screen_text(app), timeout=10)
-        assert not await app.host.store.queued_of()
-        await until(pilot, lambda: "retry" not in _row(app, "export"), timeout=5)
+        retry = await waiting_retry()
+        left = countdown(retry.retry_at, clock.now())
+        assert f"failed, retry 2/2 in {left}" in _row(app, "export")
+        # the Occurrences pane reads the store on its own: it may show the retry a moment on
+        await until(pilot, lambda: f"attempt 2/2, next in {left}" in screen_text(app), 5)
+        clock.advance(20)  # the countdowns move with the clock
+        app.live.each_second()
+        left = countdown(retry.retry_at, clock.now())
+        await until(pilot, lambda: f"retry 2/2 in {left}" in _row(app, "export"), timeout=5)
+        clock.set(retry.retry_at)  # due: it runs (attempt 2) and fails
+        clock.advance(0)
+        await engine.tick(clock.now())
+        await until(pilot, lambda: f"{retry.id:>6} failed" in screen_text(app), timeout=15)
+        await until(pilot, lambda: "attempt 2/2 · exit 3" in screen_text(app), timeout=5)
+
+    await fail_a_slot()
+    assert " on " in _row(app, "export") and not any("paused" in n for n in notes(app))
+    clock.set(T0 + 3600 * MICROS)  # the 09:00 slot
+    await engine.tick(clock.now())
+    await fail_a_slot()
+    await until(pilot, lambda: "PAUSED after 2" in _row(app, "export"), timeout=15)
+    await until(
+        pilot,
+        lambda: any("export paused after 2 consecutive failures" in n for n in notes(app)),
+        timeout=5,
+    )
 
 
-async def test_the_hooks_screen_lists_deliveries_with_their_outcome(tmp_path: Path) -> None:
+async def test_c_cancels_a_waiting_retry_after_asking(tmp_path: Path, dashboard) -> None:
+    clock = ManualClock(T0)
+    app, pilot = await dashboard(app=_app(tmp_path / "t.db", clock), size=SIZE, started=False)
+    await app.ready.wait()
+    await until(pilot, lambda: "retry 2/2 in " in _row(app, "export"), timeout=15)
+    (retry,) = await app.host.store.queued_of()
+    # the Occurrences pane reads the store on its own and can trail the Tasks row
+    await until(pilot, lambda: retry.id in app.board.occ_rows.by_id, timeout=5)
+    app.board.occ_table.focus()
+    assert app.board.occ_table.select_key(retry.id)
+    await pilot.press("c")
+    await until(pilot, lambda: f"Cancel run {retry.id} (export, due " in screen_text(app))
+    await pilot.press("y")
+    await until(pilot, lambda: f"{retry.id:>6} cancelled" in screen_text(app), timeout=10)
+    assert not await app.host.store.queued_of()
+    await until(pilot, lambda: "retry" not in _row(app, "export"), timeout=5)
+
+
+async def test_the_hooks_screen_lists_deliveries_with_their_outcome(
+    tmp_path: Path, dashboard
+) -> None:
     got = tmp_path / "event.json"
     hook = HookConfig(name="pager", on=frozenset({"failed"}), command=("sh", "-c", f"cat > {got}"))
     clock = ManualClock(T0)
-    app = _app(tmp_path / "t.db", clock, hooks=(hook,))
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready.wait()
-        while await app.host.store.active_occurrences():  # the 08:00 slot, due at start
-            await pilot.pause(0.05)
-        await app.host.store.edit_task(
-            "export",
-            build_spec(
-                {"name": "export", "every": "1h", "command": ["sh", "-c", "exit 3"]}, clock.now()
-            ),
-            clock.now(),
-        )  # no retries: the first failure is the slot's last
-        await app.host.engine.run_now("export")
-        await until(pilot, got.exists, timeout=15)
-        await pilot.press("h")
-        await until(pilot, lambda: isinstance(app.screen, HooksScreen))
-        # the count goes up when the hook's process has ended; the screen reads it each second
-        await until(
-            pilot, lambda: "1 hook · delivered 1 · failed 0" in screen_text(app), timeout=10
-        )
-        text = screen_text(app)
-        assert "pager" in text and "failed" in text and "export" in text
-        assert "1 hook · delivered 1 · failed 0" in text
-        await pilot.press("escape")
-        await until(pilot, lambda: not isinstance(app.screen, HooksScreen))
+    app, pilot = await dashboard(
+        app=_app(tmp_path / "t.db", clock, hooks=(hook,)), size=SIZE, started=False
+    )
+    await app.ready.wait()
+    while await app.host.store.active_occurrences():  # the 08:00 slot, due at start
+        await pilot.pause(0.05)
+    await app.host.store.edit_task(
+        "export",
+        build_spec(
+            {"name": "export", "every": "1h", "command": ["sh", "-c", "exit 3"]}, clock.now()
+        ),
+        clock.now(),
+    )  # no retries: the first failure is the slot's last
+    await app.host.engine.run_now("export")
+    await until(pilot, got.exists, timeout=15)
+    await pilot.press("h")
+    await until(pilot, lambda: isinstance(app.screen, HooksScreen))
+    # the count goes up when the hook's process has ended; the screen reads it each second
+    await until(pilot, lambda: "1 hook · delivered 1 · failed 0" in screen_text(app), timeout=10)
+    text = screen_text(app)
+    assert "pager" in text and "failed" in text and "export" in text
+    assert "1 hook · delivered 1 · failed 0" in text
+    await pilot.press("escape")
+    await until(pilot, lambda: not isinstance(app.screen, HooksScreen))
 
 
-async def test_the_hooks_screen_without_hooks_says_so(tmp_path: Path) -> None:
-    app = _app(tmp_path / "t.db", ManualClock(T0))
-    async with app.run_test(size=SIZE) as pilot:
-        await app.ready.wait()
-        await pilot.press("h")
-        await until(pilot, lambda: "No [[hook]] in tickui.toml" in screen_text(app))
-        assert "No deliveries recorded yet." in screen_text(app)
+async def test_the_hooks_screen_without_hooks_says_so(tmp_path: Path, dashboard) -> None:
+    app, pilot = await dashboard(
+        app=_app(tmp_path / "t.db", ManualClock(T0)), size=SIZE, started=False
+    )
+    await app.ready.wait()
+    await pilot.press("h")
+    await until(pilot, lambda: "No [[hook]] in tickui.toml" in screen_text(app))
+    assert "No deliveries recorded yet." in screen_text(app)
 
 
 # ---- the edit form ----------------------------------------------------------------------
 
 
-async def test_the_edit_form_keeps_and_changes_the_failure_fields(tmp_path: Path) -> None:
+async def test_the_edit_form_keeps_and_changes_the_failure_fields(tmp_path: Path, run_app) -> None:
     from textual.app import App
 
     raw = {"name": "export", "every": "5m", "command": ["true"], "retries": 3}
@@ -223,36 +225,36 @@ async def test_the_edit_form_keeps_and_changes_the_failure_fields(tmp_path: Path
             self.push_screen(AddTaskScreen(lambda: T0, task=task), answers.append)
 
     app = FormApp()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        assert not form.query_one("#failing", Collapsible).collapsed  # it has retries
-        assert form.query_one("#retries").value == "3"
-        assert form.query_one("#retry_delay").value == "30s"
-        assert form.query_one("#pause_after").value == "4"
-        assert form.query_one("#concurrency").value == "buffer_one"
-        await pilot.press("ctrl+s")
-        await until(pilot, lambda: answers)
-        assert answers[0] == task.spec, "saving unchanged changed the failure fields"
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    assert not form.query_one("#failing", Collapsible).collapsed  # it has retries
+    assert form.query_one("#retries").value == "3"
+    assert form.query_one("#retry_delay").value == "30s"
+    assert form.query_one("#pause_after").value == "4"
+    assert form.query_one("#concurrency").value == "buffer_one"
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: answers)
+    assert answers[0] == task.spec, "saving unchanged changed the failure fields"
     answers.clear()
     app = FormApp()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        form.query_one("#retries").value = "5"
-        form.query_one("#pause_after").value = ""
-        await pilot.pause()
-        await pilot.press("ctrl+s")
-        await until(pilot, lambda: answers)
-        spec = answers[0]
-        assert (spec.retries, spec.pause_after) == (5, None)
-        assert (spec.retry_delay, spec.retry_max_delay) == (30 * MICROS, 600 * MICROS)
-        assert spec.retry_on == ("timeout",)
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    form.query_one("#retries").value = "5"
+    form.query_one("#pause_after").value = ""
+    await pilot.pause()
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: answers)
+    spec = answers[0]
+    assert (spec.retries, spec.pause_after) == (5, None)
+    assert (spec.retry_delay, spec.retry_max_delay) == (30 * MICROS, 600 * MICROS)
+    assert spec.retry_on == ("timeout",)
     answers.clear()
     app = FormApp()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        app.screen.query_one("#retries").value = "101"
-        await pilot.pause()
-        assert "retries" in screen_text(app) and app.screen.query_one("#add").disabled
-        await asyncio.sleep(0)
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    app.screen.query_one("#retries").value = "101"
+    await pilot.pause()
+    assert "retries" in screen_text(app) and app.screen.query_one("#add").disabled
+    await asyncio.sleep(0)

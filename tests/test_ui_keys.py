@@ -5,14 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers import T0
-from tickui.common.clock import ManualClock
 from tickui.ui.keys import DETAIL_KEYS, KEY_GROUPS, RUN_VIEW_KEYS, keys_markdown
 from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.dialogs import HelpScreen
 from tickui.ui.screens.run import RunScreen
 from tickui.ui.widgets.log_view import LogView
-from ui_support import make_app, screen_text, until
+from ui_support import screen_text, until
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SHOWN = {
@@ -54,39 +52,35 @@ def test_every_binding_of_the_detail_and_run_views_is_in_their_help() -> None:
     assert {"question_mark", "q", "E", "S", "F", "T", "z", "H"} <= dashboard
 
 
-async def test_help_lists_the_keys_of_the_screen_it_is_opened_on(tmp_db: Path) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.ready.is_set())
-        await pilot.press("question_mark")
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
-        shown = screen_text(app)
-        assert "Runs" in shown and "Engine" in shown and "Run output view" not in shown
-        await pilot.press("escape")
-        occ = await app.host.engine.run_now("alpha")
-        await until(pilot, lambda: occ.id in app.occ_rows.by_id)
-        app.occ_table.focus()
-        app.occ_table.select_key(occ.id)
-        await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, RunScreen))
-        await pilot.press("question_mark")
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
-        shown = screen_text(app)
-        assert "Run output view" in shown and "Open the log in $PAGER" in shown
-        assert "Engine" not in shown
+async def test_help_lists_the_keys_of_the_screen_it_is_opened_on(dashboard) -> None:
+    app, pilot = await dashboard(size=(120, 40), started=False)
+    await until(pilot, lambda: app.ready.is_set())
+    await pilot.press("question_mark")
+    await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+    shown = screen_text(app)
+    assert "Runs" in shown and "Engine" in shown and "Run output view" not in shown
+    await pilot.press("escape")
+    occ = await app.host.engine.run_now("alpha")
+    await until(pilot, lambda: occ.id in app.board.occ_rows.by_id)
+    app.board.occ_table.focus()
+    app.board.occ_table.select_key(occ.id)
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, RunScreen))
+    await pilot.press("question_mark")
+    await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+    shown = screen_text(app)
+    assert "Run output view" in shown and "Open the log in $PAGER" in shown
+    assert "Engine" not in shown
 
 
-async def test_the_detail_footer_shows_its_own_keys_and_keeps_help_and_quit(
-    tmp_db: Path,
-) -> None:
-    app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.ready.is_set())
-        await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, DetailScreen))
-        await pilot.pause(0.1)
-        footer = screen_text(app).rstrip("\n").splitlines()[-1]
-        for key in ("Back", "Run now", "Cancel run", "Enable/disable", "Edit", "Help", "Quit"):
-            assert key in footer, footer
-        for other in ("Add", "Delete", "Filter", "Start/stop engine"):  # the dashboard's
-            assert other not in footer, footer
+async def test_the_detail_footer_shows_its_own_keys_and_keeps_help_and_quit(dashboard) -> None:
+    app, pilot = await dashboard(size=(120, 40), started=False)
+    await until(pilot, lambda: app.ready.is_set())
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, DetailScreen))
+    await pilot.pause(0.1)
+    footer = screen_text(app).rstrip("\n").splitlines()[-1]
+    for key in ("Back", "Run now", "Cancel run", "Enable/disable", "Edit", "Help", "Quit"):
+        assert key in footer, footer
+    for other in ("Add", "Delete", "Filter", "Start/stop engine"):  # the dashboard's
+        assert other not in footer, footer

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from pathlib import Path
 
 import pytest
 
 import services
 from tickui.common.clock import SystemClock
 from tickui.ticks.config import TickerConfig
-from ui_support import make_app, screen_text, until
+from ui_support import screen_text, until
 
 pytestmark = pytest.mark.slow
 KEY_EFFECT_S = 0.1
@@ -27,21 +26,21 @@ async def key_effect_times(pilot, presses: int = 6) -> list[float]:
     app = pilot.app
     loop = asyncio.get_running_loop()
     # by id: with tasks sorted by NEXT, a disabled alpha moves to the end (the cursor with it)
-    alpha = next(t.id for t in app.task_rows.by_id.values() if t.name == "alpha")
-    app.tasks_table.select_key(alpha)
+    alpha = next(t.id for t in app.board.task_rows.by_id.values() if t.name == "alpha")
+    app.board.tasks_table.select_key(alpha)
     times = []
     for _ in range(presses):
-        before = app.task_rows.by_id[alpha].enabled
+        before = app.board.task_rows.by_id[alpha].enabled
         started = loop.time()
         app.simulate_key("e")
-        while app.task_rows.by_id[alpha].enabled == before:
+        while app.board.task_rows.by_id[alpha].enabled == before:
             await asyncio.sleep(0.001)
         times.append(loop.time() - started)
         await pilot.pause(0.05)
     return times
 
 
-async def test_kafka_killed_ui_keeps_answering_and_the_breaker_opens(tmp_path: Path) -> None:
+async def test_kafka_killed_ui_keeps_answering_and_the_breaker_opens(dashboard) -> None:
     with services.private_tansu() as broker:
         config = TickerConfig(
             interval_ms=100,
@@ -52,25 +51,27 @@ async def test_kafka_killed_ui_keeps_answering_and_the_breaker_opens(tmp_path: P
             scheduler_id="ui-outage",
             persist_sequence=False,
         )
-        app = make_app(tmp_path / "k.db", SystemClock(), start_ticker=True, ticker_config=config)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await app.ready.wait()
-            ticker = app.host.ticker
-            await until(pilot, lambda: ticker.metrics().ticks_published >= 3, 20)
-            await until(pilot, lambda: "CLOSED" in screen_text(app), 10)  # painted each second
-            broker.kill()
-            await until(pilot, lambda: "OPEN" in screen_text(app).split("Circuit breaker")[1], 20)
-            breaker_text = screen_text(app).split("Circuit breaker")[1]
-            assert "3 of 3" in breaker_text or "of 3" in breaker_text
-            assert ticker.breaker.last_error and "next probe" in breaker_text
-            times = await key_effect_times(pilot)
-            print("key effect s:", [round(t, 4) for t in times])
-            assert statistics.median(times) < KEY_EFFECT_S, times
-            assert ticker.metrics().ticks_emitted > 0 and app.host.engine.running
+        app, pilot = await dashboard(
+            SystemClock(), start_ticker=True, ticker_config=config, started=False
+        )
+        await app.ready.wait()
+        ticker = app.host.ticker
+        await until(pilot, lambda: ticker.metrics().ticks_published >= 3, 20)
+        await until(pilot, lambda: "CLOSED" in screen_text(app), 10)  # painted each second
+        broker.kill()
+        await until(pilot, lambda: "OPEN" in screen_text(app).split("Circuit breaker")[1], 20)
+        breaker_text = screen_text(app).split("Circuit breaker")[1]
+        assert "3 of 3" in breaker_text or "of 3" in breaker_text
+        assert ticker.breaker.last_error and "next probe" in breaker_text
+        times = await key_effect_times(pilot)
+        print("key effect s:", [round(t, 4) for t in times])
+        assert statistics.median(times) < KEY_EFFECT_S, times
+        assert ticker.metrics().ticks_emitted > 0 and app.host.engine.running
+        await dashboard.stop(app)  # before the service stops
 
 
 async def test_redis_killed_ui_keeps_answering_and_shows_the_sequence_store_down(
-    tmp_path: Path,
+    dashboard,
 ) -> None:
     with services.private_redis() as redis:
         config = TickerConfig(
@@ -79,16 +80,18 @@ async def test_redis_killed_ui_keeps_answering_and_shows_the_sequence_store_down
             valkey_timeout_s=0.3,
             scheduler_id="ui-redis",
         )
-        app = make_app(tmp_path / "r.db", SystemClock(), start_ticker=True, ticker_config=config)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await app.ready.wait()
-            ticker = app.host.ticker
-            await until(pilot, lambda: ticker.metrics().sequence_state == "ok", 20)
-            redis.kill()
-            await until(pilot, lambda: "unreachable" in screen_text(app), 20)
-            emitted = ticker.metrics().ticks_emitted
-            times = await key_effect_times(pilot)
-            print("key effect s:", [round(t, 4) for t in times])
-            assert statistics.median(times) < KEY_EFFECT_S, times
-            await until(pilot, lambda: ticker.metrics().ticks_emitted >= emitted + 5, 10)
-            assert "valkey" in screen_text(app)
+        app, pilot = await dashboard(
+            SystemClock(), start_ticker=True, ticker_config=config, started=False
+        )
+        await app.ready.wait()
+        ticker = app.host.ticker
+        await until(pilot, lambda: ticker.metrics().sequence_state == "ok", 20)
+        redis.kill()
+        await until(pilot, lambda: "unreachable" in screen_text(app), 20)
+        emitted = ticker.metrics().ticks_emitted
+        times = await key_effect_times(pilot)
+        print("key effect s:", [round(t, 4) for t in times])
+        assert statistics.median(times) < KEY_EFFECT_S, times
+        await until(pilot, lambda: ticker.metrics().ticks_emitted >= emitted + 5, 10)
+        assert "valkey" in screen_text(app)
+        await dashboard.stop(app)  # before the service stops

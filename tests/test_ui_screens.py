@@ -55,72 +55,74 @@ def footer_line(app: App) -> str:
 # ---- dialogs ---------------------------------------------------------------------------------
 
 
-async def test_confirm_enter_answers_no_and_focus_starts_on_no() -> None:
+async def test_confirm_enter_answers_no_and_focus_starts_on_no(run_app) -> None:
     app = Host(ConfirmScreen("Cancel run 7 (backup, started 08:00:01)?"))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        assert app.focused is not None and app.focused.id == "no"
-        await pilot.press("tab")  # the destructive button never takes the focus
-        assert app.focused is not None and app.focused.id == "no"
-        await pilot.press("enter")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer is False
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    assert app.focused is not None and app.focused.id == "no"
+    await pilot.press("tab")  # the destructive button never takes the focus
+    assert app.focused is not None and app.focused.id == "no"
+    await pilot.press("enter")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer is False
 
 
 @pytest.mark.parametrize("size", [(40, 16), (120, 30)])
-async def test_a_long_question_wraps_whole_inside_the_dialog(size: tuple[int, int]) -> None:
+async def test_a_long_question_wraps_whole_inside_the_dialog(
+    size: tuple[int, int], run_app
+) -> None:
     question = (
         "Fail every tick publish on purpose? This is not the demo's database: consumers"
         " of these ticks miss them until you press f again."
     )
     app = Host(ConfirmScreen(question))
-    async with app.run_test(size=size) as pilot:
-        await pilot.pause()
-        shown = re.sub(r"[█│▊▎▌▐┃]", " ", screen_text(app))  # the dialog's borders out
-        assert " ".join(shown.split()).count("until you press f again.") == 1, shown
+    pilot = await run_app(app, size=size)
+    await pilot.pause()
+    shown = re.sub(r"[█│▊▎▌▐┃]", " ", screen_text(app))  # the dialog's borders out
+    assert " ".join(shown.split()).count("until you press f again.") == 1, shown
 
 
-async def test_confirm_y_answers_yes_and_the_footer_shows_the_dialog_keys() -> None:
+async def test_confirm_y_answers_yes_and_the_footer_shows_the_dialog_keys(run_app) -> None:
     app = Host(ConfirmScreen("Delete task beta?", yes_label="Delete (y)", no_label="Keep (n)"))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        text = screen_text(app)
-        assert "Delete (y)" in text and "Keep (n)" in text
-        footer = footer_line(app)
-        assert "Yes" in footer and "No" in footer and "^q" not in footer
-        await pilot.press("y")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer is True
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    text = screen_text(app)
+    assert "Delete (y)" in text and "Keep (n)" in text
+    footer = footer_line(app)
+    assert "Yes" in footer and "No" in footer and "^q" not in footer
+    await pilot.press("y")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer is True
 
 
 @pytest.mark.parametrize("key", ["escape", "n"])
-async def test_confirm_escape_and_n_answer_no(key: str) -> None:
+async def test_confirm_escape_and_n_answer_no(key: str, run_app) -> None:
     app = Host(ConfirmScreen("Delete task beta?"))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        await pilot.press(key)
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer is False
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    await pilot.press(key)
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer is False
 
 
-async def test_quit_dialog_enter_never_cancels_runs() -> None:
+async def test_quit_dialog_enter_never_cancels_runs(run_app) -> None:
     app = Host(QuitScreen(2))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        assert app.focused is not None and app.focused.id == "stay"
-        footer = footer_line(app)
-        assert "Wait for them" in footer and "Cancel them" in footer
-        await pilot.press("tab", "tab", "tab")
-        assert app.focused is not None and app.focused.id != "cancel"
-        await pilot.press("escape")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer is None
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    assert app.focused is not None and app.focused.id == "stay"
+    footer = footer_line(app)
+    assert "Wait for them" in footer and "Cancel them" in footer
+    await pilot.press("tab", "tab", "tab")
+    assert app.focused is not None and app.focused.id != "cancel"
+    await pilot.press("escape")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer is None
     app = Host(QuitScreen(2))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        await pilot.press("c")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer == "cancel"
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    await pilot.press("c")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer == "cancel"
 
 
 HELP_GROUPS = [
@@ -131,18 +133,18 @@ HELP_GROUPS = [
 ]
 
 
-async def test_help_renders_groups_and_scrolls_to_the_last_at_80x24() -> None:
+async def test_help_renders_groups_and_scrolls_to_the_last_at_80x24(run_app) -> None:
     app = Host(HelpScreen(HELP_GROUPS))
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        text = screen_text(app)
-        assert "Runs" in text and "Run the selected task now" in text
-        assert "Quit (asks when runs are active)" not in text  # below the fold
-        assert "Close" in footer_line(app)
-        await pilot.press("end")
-        await until(pilot, lambda: "Quit (asks when runs are active)" in screen_text(app))
-        await pilot.press("question_mark")
-        await until(pilot, lambda: app.answer is not _UNSET)
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    text = screen_text(app)
+    assert "Runs" in text and "Run the selected task now" in text
+    assert "Quit (asks when runs are active)" not in text  # below the fold
+    assert "Close" in footer_line(app)
+    await pilot.press("end")
+    await until(pilot, lambda: "Quit (asks when runs are active)" in screen_text(app))
+    await pilot.press("question_mark")
+    await until(pilot, lambda: app.answer is not _UNSET)
 
 
 async def test_help_group_titles_are_bold() -> None:
@@ -249,75 +251,75 @@ async def fill(pilot, form, **values: str) -> None:
     await pilot.pause()
 
 
-async def test_form_shows_no_error_before_typing_and_labels_every_field() -> None:
+async def test_form_shows_no_error_before_typing_and_labels_every_field(run_app) -> None:
     app = form_host()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        text = screen_text(app)
-        assert "✗" not in text and "To fill in: name, schedule, command" in text
-        for label in ("Name", "Schedule", "Misfire", "Concurrency", "Time zone", "Command"):
-            assert label in text, label
-        assert shown(form, "misfire-help") == MISFIRE_HELP["run_once"]
-        assert shown(form, "concurrency-help") == CONCURRENCY_HELP["forbid"]
-        assert "Late (after downtime)" in text and "Still running at the next" in text
-        assert form.query_one("#add").disabled
-        await pilot.press(*"Bad Name")
-        await until(pilot, lambda: "✗ name" in screen_text(app))
-        await fill(pilot, form, concurrency="replace", misfire="skip")
-        assert shown(form, "misfire-help") == MISFIRE_HELP["skip"]
-        assert shown(form, "concurrency-help") == CONCURRENCY_HELP["replace"]
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    text = screen_text(app)
+    assert "✗" not in text and "To fill in: name, schedule, command" in text
+    for label in ("Name", "Schedule", "Misfire", "Concurrency", "Time zone", "Command"):
+        assert label in text, label
+    assert shown(form, "misfire-help") == MISFIRE_HELP["run_once"]
+    assert shown(form, "concurrency-help") == CONCURRENCY_HELP["forbid"]
+    assert "Late (after downtime)" in text and "Still running at the next" in text
+    assert form.query_one("#add").disabled
+    await pilot.press(*"Bad Name")
+    await until(pilot, lambda: "✗ name" in screen_text(app))
+    await fill(pilot, form, concurrency="replace", misfire="skip")
+    assert shown(form, "misfire-help") == MISFIRE_HELP["skip"]
+    assert shown(form, "concurrency-help") == CONCURRENCY_HELP["replace"]
 
 
-async def test_form_reads_cron_and_lists_5_dated_fire_times_in_the_task_zone() -> None:
+async def test_form_reads_cron_and_lists_5_dated_fire_times_in_the_task_zone(run_app) -> None:
     app = form_host()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        await fill(pilot, form, name="weekly", kind="cron", expr="0 9 * * 1")
-        await fill(pilot, form, tz="Europe/Berlin", command="echo hi")
-        text = screen_text(app)
-        assert "At 09:00, only on Monday" in text
-        assert "Europe/Berlin" in text
-        mondays = ["2027-01-18", "2027-01-25", "2027-02-01", "2027-02-08", "2027-02-15"]
-        for day in mondays:
-            assert f"Mon {day} 09:00 CET" in text, day
-        assert "2027-02-22" not in text
-        assert not form.query_one("#add").disabled
-        await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer.kind == "cron" and app.answer.tz == "Europe/Berlin"
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    await fill(pilot, form, name="weekly", kind="cron", expr="0 9 * * 1")
+    await fill(pilot, form, tz="Europe/Berlin", command="echo hi")
+    text = screen_text(app)
+    assert "At 09:00, only on Monday" in text
+    assert "Europe/Berlin" in text
+    mondays = ["2027-01-18", "2027-01-25", "2027-02-01", "2027-02-08", "2027-02-15"]
+    for day in mondays:
+        assert f"Mon {day} 09:00 CET" in text, day
+    assert "2027-02-22" not in text
+    assert not form.query_one("#add").disabled
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer.kind == "cron" and app.answer.tz == "Europe/Berlin"
 
 
-async def test_fire_times_also_in_the_dashboard_zone_when_it_differs() -> None:
+async def test_fire_times_also_in_the_dashboard_zone_when_it_differs(run_app) -> None:
     app = Host(AddTaskScreen(lambda: T0, zone_for_preview=UTC))
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        await fill(pilot, form, name="weekly", kind="cron", expr="0 9 * * 1", command="true")
-        assert "also in" not in screen_text(app)  # the task's zone is UTC too: one column
-        assert "Mon 2027-01-18 09:00 UTC" in screen_text(app)
-        await fill(pilot, form, tz="Europe/Berlin")
-        text = screen_text(app)
-        assert "Next 5 fire times (Europe/Berlin) · also in UTC" in text
-        assert "Mon 2027-01-18 09:00 CET  (Mon 2027-01-18 08:00 UTC)" in text
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    await fill(pilot, form, name="weekly", kind="cron", expr="0 9 * * 1", command="true")
+    assert "also in" not in screen_text(app)  # the task's zone is UTC too: one column
+    assert "Mon 2027-01-18 09:00 UTC" in screen_text(app)
+    await fill(pilot, form, tz="Europe/Berlin")
+    text = screen_text(app)
+    assert "Next 5 fire times (Europe/Berlin) · also in UTC" in text
+    assert "Mon 2027-01-18 09:00 CET  (Mon 2027-01-18 08:00 UTC)" in text
 
 
-async def test_cron_typed_into_the_every_field_gets_a_hint() -> None:
+async def test_cron_typed_into_the_every_field_gets_a_hint(run_app) -> None:
     app = form_host()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        await fill(pilot, form, name="x", expr="*/5 * * * *", command="true")
-        text = screen_text(app)
-        assert "looks like cron: choose cron" in text
-        assert form.query_one("#add").disabled
-        await fill(pilot, form, expr="5m")
-        assert "looks like cron" not in screen_text(app)
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    await fill(pilot, form, name="x", expr="*/5 * * * *", command="true")
+    text = screen_text(app)
+    assert "looks like cron: choose cron" in text
+    assert form.query_one("#add").disabled
+    await fill(pilot, form, expr="5m")
+    assert "looks like cron" not in screen_text(app)
 
 
 async def test_edit_prefills_from_the_task_and_round_trips_to_an_equal_spec(
-    tmp_db: Path,
+    tmp_db: Path, run_app
 ) -> None:
     store = await Store.open(tmp_db)
     try:
@@ -336,66 +338,66 @@ async def test_edit_prefills_from_the_task_and_round_trips_to_an_equal_spec(
     finally:
         await store.close()
     app = form_host(task)
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        text = screen_text(app)
-        assert "Edit task backup" in text and "Save (ctrl+s)" in text
-        assert form.query_one("#command").value == "sh -c 'echo '\"'\"'a b'\"'\"' && exit 3'"
-        assert form.query_one("#misfire").value == "run_all"
-        assert not form.query_one("#add").disabled
-        await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer == task.spec
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    text = screen_text(app)
+    assert "Edit task backup" in text and "Save (ctrl+s)" in text
+    assert form.query_one("#command").value == "sh -c 'echo '\"'\"'a b'\"'\"' && exit 3'"
+    assert form.query_one("#misfire").value == "run_all"
+    assert not form.query_one("#add").disabled
+    await pilot.press("ctrl+s")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer == task.spec
     app = form_host(task)
-    async with app.run_test(size=(80, 24)) as pilot:  # valid from the start: it opens at
-        await pilot.pause(0.1)  # the top, on the name, and does not jump to the buttons
-        form = app.screen
-        assert form.query_one("#add-box").scroll_y == 0
-        assert "Edit task backup" in screen_text(app)
+    pilot = await run_app(app, size=(80, 24))  # valid from the start: it opens at
+    await pilot.pause(0.1)  # the top, on the name, and does not jump to the buttons
+    form = app.screen
+    assert form.query_one("#add-box").scroll_y == 0
+    assert "Edit task backup" in screen_text(app)
 
 
-async def test_at_80x24_the_form_scrolls_to_its_verdict_and_buttons() -> None:
+async def test_at_80x24_the_form_scrolls_to_its_verdict_and_buttons(run_app) -> None:
     app = form_host()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        box = form.query_one("#add-box")
-        assert box.max_scroll_y > 0  # too tall for 24 lines: it scrolls
-        assert box.scroll_y == 0
-        await fill(pilot, form, name="x", expr="30s", command="true")
-        add = form.query_one("#add")
-        # Valid now: the form scrolled its verdict and buttons into view by itself.
-        await until(pilot, lambda: box.region.contains_region(add.region))
-        assert box.scroll_y > 0 and "✓" in screen_text(app)
-        box.scroll_home(animate=False)
-        await until(pilot, lambda: not box.region.contains_region(add.region))
-        add.scroll_visible(animate=False)
-        await until(pilot, lambda: box.region.contains_region(add.region))
-        assert "Add (ctrl+s)" in screen_text(app)
-        await pilot.click("#add")
-        await until(pilot, lambda: app.answer is not _UNSET)
-        assert app.answer is not None and app.answer.name == "x"
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    form = app.screen
+    box = form.query_one("#add-box")
+    assert box.max_scroll_y > 0  # too tall for 24 lines: it scrolls
+    assert box.scroll_y == 0
+    await fill(pilot, form, name="x", expr="30s", command="true")
+    add = form.query_one("#add")
+    # Valid now: the form scrolled its verdict and buttons into view by itself.
+    await until(pilot, lambda: box.region.contains_region(add.region))
+    assert box.scroll_y > 0 and "✓" in screen_text(app)
+    box.scroll_home(animate=False)
+    await until(pilot, lambda: not box.region.contains_region(add.region))
+    add.scroll_visible(animate=False)
+    await until(pilot, lambda: box.region.contains_region(add.region))
+    assert "Add (ctrl+s)" in screen_text(app)
+    await pilot.click("#add")
+    await until(pilot, lambda: app.answer is not _UNSET)
+    assert app.answer is not None and app.answer.name == "x"
 
 
-async def test_at_80x24_an_error_shows_under_its_field_without_scrolling_it_away() -> None:
+async def test_at_80x24_an_error_shows_under_its_field_without_scrolling_it_away(run_app) -> None:
     app = form_host()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        box, tz = form.query_one("#add-box"), form.query_one("#tz")
-        await fill(pilot, form, name="x", expr="30s", command="true")
-        tz.focus()
-        await until(pilot, lambda: box.region.contains_region(tz.region))
-        await pilot.press(*"Mars/Base")
-        await until(pilot, lambda: form.query_one("#tz-error").display)
-        assert shown(form, "tz-error").startswith("✗ unknown time zone 'Mars/Base'")
-        assert "✗ unknown time" in screen_text(app)
-        assert box.region.contains_region(tz.region)  # still in view
-        assert form.query_one("#add").disabled
-        await pilot.press(*["backspace"] * 9, *"UTC")
-        await until(pilot, lambda: not form.query_one("#tz-error").display)
-        assert not form.query_one("#add").disabled
+    pilot = await run_app(app, size=(80, 24))
+    await pilot.pause()
+    form = app.screen
+    box, tz = form.query_one("#add-box"), form.query_one("#tz")
+    await fill(pilot, form, name="x", expr="30s", command="true")
+    tz.focus()
+    await until(pilot, lambda: box.region.contains_region(tz.region))
+    await pilot.press(*"Mars/Base")
+    await until(pilot, lambda: form.query_one("#tz-error").display)
+    assert shown(form, "tz-error").startswith("✗ unknown time zone 'Mars/Base'")
+    assert "✗ unknown time" in screen_text(app)
+    assert box.region.contains_region(tz.region)  # still in view
+    assert form.query_one("#add").disabled
+    await pilot.press(*["backspace"] * 9, *"UTC")
+    await until(pilot, lambda: not form.query_one("#tz-error").display)
+    assert not form.query_one("#add").disabled
 
 
 # ---- the task detail ---------------------------------------------------------------------------
@@ -460,26 +462,29 @@ async def detail_app(db: Path) -> tuple[Host, Store]:
     return Host(DetailScreen(task, source)), store
 
 
-async def test_detail_sparkline_bars_take_the_outcome_colours(tmp_db: Path) -> None:
+async def test_detail_sparkline_bars_take_the_outcome_colours(tmp_db: Path, run_app) -> None:
     app, store = await detail_app(tmp_db)
     try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            screen = app.screen
-            await until(pilot, lambda: len(screen.runs) == len(DETAIL_RUNS))
-            line = sparkline(screen.runs, T0)
-            started = [r for r in DETAIL_RUNS if "took" in r]  # skips have no bar
-            bars = line.plain.split()[0]
-            assert len(bars) == len(started)
-            styles = [str(line.get_style_at_offset(Console(), i)) for i in range(len(bars))]
-            expected = {"succeeded": "green", "failed": "red", "cancelled": "magenta"}
-            assert styles == [expected[r["state"]] for r in started]
-            assert bars[-2] == "█" and bars[0] == "▁"  # 8 s is the longest, 1 s the shortest
-            await until(pilot, lambda: bars in screen_text(app))
+        pilot = await run_app(app, size=(120, 40))
+        screen = app.screen
+        await until(pilot, lambda: len(screen.runs) == len(DETAIL_RUNS))
+        line = sparkline(screen.runs, T0)
+        started = [r for r in DETAIL_RUNS if "took" in r]  # skips have no bar
+        bars = line.plain.split()[0]
+        assert len(bars) == len(started)
+        styles = [str(line.get_style_at_offset(Console(), i)) for i in range(len(bars))]
+        expected = {"succeeded": "green", "failed": "red", "cancelled": "magenta"}
+        assert styles == [expected[r["state"]] for r in started]
+        assert bars[-2] == "█" and bars[0] == "▁"  # 8 s is the longest, 1 s the shortest
+        await until(pilot, lambda: bars in screen_text(app))
     finally:
+        await run_app.stop(app)  # before its store closes
         await store.close()
 
 
-async def test_detail_counts_missed_and_skipped_runs_with_their_reasons(tmp_db: Path) -> None:
+async def test_detail_counts_missed_and_skipped_runs_with_their_reasons(
+    tmp_db: Path, run_app
+) -> None:
     app, store = await detail_app(tmp_db)
     try:
         assert await store.miss_reasons((await store.get_task("backup")).id) == {
@@ -487,79 +492,82 @@ async def test_detail_counts_missed_and_skipped_runs_with_their_reasons(tmp_db: 
             "misfire_skipped": (1, 3),
             "misfire_coalesced": (0, 2),
         }
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: "misfire_coalesced 2" in screen_text(app))
-            text = screen_text(app)
-            assert "missed    5: misfire_skipped 3, misfire_coalesced 2" in text
-            assert "skipped   3: concurrency_forbid 2, misfire_skipped 1" in text
+        pilot = await run_app(app, size=(120, 40))
+        await until(pilot, lambda: "misfire_coalesced 2" in screen_text(app))
+        text = screen_text(app)
+        assert "missed    5: misfire_skipped 3, misfire_coalesced 2" in text
+        assert "skipped   3: concurrency_forbid 2, misfire_skipped 1" in text
     finally:
+        await run_app.stop(app)  # before its store closes
         await store.close()
 
 
-async def test_detail_times_in_the_view_zone_named_in_the_titles(tmp_db: Path) -> None:
+async def test_detail_times_in_the_view_zone_named_in_the_titles(tmp_db: Path, run_app) -> None:
     app, store = await detail_app(tmp_db)
     try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: "Next 10 fire times (Europe/Berlin)" in screen_text(app))
-            text = screen_text(app)
-            assert "2027-01-18 09:00:00" in text  # Monday 09:00 in Berlin, not 08:00 UTC
-            assert "2027-01-18 08:00:00" not in text
-            assert "Recent runs, times Europe/Berlin" in text
-            assert " 08:00:00   +0.10s " in text  # the newest run's 07:00 UTC slot
+        pilot = await run_app(app, size=(120, 40))
+        await until(pilot, lambda: "Next 10 fire times (Europe/Berlin)" in screen_text(app))
+        text = screen_text(app)
+        assert "2027-01-18 09:00:00" in text  # Monday 09:00 in Berlin, not 08:00 UTC
+        assert "2027-01-18 08:00:00" not in text
+        assert "Recent runs, times Europe/Berlin" in text
+        assert " 08:00:00   +0.10s " in text  # the newest run's 07:00 UTC slot
     finally:
+        await run_app.stop(app)  # before its store closes
         await store.close()
 
 
 async def test_detail_runs_table_keeps_id_state_and_code_beside_a_long_error(
-    tmp_db: Path,
+    tmp_db: Path, run_app
 ) -> None:
     app, store = await detail_app(tmp_db)
     try:
-        async with app.run_test(size=(80, 24)) as pilot:
-            screen = app.screen
-            await until(pilot, lambda: len(screen.recent) == len(DETAIL_RUNS))
-            newest = screen.recent[0]
-            assert newest.state == "failed" and len(newest.detail) > 300
-            rows = screen_text(app).splitlines()
-            [header] = [r for r in rows if "STATE" in r and "CODE" in r]
-            assert "ID" in header and "DETAIL" in header
-            [row] = [r for r in rows if f" {newest.id} " in r and "failed" in r]
-            assert " 3 " in row and "exit 3: p" in row and "…" in row
-            cancelled = [r for r in rows if "CANCELLED" in r]
-            assert cancelled  # outcome_code, not -15
+        pilot = await run_app(app, size=(80, 24))
+        screen = app.screen
+        await until(pilot, lambda: len(screen.recent) == len(DETAIL_RUNS))
+        newest = screen.recent[0]
+        assert newest.state == "failed" and len(newest.detail) > 300
+        rows = screen_text(app).splitlines()
+        [header] = [r for r in rows if "STATE" in r and "CODE" in r]
+        assert "ID" in header and "DETAIL" in header
+        [row] = [r for r in rows if f" {newest.id} " in r and "failed" in r]
+        assert " 3 " in row and "exit 3: p" in row and "…" in row
+        cancelled = [r for r in rows if "CANCELLED" in r]
+        assert cancelled  # outcome_code, not -15
     finally:
+        await run_app.stop(app)  # before its store closes
         await store.close()
 
 
-async def test_dialogs_over_the_dashboard_show_their_own_keys(tmp_db: Path) -> None:
+async def test_dialogs_over_the_dashboard_show_their_own_keys(tmp_db: Path, run_app) -> None:
     app = make_app(tmp_db, ManualClock(T0))
-    async with app.run_test(size=(120, 40)) as pilot:
-        await app.ready.wait()
-        await pilot.pause()
-        for key, screen, words in (
-            ("a", AddTaskScreen, ("Cancel", "Save")),
-            ("question_mark", HelpScreen, ("Close",)),
-        ):
-            await pilot.press(key)
-            await until(pilot, lambda screen=screen: isinstance(app.screen, screen))
-            await until(pilot, lambda words=words: all(w in footer_line(app) for w in words))
-            footer = footer_line(app)
-            assert "Quit" not in footer and "Run now" not in footer, footer
-            await pilot.press("escape")
-            await until(pilot, lambda screen=screen: not isinstance(app.screen, screen))
+    pilot = await run_app(app, size=(120, 40))
+    await app.ready.wait()
+    await pilot.pause()
+    for key, screen, words in (
+        ("a", AddTaskScreen, ("Cancel", "Save")),
+        ("question_mark", HelpScreen, ("Close",)),
+    ):
+        await pilot.press(key)
+        await until(pilot, lambda screen=screen: isinstance(app.screen, screen))
+        await until(pilot, lambda words=words: all(w in footer_line(app) for w in words))
+        footer = footer_line(app)
+        assert "Quit" not in footer and "Run now" not in footer, footer
+        await pilot.press("escape")
+        await until(pilot, lambda screen=screen: not isinstance(app.screen, screen))
 
 
-async def test_a_bad_name_is_said_under_it_while_another_field_is_bad_too() -> None:
+async def test_a_bad_name_is_said_under_it_while_another_field_is_bad_too(run_app) -> None:
     app = form_host()
-    async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.pause()
-        form = app.screen
-        await fill(pilot, form, name="Bad Näme", expr="30s", command="sh -c 'unclosed")
-        name_error = str(form.query_one("#name-error").render())
-        command_error = str(form.query_one("#command-error").render())
-        assert "not a valid task name" in name_error
-        assert "No closing quotation" in command_error
-        assert form.spec is None and form.query_one("#add").disabled
-        await fill(pilot, form, name="good-name")
-        assert not form.query_one("#name-error").display
-        assert "No closing quotation" in str(form.query_one("#command-error").render())
+    pilot = await run_app(app, size=(120, 50))
+    await pilot.pause()
+    form = app.screen
+    await fill(pilot, form, name="Bad Näme", expr="30s", command="sh -c 'unclosed")
+    name_error = str(form.query_one("#name-error").render())
+    command_error = str(form.query_one("#command-error").render())
+    assert "not a valid task name" in name_error
+    assert "No closing quotation" in command_error
+    assert form.spec is None and form.query_one("#add").disabled
+    await fill(pilot, form, name="good-name")
+    assert not form.query_one("#name-error").display
+    assert "No closing quotation" in str(form.query_one("#command-error").render())
