@@ -94,7 +94,7 @@ class TaskActions:
                     open_run=self.open_run,
                     view=lambda: board.view,
                     reasons=self.host.store.miss_reasons,
-                    remote=getattr(self.host.store, "remote_output", None),
+                    remote=self.host.store.remote_output,
                     run_now=self.run_now,
                     toggle_enabled=self.toggle_enabled,
                     edit=self.edit,
@@ -120,7 +120,7 @@ class TaskActions:
             task = tasks.get(run.task_id)
             return task.spec.retries if task is not None else None
 
-        remote = getattr(store, "remote_output", None)  # what workers reported (Kafka)
+        remote = store.remote_output  # what workers reported (Kafka)
         source = RunSource(occurrence, self.board.now, short_path, zone, retries, remote)
         self.push(RunScreen(occ, source))
 

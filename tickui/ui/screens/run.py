@@ -140,7 +140,7 @@ class RunScreen(Screen[None]):
     @property
     def on_worker(self) -> str | None:
         """The worker that ran (or runs) this run, None for a local one."""
-        return getattr(self.occ, "worker", None) or None
+        return self.occ.worker or None
 
     def _remote_wait(self) -> str:
         worker = safe_text(self.on_worker or "?")
