@@ -64,6 +64,12 @@ class DetailSource:
     quitting: Callable[[], bool] = lambda: False  # quit waits for the runs: r, e, E, enter off
 
 
+def _footer_rank(action: str) -> int:
+    """This screen's own keys (back, run now, cancel) drop first when the footer is narrow,
+    rightmost first; the dashboard's keys bound here, and ? and q, keep their ranks."""
+    return rank(action) if action in (*DETAIL_DASHBOARD_ACTIONS, "help", "quit") else rank("")
+
+
 class DetailScreen(Screen[None]):
     """One task: its definition, next 10 fire times, recent runs and the selected run's output."""
 
@@ -94,7 +100,7 @@ class DetailScreen(Screen[None]):
             yield Static(id="detail-next")
         yield Static(id="detail-runs")
         yield Static(id="detail-output")
-        yield KeyFooter(rank)  # its own keys, dropping the least used first; ? and q stay
+        yield KeyFooter(_footer_rank)  # its own keys, dropping the least used first; ? and q stay
 
     async def on_mount(self) -> None:
         self.query_one("#detail-output").border_title = "Output"
