@@ -14,9 +14,9 @@ from helpers import T0
 from tickui.common.clock import ManualClock
 from tickui.model.spec import build_spec
 from tickui.ui import sample
+from tickui.ui.log_index import LineIndex
 from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.run import RunScreen
-from tickui.ui.view.log_index import LineIndex
 from ui_support import notes, screen_text, until
 
 SIZE = (140, 40)

@@ -27,8 +27,9 @@ from tickui.ui.view.cells import (
     when_text,
 )
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
+from tickui.ui.view.layout import Column, fit, layout_columns
 from tickui.ui.view.rows import OccurrenceRows, TaskRows
-from tickui.ui.widgets.table import Column, RowTable, fit, layout_columns
+from tickui.ui.widgets.table import RowTable
 from ui_support import until
 
 S = MICROS

@@ -17,9 +17,9 @@ from tickui.store import Beat, NewEvent, Store
 from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.run import RunScreen
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS
+from tickui.ui.view.layout import Column, layout_columns
 from tickui.ui.widgets.log_view import LogView
 from tickui.ui.widgets.panes import StatusLine
-from tickui.ui.widgets.table import Column, layout_columns
 from tickui.ui.widgets.workers import WorkersPane
 from ui_support import screen_text, until
 

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 from textual.timer import Timer
 
+from tickui.common.paths import short_path
 from tickui.common.redact import redact
 from tickui.engine import EngineChange
 from tickui.model.records import Occurrence
 from tickui.runtime.host import Host
 from tickui.ticks.breaker import CLOSED
 from tickui.ui.board import Board
-from tickui.ui.view.cells import clock_in, short_path
+from tickui.ui.view.cells import clock_in
 from tickui.ui.view.notices import Notices
 from tickui.ui.widgets.panes import Banner, BreakerPane, StatusLine, TicksPane
 from tickui.ui.widgets.workers import WorkersFeed, WorkersPane

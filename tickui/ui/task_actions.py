@@ -7,6 +7,7 @@ from __future__ import annotations
 from textual.screen import Screen
 
 from tickui.common.errors import TickuiError
+from tickui.common.paths import short_path
 from tickui.common.redact import redact
 from tickui.engine import RunNowRefused, queue_run_now
 from tickui.model.occurrence import QUEUED
@@ -19,7 +20,7 @@ from tickui.ui.screens.detail import DetailScreen, DetailSource
 from tickui.ui.screens.dialogs import ConfirmScreen
 from tickui.ui.screens.form import AddTaskScreen
 from tickui.ui.screens.run import RunScreen, RunSource
-from tickui.ui.view.cells import clock_in, short_path
+from tickui.ui.view.cells import clock_in
 
 
 class TaskActions:

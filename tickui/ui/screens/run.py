@@ -25,6 +25,7 @@ from textual.widgets import Footer, Input, Static
 from tickui.common.redact import safe_text
 from tickui.dispatch.output import human_bytes
 from tickui.model.records import Occurrence, RemoteOutput
+from tickui.ui.log_index import LineIndex
 from tickui.ui.pager import page
 from tickui.ui.view.cells import (
     STATE_STYLE,
@@ -35,7 +36,6 @@ from tickui.ui.view.cells import (
     outcome_code,
     stamp_in,
 )
-from tickui.ui.view.log_index import LineIndex
 from tickui.ui.widgets.log_view import LogView, Moved
 
 KIND_WORD = {"manual": "manual", "scheduled": "scheduled", "backfill": "backfill"}

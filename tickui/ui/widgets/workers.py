@@ -29,7 +29,8 @@ from tickui.dispatch.refusals import security_lines
 from tickui.model.records import Occurrence
 from tickui.ui.view.cells import Cell, span
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS, OCCURRENCE_COLUMNS_WITH_WORKER, WORKER_AT
-from tickui.ui.widgets.table import Column, RowTable, fit, layout_columns
+from tickui.ui.view.layout import Column, fit, layout_columns
+from tickui.ui.widgets.table import RowTable
 
 # Column(title, min, preferred, priority, flex): see table.layout_columns. In the side
 # pane's 36 cells WORKER, STATE, RUN and SEEN show; at 80 columns (22 cells) RUN goes;
