@@ -279,13 +279,13 @@ def run(argv: Sequence[str]) -> int:
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
         if args.command is None:  # its engine dispatches as the settings say
-            from tickui.runtime.runner import check_dispatch
+            from tickui.runtime.assembly import check_dispatch
             from tickui.ticks.config import kafka_access
 
             check_dispatch(settings.dispatch, kafka_access(settings.ticker))
         return run_dashboard(args, settings, path, demo=args.command == "demo")
     if args.command == "run":
-        from tickui.runtime.runner import run_headless
+        from tickui.cli.run import run_headless
 
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
