@@ -12,7 +12,7 @@ from tickui.ui.screens.run import RunScreen
 from tickui.ui.widgets.log_view import LogView
 from ui_support import screen_text, until
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 SHOWN = {
     "escape": "esc",
     "backspace": "esc",  # an alias of esc

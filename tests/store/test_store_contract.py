@@ -14,7 +14,7 @@ from tickui.store.abc import Store
 from tickui.store.base import StoreBase
 from tickui.store.sqlite import SQLiteStore
 
-ROOT = Path(__file__).resolve().parent.parent / "tickui"
+ROOT = Path(__file__).resolve().parents[2] / "tickui"
 STORE_DIR = ROOT / "store"
 DATABASE_MODULES = {"sqlite3", "aiosqlite"}
 ALLOWED_STORE_MODULES = {"tickui.store", "tickui.store.abc"}
