@@ -46,7 +46,7 @@ async def exit_to_row(app: TickuiApp, pilot, runs: int) -> tuple[list[float], li
         occ = await app.host.engine.run_now("stamp")
         seen_store = None
         while True:
-            row = app.occ_rows.by_id.get(occ.id)
+            row = app.board.occ_rows.by_id.get(occ.id)
             if seen_store is None and (await store.get_occurrence(occ.id)).state == "succeeded":
                 seen_store = time.time()
             if row is not None and row.state == "succeeded":
@@ -71,8 +71,8 @@ async def other_process_to_row(app: TickuiApp, db: Path, runs: int) -> list[floa
         cmd = [sys.executable, "-m", "tickui", "--db", str(db), "task", action, "target"]
         await asyncio.to_thread(subprocess.run, cmd, check=True, capture_output=True)
         done = time.time()
-        task_id = next(t.id for t in app.task_rows.by_id.values() if t.name == "target")
-        while app.task_rows.by_id[task_id].enabled == enabled:
+        task_id = next(t.id for t in app.board.task_rows.by_id.values() if t.name == "target")
+        while app.board.task_rows.by_id[task_id].enabled == enabled:
             await asyncio.sleep(0.002)
         times.append(time.time() - done)
         enabled = not enabled

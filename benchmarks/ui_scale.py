@@ -10,7 +10,7 @@ and the history is one `executemany`, so seeding takes a few seconds.
    are loaded by then). Fresh app each round; engine and ticker not started.
 2. One occurrence change, in the same apps, rounds alternating 10,000-task and 100-task
    databases: the newest occurrence is changed through the app's store
-   (`fail_occurrences`), then `app.mark(...)`, `await app.drain()` and a repaint are
+   (`fail_occurrences`), then `app.live.mark(...)`, `await app.live.drain()` and a repaint are
    timed. The repaint is `pilot.pause(0)` (pending messages, then the compositor update);
    `pilot.pause()` also waits for the process to look idle, at least one 20 ms sleep,
    which would hide the work, so it is timed separately and reported alongside.
@@ -282,9 +282,9 @@ async def _change(app: TickuiApp, occ_id: int, detail: str) -> None:
 async def _applied(app: TickuiApp, occ_id: int, detail: str) -> None:
     """A drain already under way (the app's 50 ms timer) makes ours return at once; the
     change is then applied by the next drain. Wait for it, whoever applies it."""
-    while app.occ_rows.by_id[occ_id].detail != detail:
+    while app.board.occ_rows.by_id[occ_id].detail != detail:
         await asyncio.sleep(0)
-        await app.drain()
+        await app.live.drain()
 
 
 async def ui_round(db: Path, tasks: int, updates: int) -> dict:
@@ -298,16 +298,16 @@ async def ui_round(db: Path, tasks: int, updates: int) -> dict:
         await pilot.pause()
         first_paint = time.perf_counter() - start
         rss_after_paint = rss_mb()
-        assert len(app.task_rows) == tasks, (len(app.task_rows), tasks)
-        assert len(app.occ_rows) == app.occ_rows.window
-        occ_id = app.occ_rows.at(0).id
+        assert len(app.board.task_rows) == tasks, (len(app.board.task_rows), tasks)
+        assert len(app.board.occ_rows) == app.board.occ_rows.window
+        occ_id = app.board.occ_rows.at(0).id
         work, idle = [], []
         for i in range(2 * updates):
             detail = f"bench change {i}"
             await _change(app, occ_id, detail)
             began = time.perf_counter()
-            app.mark(tasks=[], occurrences=[occ_id])
-            await app.drain()
+            app.live.mark(tasks=[], occurrences=[occ_id])
+            await app.live.drain()
             await _applied(app, occ_id, detail)
             if i % 2 == 0:
                 await pilot.pause(0)
@@ -315,7 +315,7 @@ async def ui_round(db: Path, tasks: int, updates: int) -> dict:
             else:
                 await pilot.pause()
                 idle.append((time.perf_counter() - began) * 1000)
-        shown = app.occ_rows.at(0)
+        shown = app.board.occ_rows.at(0)
         assert shown.id == occ_id and shown.state == "failed" and shown.error_code == "BENCH"
     return {"first_paint_s": first_paint, "update_ms": work, "update_idle_ms": idle,
             "rss_after_paint_mb": rss_after_paint}  # fmt: skip

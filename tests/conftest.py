@@ -85,6 +85,38 @@ def tmux():
     run("kill-server")
 
 
+# ---- the dashboard and other Textual apps, headless (tests/ui_support.py) ------------------
+
+
+@pytest.fixture
+async def dashboard(tmp_db: Path):
+    """Runs the dashboard over `tmp_db` (seeded with ui_support.BASIC_TASKS unless told):
+    `app, pilot = await dashboard(clock, seed, size=..., notifications=..., **make_app
+    options)` returns once the host is up and the first picture is shown (`started=False`:
+    at once); `app=` runs an app the test built; `await dashboard.stop(app)` shuts one
+    down early. Every app still open is closed after the test, the last one first."""
+    from ui_support import Dashboards, RunningApps
+
+    running = RunningApps()
+    try:
+        yield Dashboards(running, tmp_db)
+    finally:
+        await running.close()
+
+
+@pytest.fixture
+async def run_app():
+    """`pilot = await run_app(app, size=..., **run_test options)`: any Textual app running
+    headless until the test ends (or `await run_app.stop(app)`)."""
+    from ui_support import RunningApps
+
+    running = RunningApps()
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
 # ---- running in parallel (pytest-xdist, `make test` uses -n 2 --dist loadgroup) ---------------
 
 # Files whose tests must not run beside each other in two workers. Kafka dispatch uses fixed

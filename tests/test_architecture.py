@@ -139,6 +139,21 @@ def test_imports_go_only_downward():
     assert not upward, "\n".join(sorted(upward))
 
 
+def test_the_dashboards_view_code_is_pure():
+    """ui/view says what rows, cells and columns show: no widget, screen or I/O."""
+    found = []
+    for name, path in _modules().items():
+        if name.startswith("tickui.ui.view."):
+            for target in _every_import(path, {}):
+                top = target.split(".")[0]
+                # signal: only its names (an exit by SIGTERM reads TERM)
+                if (top in IO_MODULES - {"signal"}) or target.startswith(
+                    ("tickui.ui.widgets", "tickui.ui.screens", "tickui.ui.app")
+                ):
+                    found.append(f"{name} imports {target}")
+    assert not found, "\n".join(found)
+
+
 def test_pure_parts_import_no_io():
     found = []
     for name, path in _modules().items():

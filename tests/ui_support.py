@@ -7,6 +7,11 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from textual._context import active_app, active_message_pump
+from textual.app import App
+from textual.pilot import Pilot
+
+from helpers import T0
 from tickui.common.clock import ManualClock
 from tickui.model.spec import build_spec
 from tickui.runtime.host import Host, build_host
@@ -15,6 +20,7 @@ from tickui.store import Store
 from tickui.ticks.config import TickerConfig
 from tickui.ui.app import TickuiApp
 
+SIZE = (140, 40)  # the terminal a dashboard test runs in unless it says otherwise
 QUIT_GRACE = 200_000  # µs: runs still going when a test's app closes are cancelled quickly
 Seed = Callable[[Store, ManualClock], Awaitable[None]]
 
@@ -63,6 +69,102 @@ def make_app(
         return host
 
     return TickuiApp(factory)
+
+
+class RunningApps:
+    """Apps run headless, each by a task of its own until `close` (Textual's run_test sets
+    context variables it must reset in the context that set them, and a fixture's
+    teardown runs in another): see the `dashboard` and `run_app` fixtures."""
+
+    def __init__(self) -> None:
+        self.runs: dict[App, tuple[asyncio.Task, asyncio.Event]] = {}
+
+    async def __call__(self, app: App, *, size: tuple[int, int] = SIZE, **options) -> Pilot:
+        """`app` running (run_test's `options`), and its pilot."""
+        opened: asyncio.Future[Pilot] = asyncio.get_running_loop().create_future()
+        closing = asyncio.Event()
+
+        async def run() -> None:
+            async with app.run_test(size=size, **options) as pilot:
+                opened.set_result(pilot)
+                await closing.wait()
+
+        task = asyncio.create_task(run(), name=f"headless app {len(self.runs)}")
+        self.runs[app] = (task, closing)
+        await asyncio.wait([task, opened], return_when=asyncio.FIRST_COMPLETED)
+        if not opened.done():
+            await task  # it ended before its pilot came: raise why
+            raise AssertionError(f"{app} ended before it started")
+        active_app.set(app)  # as run_test does for the code inside it: the test's code
+        active_message_pump.set(app)
+        return opened.result()
+
+    async def stop(self, app: App) -> None:
+        """`app` shut down now, as leaving run_test does; what ended it is raised."""
+        if app not in self.runs:  # never started, or stopped already
+            return
+        task, closing = self.runs.pop(app)
+        closing.set()
+        await task
+
+    async def close(self) -> None:
+        """Each app still running shut down, the last opened first; what ended one is
+        raised."""
+        ended: list[BaseException] = []
+        for app in reversed(list(self.runs)):
+            try:
+                await self.stop(app)
+            except Exception as exc:
+                ended.append(exc)
+        if ended:
+            raise ended[0]
+
+
+class Dashboards:
+    """What the `dashboard` fixture gives: `await dashboards(...)` opens one over `db`,
+    `await dashboards.stop(app)` shuts one down before the test ends (to look at what it
+    left behind, or to start it again)."""
+
+    def __init__(self, running: RunningApps, db: Path) -> None:
+        self.running = running
+        self.db = db
+
+    async def __call__(
+        self,
+        clock: ManualClock | None = None,
+        seed: Seed | None = seed_basic,
+        *,
+        size: tuple[int, int] = SIZE,
+        notifications: bool = False,
+        started: bool = True,
+        app: TickuiApp | None = None,
+        **options,
+    ) -> tuple[TickuiApp, Pilot]:
+        """The dashboard over the test's database (make_app's `options`), or `app` when
+        the test built its own."""
+        if app is None:
+            clock = clock if clock is not None else ManualClock(T0)
+            app = make_app(self.db, clock, seed, **options)
+        pilot = await self.running(app, size=size, notifications=notifications)
+        if started:
+            await ready(pilot)
+        return app, pilot
+
+    async def stop(self, app: TickuiApp) -> None:
+        await self.running.stop(app)
+
+
+async def ready(pilot) -> None:
+    """Until the host is up and the first picture is on the screen."""
+    await pilot.app.ready.wait()
+    await pilot.pause()
+
+
+def pick(app: TickuiApp, name: str) -> None:
+    """Put the Tasks pane's cursor on the task shown with that name."""
+    rows = app.board.task_rows
+    index = next(i for i in range(len(rows)) if rows.at(i).name == name)
+    app.board.tasks_table.move_to(index)
 
 
 async def until(pilot, check: Callable[[], object], timeout: float = 10.0) -> None:

@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +28,7 @@ from tickui.common.timeutil import parse_instant
 from tickui.model import backfill
 from tickui.model.spec import check_name
 from tickui.runtime import settings as config_mod
-from tickui.store import dbfile
+from tickui.store import DATABASE_ERRORS, os_failure
 from tickui.ticks.config import TOPIC, add_kafka_arguments
 from tickui.ticks.wire import DEFAULT_TOPIC
 
@@ -280,13 +279,13 @@ def run(argv: Sequence[str]) -> int:
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
         if args.command is None:  # its engine dispatches as the settings say
-            from tickui.runtime.runner import check_dispatch
+            from tickui.runtime.assembly import check_dispatch
             from tickui.ticks.config import kafka_access
 
             check_dispatch(settings.dispatch, kafka_access(settings.ticker))
         return run_dashboard(args, settings, path, demo=args.command == "demo")
     if args.command == "run":
-        from tickui.runtime.runner import run_headless
+        from tickui.cli.run import run_headless
 
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
@@ -335,9 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = 128 + 13  # SIGPIPE
     except OSError as exc:
         what = f"{exc.filename}" if exc.filename else "system error"
-        _complain(dbfile.os_failure(exc, what))
+        _complain(os_failure(exc, what))
         code = EXIT_FAILURE
-    except sqlite3.Error as exc:
+    except DATABASE_ERRORS as exc:
         _complain(f"database: {exc}")
         code = EXIT_FAILURE
     except Exception as exc:  # a bug: still one line, never a traceback on the terminal

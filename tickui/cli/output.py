@@ -4,14 +4,13 @@ redacted, read-only opens that create nothing."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import printable, redact_data, safe_text
-from tickui.store import Store, dbfile
+from tickui.store import DATABASE_ERRORS, Store, database_failure, lookup
 
 
 class UsageError(BadInput):
@@ -43,7 +42,7 @@ async def with_store(
     """Run `action` on the database. Read-only commands open it read-only. With no database
     at `path` nothing is created: a command about one named task says that task does not
     exist (exit 2); a listing says there is no database and prints `empty` (exit 0)."""
-    if (name is not None or empty is not None) and dbfile.lookup(path) is None:
+    if (name is not None or empty is not None) and lookup(path) is None:
         if name is not None:
             raise NotFound(f"no task named {name!r} (no database at {path})")
         print(
@@ -55,8 +54,8 @@ async def with_store(
     store = await Store.open(path, readonly=readonly)
     try:
         return await action(store)
-    except sqlite3.Error as exc:
-        raise dbfile.sqlite_failure(exc, path) from None
+    except DATABASE_ERRORS as exc:
+        raise database_failure(exc, path) from None
     finally:
         await store.close()
 

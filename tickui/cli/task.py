@@ -18,7 +18,7 @@ from tickui.common.timeutil import iso
 from tickui.model.retries import attempt_text, wait_text
 from tickui.model.spec import build_spec, check_name
 from tickui.schedules.triggers import preview
-from tickui.store import Store, dbfile
+from tickui.store import Store, lookup
 
 
 def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
@@ -97,12 +97,11 @@ async def _read_task(path: Path, name: str) -> Any:
     """Task `name`, read before a change is checked: read-only, so a refused change leaves
     the file's bytes as they were; a file from an older tickui (which read-only commands
     cannot read) is opened for writing, which migrates it, as any change does."""
-    from tickui.store import inspect_file, schema
+    from tickui.store import SCHEMA_VERSION, inspect_file
 
-    version = inspect_file(path) if dbfile.lookup(path) is not None else None
-    old = version is not None and version < schema.VERSION
-    get = functools.partial(Store.get_task, name=name)
-    return await with_store(path, get, readonly=not old, name=name)
+    version = inspect_file(path) if lookup(path) is not None else None
+    old = version is not None and version < SCHEMA_VERSION
+    return await with_store(path, lambda store: store.get_task(name), readonly=not old, name=name)
 
 
 async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path) -> int:

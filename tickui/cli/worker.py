@@ -78,11 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, settings: Settings) -> int:
     import platformdirs
 
+    from tickui.cli.run import setup_logging
     from tickui.common.timeutil import MICROS, parse_duration
     from tickui.dispatch import keyfile
     from tickui.dispatch.allow import AllowList
     from tickui.dispatch.messages import DEFAULT_GROUP
-    from tickui.runtime.runner import setup_logging
     from tickui.ticks.config import build, kafka_access, kafka_flags
     from tickui.worker.options import WorkerOptions
 

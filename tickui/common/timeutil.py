@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from functools import lru_cache
+from zoneinfo import ZoneInfo
 
 MICROS = 1_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -78,3 +81,25 @@ def parse_instant(text: str, field: str = "at") -> int:
     if not MIN_INSTANT <= micros <= MAX_INSTANT:
         raise BadInput(field, f"{text!r} is outside 1970 to 9999")
     return micros
+
+
+@lru_cache(maxsize=1)
+def machine_zone() -> tzinfo:
+    """The machine's zone with its DST rules: $TZ, else /etc/localtime, else today's offset."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    try:
+        if name:
+            return ZoneInfo(name)
+        with open("/etc/localtime", "rb") as handle:
+            return ZoneInfo.from_file(handle, key=_localtime_key())
+    except (OSError, ValueError):
+        return datetime.now().astimezone().tzinfo or UTC
+
+
+def _localtime_key() -> str | None:
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        return None
+    marker = "zoneinfo/"
+    return target.split(marker, 1)[1] if marker in target else None

@@ -84,6 +84,11 @@ class Dispatcher(ABC):
         engine's clock, what no one will report (a deadline passed, a worker gone)."""
         return None
 
+    def on_refusal(self, listener: Callable[[str, str, int, str], None]) -> None:
+        """Call `listener(who, kind, count so far, detail)` for each message refused as it
+        is read (an unsigned command, a bad signature); one that reads no messages has none."""
+        return None
+
     def problems(self) -> list[str]:
         """What is degraded now while scheduling still works, one phrase each (the
         engine's status warning: the dashboard's header, `tickui run`'s last line)."""

@@ -122,6 +122,9 @@ class KafkaDispatcher(Dispatcher):
 
     # ---- lifecycle -----------------------------------------------------------------------
 
+    def on_refusal(self, listener: Callable[[str, str, int, str], None]) -> None:
+        self.refusal_listeners.append(listener)
+
     async def start(self) -> None:
         """Begin reading events and heartbeats and sending what waits; never waits for
         the broker (a broker that is down is retried in the background)."""

@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tickui.common.clock import Clock
-from tickui.common.faults import fault_text, is_disk_full
+from tickui.common.faults import fault_text, is_outage
 from tickui.common.redact import redact
 from tickui.dispatch import Dispatcher, DispatchFailure, Job, NotStarted
 from tickui.engine.lease import LeaseKeeper
@@ -27,10 +26,10 @@ from tickui.engine.records import (
     EngineStatus,
     default_owner,
 )
-from tickui.engine.recovery import Recovery
-from tickui.engine.requests import RunsOnRequest
-from tickui.engine.settle import Settling
-from tickui.model.planning import DueTask, Plan, plan_task
+from tickui.engine.recovery import Pruning, Recovery
+from tickui.engine.requests import CANCEL_BACKFILL, RunNowRefused
+from tickui.engine.settle import Settlement
+from tickui.model.planning import DueTask, Plan, plan_task, run_now_refusal
 from tickui.model.records import Occurrence, Task
 from tickui.store import LeaseLost, Store
 
@@ -45,10 +44,10 @@ class _Scan:
     counts: Counter[str] = field(default_factory=Counter)
 
 
-class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
-    """Scans on ticks, claims due slots, dispatches. Its other parts: run now and cancel
-    (engine_requests), queued starts (engine_queued), settlement (engine_settle),
-    recovery and pruning (engine_recovery)."""
+class SchedulerEngine:
+    """Scans on ticks, claims due slots, dispatches; runs now and cancels on request. The
+    parts it holds: the lease (lease.LeaseKeeper), queued starts (queued.QueuedStarts),
+    settlement (settle.Settlement), recovery and pruning (recovery.Recovery, Pruning)."""
 
     def __init__(
         self,
@@ -62,27 +61,21 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         self.clock = clock
         self.config = config or EngineConfig()
         self.owner = self.config.owner or default_owner()
+        self._listeners: list[Callable[[EngineChange], None]] = []
         self._lease = LeaseKeeper(store, clock, self.owner, self.config.lease_ttl)
+        self._settlement = Settlement(store, self.config.batch, self._notify)
+        self._queued = QueuedStarts(store, self._lease, self.owner, self.config.batch)
+        self._recovery = Recovery(store, dispatcher, self.owner)
+        self._pruning = Pruning(store, self.config.keep, self.config.prune_every)
         self._scan = _Scan()
         self._running = False
         self._scanning = asyncio.Lock()
-        self._reconciling = asyncio.Lock()
         self._wake = asyncio.Event()
         self._reconciler: asyncio.Task[None] | None = None
-        self._listeners: list[Callable[[EngineChange], None]] = []
         self._coalesced = 0
-        self._last_prune: int | None = None
         self._worked = False  # a scan did work since the last checkpoint
         self._wake_after_scan = False
-        self._receipts: dict[
-            int, dict[str, object]
-        ] = {}  # occurrence id -> receipt not yet written
         self._faults: dict[str, str] = {}  # what failed -> its error, logged once per outage
-        self._waited: set[int] = set()  # queued rows seen due and held back (not missed)
-        # Occurrences handed to the dispatcher whose receipts no reconcile holds yet: a
-        # reconcile that runs meanwhile (a run-now's, a cancel's) leaves them alone, or it
-        # could fold a run's end into a row still `claimed` and move its cursor past it.
-        self._in_flight: set[int] = set()
         store.on_events(self._wake.set)
 
     # ---- observing -----------------------------------------------------------------
@@ -132,6 +125,33 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
     def _warning(self) -> str | None:
         return "; ".join(self.dispatcher.problems()) or None
 
+    # ---- settling ---------------------------------------------------------------------
+
+    async def reconcile(self) -> list[int]:
+        """Move active occurrences by their receipts and runtime events (see Settlement)."""
+        return await self._settlement.reconcile()
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._scanning.locked():
+                self._wake_after_scan = True  # the scan reconciles as it ends
+                continue
+            try:
+                changed = await self.reconcile()
+                self._recovered("reconcile")
+                # E: a run that ended may free a queued one (buffer_one's waiting slot, a
+                # retry, a backfill): scan now rather than at the next tick.
+                if (
+                    self.config.scan_on_end
+                    and changed
+                    and await self.store.has_due_queued(self.clock.now())
+                ):
+                    await self.tick(self.clock.now())
+            except Exception as exc:
+                self._faulted("reconcile", exc)
+
     # ---- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -174,7 +194,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         async with self._scanning:
             try:
                 if await self._hold_lease(now):
-                    if self._receipts or await self.store.scan_has_work(now):
+                    if self._settlement.holds_receipts or await self.store.scan_has_work(now):
                         await self._handle_requests(now)
                         await self._scan_queued(now)
                         await self._scan_due(now)
@@ -183,7 +203,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
                     elif self._worked:  # the first quiet scan after work: fold the WAL in
                         self._worked = False
                         await self.store.checkpoint()
-                    await self._maybe_prune(now)
+                    await self._pruning.when_due(now)
                     await self._tend(now)
                     self._set_result(now, "ok", None)
                 else:
@@ -215,7 +235,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         text = fault_text(exc)
         if self._faults.get(what) != text:
             self._faults[what] = text
-            if is_disk_full(exc) or isinstance(exc, sqlite3.OperationalError):
+            if is_outage(exc):
                 log.warning("%s failed: %s (logged once until it recovers)", what, text)
             else:
                 log.exception("%s failed (logged once until it recovers)", what)
@@ -238,6 +258,14 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             await self._recover(now)
         return held
 
+    async def _recover(self, now: int) -> None:
+        """Runs left active by an engine that is gone end failed/INTERRUPTED, orphans killed."""
+        await self.reconcile()
+        assert self._lease.token is not None
+        ended = await self._recovery.recover(self._lease.token, now)
+        if ended:
+            self._notify(EngineChange(occurrences=ended))
+
     async def may_start(self) -> bool:
         """The fence the dispatcher asks just before each start (see LeaseKeeper)."""
         return await self._lease.may_start()
@@ -254,7 +282,7 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             if not await self.may_start():  # a pause since the lease was last confirmed
                 raise LeaseLost("the lease lapsed during the scan; claiming nothing more")
             page = await self.store.tasks_by_id(due[start : start + self.config.batch])
-            waiting = await self._buffered(page)
+            waiting = await self._queued.buffered(page)
             plans = [
                 self._plan(task, now, bool(active.get(task.id)), task.id in waiting)
                 for task in page
@@ -275,6 +303,15 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             task.generation,
         )
         return plan_task(due, now, self.grace, active, waiting)
+
+    async def _scan_queued(self, now: int) -> None:
+        """Start, skip or cancel the due queued occurrences (retries, buffer_one's waiting
+        slot, backfills): see tickui/model/queueing.py."""
+        taken = await self._queued.take(now, self.grace)
+        if taken is not None:
+            jobs, change = taken
+            await self._dispatch(jobs, queued=True)
+            self._notify(change)
 
     async def _claim_and_dispatch(
         self,
@@ -299,7 +336,8 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
         if not jobs:
             return
         ids = [job.occurrence.id for job in jobs]
-        self._in_flight.update(ids)  # until a reconcile takes their receipts
+        settlement = self._settlement
+        settlement.handing_out(ids)  # until a reconcile takes their receipts
         try:
             results = await self.dispatcher.dispatch(jobs, self.may_start)
             self._recovered("dispatch")
@@ -307,24 +345,24 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             reason = self._faulted("dispatch", exc)
             results = [DispatchFailure("DISPATCH_FAILED", reason)] * len(jobs)
         except BaseException:
-            self._in_flight.difference_update(ids)
+            settlement.not_handed_out(ids)
             raise
         now = self.clock.now()
         failed, unstarted = [], []
         for job, result in zip(jobs, results, strict=True):
             if isinstance(result, DispatchFailure):
                 failed.append((job.occurrence.id, result.code, redact(result.detail)))
-                self._in_flight.discard(job.occurrence.id)
+                settlement.not_handed_out([job.occurrence.id])
             elif isinstance(result, NotStarted):
                 unstarted.append(job.occurrence.id)
-                self._in_flight.discard(job.occurrence.id)
+                settlement.not_handed_out([job.occurrence.id])
             else:
                 receipt: dict[str, object] = {"accepted_at": now}
                 if result.command_id != job.occurrence.command_id:
                     receipt["command_id"] = result.command_id
                 if result.log_path is not None:
                     receipt["log_path"] = result.log_path
-                self._receipts[job.occurrence.id] = receipt
+                settlement.accepted(job.occurrence.id, receipt)
         await self.store.fail_occurrences(failed, now, states=("claimed",))
         if unstarted and queued:  # taken from the queue: back to it, for the lease holder
             await self.store.requeue(unstarted)
@@ -333,3 +371,71 @@ class SchedulerEngine(RunsOnRequest, QueuedStarts, Settling, Recovery):
             released = await self.store.release_unstarted(unstarted, now, NOT_STARTED)
             log.warning("lease lost: %d claimed run(s) not started, handed back", len(released))
             self._notify(EngineChange(occurrences=frozenset(unstarted)))
+
+    # ---- on request ----------------------------------------------------------------------
+
+    async def run_now(self, name: str) -> Occurrence:
+        """Start a manual occurrence now; the schedule does not move. Refusals are stored."""
+        now = self.clock.now()
+        task = await self.store.get_task(name)
+        request = await self.store.add_request(task, "run_now", now)
+        return await self._run_now(task, request, now)
+
+    async def _run_now(self, task: Task, request: int, now: int) -> Occurrence:
+        active = [o for o in await self.store.active_occurrences() if o.task_id == task.id]
+        refusal = run_now_refusal(task.enabled, task.spec.concurrency, bool(active))
+        if refusal is None and self._lease.token is None:
+            refusal = ("STANDBY", "this engine does not hold the lease")
+        if refusal is not None:
+            await self.store.finish_request(
+                request, now, "refused", None, f"{refusal[0]}: {refusal[1]}"
+            )
+            raise RunNowRefused(*refusal)
+        occ = await self.store.claim_manual(task, self.owner, self._lease.token, now)
+        await self.store.finish_request(request, now, "started", occ.id, None)
+        if task.spec.concurrency == "replace":
+            for old in active:
+                await self.dispatcher.cancel(old.id, "replaced")
+        await self._dispatch([Job(task, occ)])
+        await self.reconcile()
+        self._notify(EngineChange(frozenset({task.id}), frozenset({occ.id})))
+        return await self.store.get_occurrence(occ.id)
+
+    async def _handle_requests(self, now: int) -> None:
+        """The run-now and cancel requests other processes left (see requests.py)."""
+        for request in await self.store.pending_requests():
+            task = await self.store.find_task(request.task)
+            if task is None or task.id != request.task_id:
+                await self.store.finish_request(
+                    request.id, now, "refused", None, "TASK_GONE: the task was removed"
+                )
+                continue
+            if request.kind == CANCEL_BACKFILL:
+                await self._cancel_backfill(task, request.id, now)
+                continue
+            with contextlib.suppress(RunNowRefused):
+                await self._run_now(task, request.id, now)
+
+    async def _cancel_backfill(self, task: Task, request: int, now: int) -> None:
+        """`task backfill NAME --cancel` from another process: its waiting runs it
+        cancelled itself; the running ones are this engine's to end (then never retried)."""
+        running = [
+            o.id
+            for o in await self.store.active_occurrences()
+            if o.task_id == task.id and o.kind == "backfill"
+        ]
+        ended = [occ_id for occ_id in running if await self.cancel(occ_id)]
+        await self.store.finish_request(
+            request, now, "done", None, f"cancelled {len(ended)} running backfill run(s)"
+        )
+
+    async def cancel(self, occurrence_id: int) -> bool:
+        """Cancel a running occurrence this engine started, or a queued one."""
+        done = await self.dispatcher.cancel(occurrence_id, "cancelled_by_user")
+        if not done:
+            now = self.clock.now()
+            done = await self.store.cancel_queued_occurrence(
+                occurrence_id, now, "cancelled_by_user"
+            )
+        await self.reconcile()
+        return done

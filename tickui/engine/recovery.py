@@ -1,5 +1,4 @@
-"""Recovery of runs left by an engine that is gone, and pruning of old history. A part
-of SchedulerEngine (tickui/engine.py holds the state)."""
+"""Recovery of runs left by an engine that is gone, and pruning of old history."""
 
 from __future__ import annotations
 
@@ -8,20 +7,25 @@ import logging
 import os
 
 from tickui.common import procs
+from tickui.dispatch import Dispatcher
 from tickui.dispatch.containment import end_orphaned_run
-from tickui.engine.records import EngineChange
 from tickui.model.records import Occurrence
+from tickui.store import Store
 
 log = logging.getLogger("tickui.engine")
 
 
 class Recovery:
-    """What a new lease holder does first, and the periodic prune."""
+    """What a new lease holder does first: runs left active by an engine that is gone end
+    failed/INTERRUPTED, their processes on this host killed."""
 
-    async def _recover(self, now: int) -> None:
-        """Runs left active by an engine that is gone end failed/INTERRUPTED, orphans killed."""
-        await self.reconcile()
-        assert self._lease.token is not None
+    def __init__(self, store: Store, dispatcher: Dispatcher, owner: str) -> None:
+        self.store = store
+        self.dispatcher = dispatcher
+        self.owner = owner
+
+    async def recover(self, token: int, now: int) -> frozenset[int]:
+        """End the orphans under lease `token`; the occurrences ended."""
         # This engine's own runs under an older token (its lease lapsed during a pause or
         # a wall-clock step, and no one else took it) are not orphans: its dispatcher
         # still watches them and records how they end. Only claims it never started
@@ -31,7 +35,7 @@ class Recovery:
         remote = self.dispatcher.remote
         orphans = [
             occ
-            for occ in await self.store.foreign_active(self._lease.token)
+            for occ in await self.store.foreign_active(token)
             if (occ.owner != self.owner or occ.state == "claimed")
             and not (remote and occ.deadline is not None)
         ]
@@ -48,15 +52,26 @@ class Recovery:
         await self.store.fail_occurrences(failed, now)
         if failed:
             log.warning("recovered %d interrupted occurrence(s)", len(failed))
-            self._notify(EngineChange(occurrences=frozenset(o.id for o in orphans)))
+        return frozenset(o.id for o in orphans)
 
-    async def _maybe_prune(self, now: int) -> None:
-        if self._last_prune is None:
-            self._last_prune = now - self.config.prune_every // 2  # not in the first scan
-        if now - self._last_prune < self.config.prune_every:
+
+class Pruning:
+    """Old history removed every `every` microseconds of engine time, keeping `keep`
+    occurrences a task, never in the first scan."""
+
+    def __init__(self, store: Store, keep: int, every: int) -> None:
+        self.store = store
+        self.keep = keep
+        self.every = every
+        self._last: int | None = None
+
+    async def when_due(self, now: int) -> None:
+        if self._last is None:
+            self._last = now - self.every // 2  # not in the first scan
+        if now - self._last < self.every:
             return
-        self._last_prune = now
-        for path in await self.store.prune(self.config.keep):
+        self._last = now
+        for path in await self.store.prune(self.keep):
             with contextlib.suppress(OSError):
                 os.unlink(path)
 

@@ -1,16 +1,44 @@
-"""Settlement: moving active occurrences by their receipts and runtime events. A part
-of SchedulerEngine (tickui/engine.py holds the state)."""
+"""Settlement: moving active occurrences by their dispatch receipts and runtime events."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 
 from tickui.engine.records import EngineChange
 from tickui.model.occurrence import Change, Progress, fold_events
+from tickui.store import Store
 
 
-class Settling:
-    """reconcile() and the loop that runs it when events arrive."""
+class Settlement:
+    """The receipts held since dispatch, the runs handed out whose receipts are not in
+    hand yet, and `reconcile()`, which writes both with what the events say."""
+
+    def __init__(self, store: Store, batch: int, notify: Callable[[EngineChange], None]) -> None:
+        self.store = store
+        self.batch = batch
+        self.notify = notify
+        self._lock = asyncio.Lock()
+        self._receipts: dict[int, dict[str, object]] = {}  # occurrence id -> not yet written
+        # Occurrences handed to the dispatcher whose receipts no reconcile holds yet: a
+        # reconcile that runs meanwhile (a run-now's, a cancel's) leaves them alone, or it
+        # could fold a run's end into a row still `claimed` and move its cursor past it.
+        self._in_flight: set[int] = set()
+
+    @property
+    def holds_receipts(self) -> bool:
+        return bool(self._receipts)
+
+    def handing_out(self, ids: Iterable[int]) -> None:
+        """These runs go to the dispatcher: left alone until a reconcile takes their receipts."""
+        self._in_flight.update(ids)
+
+    def not_handed_out(self, ids: Iterable[int]) -> None:
+        """These runs did not start (failed, fenced, or the dispatch was cut short)."""
+        self._in_flight.difference_update(ids)
+
+    def accepted(self, occurrence_id: int, receipt: dict[str, object]) -> None:
+        self._receipts[occurrence_id] = receipt
 
     async def reconcile(self) -> list[int]:
         """Move active occurrences by receipts and the runtime events after their cursors.
@@ -19,12 +47,12 @@ class Settling:
         events already say, so a run that is accepted and finished costs one write.
         """
         changed: list[int] = []
-        async with self._reconciling:
+        async with self._lock:
             receipts, self._receipts = self._receipts, {}
             self._in_flight.difference_update(receipts)
             after: int | None = 0
             while after is not None:
-                pending, after = await self.store.unreconciled(after, self.config.batch)
+                pending, after = await self.store.unreconciled(after, self.batch)
                 flying = self._in_flight  # dispatched, receipt not in hand: left alone
                 changes = [
                     c
@@ -42,29 +70,8 @@ class Settling:
                 )
                 changed.extend(receipts)
         if changed:
-            self._notify(EngineChange(occurrences=frozenset(changed)))
+            self.notify(EngineChange(occurrences=frozenset(changed)))
         return changed
-
-    async def _reconcile_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if self._scanning.locked():
-                self._wake_after_scan = True  # the scan reconciles as it ends
-                continue
-            try:
-                changed = await self.reconcile()
-                self._recovered("reconcile")
-                # E: a run that ended may free a queued one (buffer_one's waiting slot, a
-                # retry, a backfill): scan now rather than at the next tick.
-                if (
-                    self.config.scan_on_end
-                    and changed
-                    and await self.store.has_due_queued(self.clock.now())
-                ):
-                    await self.tick(self.clock.now())
-            except Exception as exc:
-                self._faulted("reconcile", exc)
 
 
 def _fold(progress: Progress, events: list, receipts: dict[int, dict]) -> Change | None:

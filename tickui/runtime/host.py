@@ -10,15 +10,11 @@ from tickui.common.clock import Clock
 from tickui.dispatch import Dispatcher
 from tickui.engine import SchedulerEngine
 from tickui.hooks import HookService
-from tickui.hooks import attach as attach_hooks
-from tickui.runtime.runner import build_engine, build_ticker_for, hear_refusals, real_ticker_config
+from tickui.runtime.assembly import assemble
 from tickui.runtime.settings import DispatchSettings, Settings
 from tickui.store import Store
-from tickui.ticks.bus import MemoryBus
-from tickui.ticks.config import TickerConfig
-from tickui.ticks.ticker import RuntimeScheduler, Tick
-
-MEMORY_BUS_KEEP = 100
+from tickui.ticks.config import TickerConfig, kafka_access
+from tickui.ticks.ticker import RuntimeScheduler
 
 
 @dataclass
@@ -69,21 +65,17 @@ def build_host(
 ) -> Host:
     """The engine ticked by the ticker, as `tickui run` has them. Without Kafka, ticks go
     to an in-process bus so the breaker (and `f`, simulated failures) still mean something."""
-    config = real_ticker_config(ticker_config or settings.ticker, clock.scale)
-    tick = round(config.interval_ms * 1000 * clock.scale)
-    # The demo's sample tasks run here; the dashboard's engine dispatches as settings say.
-    local = DispatchSettings() if flags.get("demo") else None
-    engine = build_engine(store, clock, settings, tick, dispatcher, dispatch=local)
-    ticker = build_ticker_for(store, clock, config)
-    if ticker.bus is None:
-        ticker.bus = MemoryBus(keep=MEMORY_BUS_KEEP)
-
-    async def scan(tick: Tick) -> None:
-        await engine.tick(tick.now)
-
-    ticker.subscribe(scan)
-    host = Host(store.path, store, clock, engine, ticker, **flags)
-    if not flags.get("demo"):  # the demo's failures are staged: they page no one
-        host.hooks = attach_hooks(getattr(settings, "hooks", ()), store, clock, engine, ticker)
-        hear_refusals(engine, host.hooks)
-    return host
+    demo = bool(flags.get("demo"))
+    parts = assemble(
+        store,
+        clock,
+        settings,
+        ticker_config or settings.ticker,
+        # The demo's sample tasks run here; the dashboard's engine dispatches as settings say.
+        dispatch=DispatchSettings() if demo else settings.dispatch,
+        kafka=kafka_access(settings.ticker),
+        dispatcher=dispatcher,
+        hooks=not demo,  # the demo's failures are staged: they page no one
+        in_process_bus=True,
+    )
+    return Host(store.path, store, clock, parts.engine, parts.ticker, hooks=parts.hooks, **flags)

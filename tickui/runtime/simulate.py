@@ -1,10 +1,10 @@
 """Time-lapse without consequences: a private copy of the database and simulated runs.
 
 `--time-scale N` (N other than 1) never opens the real database for writing and never
-runs a task's command. `TimeLapse` copies the database with SQLite's backup API (the
-source opened read-only) into a fresh 0700 temp folder and removes that folder again;
-`SimulatedDispatcher` answers like the subprocess dispatcher, but a run only takes the
-task's median recorded duration (engine time) and ends as its recorded success rate says.
+runs a task's command. `TimeLapse` copies the database (the source read-only) into a
+fresh 0700 temp folder and removes that folder again; `SimulatedDispatcher` answers like
+the subprocess dispatcher, but a run only takes the task's median recorded duration
+(engine time) and ends as its recorded success rate says.
 """
 
 from __future__ import annotations
@@ -16,113 +16,40 @@ import heapq
 import logging
 import os
 import shutil
-import sqlite3
 import statistics
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.request import pathname2url
 
 from tickui.common.clock import Clock
 from tickui.common.errors import StoreError
 from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch import Dispatcher, DispatchFailure, Fence, Job, NotStarted, Receipt
 from tickui.dispatch.base import wait_until_done
-from tickui.model.occurrence import ACTIVE, RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, RUN_TRANSITION
-from tickui.store import NewEvent, Store, inspect_file
+from tickui.model.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, RUN_TRANSITION
+from tickui.store import (
+    NewEvent,
+    Store,
+    copy_database,
+    finished_runs,
+    inspect_file,
+    neutralize,
+    newest_occurrence_id,
+    outcome_counts,
+)
 
 log = logging.getLogger("tickui.simulate")
 
 TEMP_PREFIX = "tickui-timelapse-"
 COPY_NAME = "timelapse.db"
 POLL_SECONDS = 0.05  # how often a run's end is re-checked (the clock may be moved by hand)
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 # ---- the copy ---------------------------------------------------------------------------
-
-
-def _same_file(before: os.stat_result, after: os.stat_result) -> bool:
-    return (before.st_ino, before.st_size, before.st_mtime_ns) == (
-        after.st_ino,
-        after.st_size,
-        after.st_mtime_ns,
-    )
-
-
-def _sidecars(path: Path) -> list[Path]:
-    return [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
-
-
-def _backup(uri: str, target: Path) -> None:
-    os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))  # owner-only
-    source = sqlite3.connect(uri, uri=True)
-    try:
-        dest = sqlite3.connect(target)
-        try:
-            source.backup(dest)
-        finally:
-            dest.close()
-    finally:
-        source.close()
-
-
-def copy_database(source: Path, target: Path) -> bool:
-    """Copy `source` into `target` (which must not exist) without writing anything beside
-    `source`. False when there is nothing to copy (no file, or an empty one).
-
-    A WAL database opened read-only still creates -wal and -shm files beside itself. When
-    none exist (nobody has the database open), the file alone is the whole database and is
-    read as immutable, which creates nothing; the copy is kept only if the file did not
-    change meanwhile. Otherwise (an engine has it open) it is read through the existing
-    -wal/-shm, read-only.
-    """
-    if not source.exists():
-        return False
-    if source.is_dir():
-        raise StoreError(f"database {source} is a directory")
-    if source.stat().st_size == 0:
-        return False
-    with open(source, "rb") as handle:
-        if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
-            raise StoreError(
-                f"database {source} is not a SQLite file (corrupt or foreign); left untouched"
-            )
-    url = "file:" + pathname2url(str(source.resolve()))
-    try:
-        if not any(p.exists() for p in _sidecars(source)):
-            before = source.stat()
-            _backup(url + "?mode=ro&immutable=1", target)
-            if _same_file(before, source.stat()) and not any(p.exists() for p in _sidecars(source)):
-                return True
-            target.unlink()
-        _backup(url + "?mode=ro", target)
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"database {source} cannot be copied ({exc}); left untouched") from None
-    return True
-
-
-def neutralize(copy: Path) -> None:
-    """Make the copy the simulation's own: the real engine's lease expired (nothing to wait
-    out; its runs in flight end INTERRUPTED in the copy), and no process ids of real runs,
-    so recovering them in the copy can never signal a real process group."""
-    conn = sqlite3.connect(copy, isolation_level=None)
-    try:
-        states = ", ".join(f"'{s}'" for s in ACTIVE)
-        conn.execute("BEGIN")
-        # Expired, not deleted: the next token stays above every token in the history.
-        conn.execute("UPDATE lease SET expires_at = 0, host = NULL, pid = NULL, pid_start = NULL")
-        conn.execute(
-            f"UPDATE occurrences SET pid = NULL, pgid = NULL, pid_start = NULL "
-            f"WHERE state IN ({states})"
-        )
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
 
 
 class TimeLapse:
@@ -157,10 +84,7 @@ class TimeLapse:
                     raise StoreError(str(exc).replace(str(self.copy), str(self.source))) from None
                 neutralize(self.copy)
                 self.profiles = read_profiles(self.copy)
-                with _read_only(self.copy) as conn:
-                    self.baseline = (
-                        conn.execute("SELECT max(id) FROM occurrences").fetchone()[0] or 0
-                    )
+                self.baseline = newest_occurrence_id(self.copy)
         except BaseException:
             self.close()
             raise
@@ -176,17 +100,10 @@ class TimeLapse:
     def summary(self) -> dict[str, object]:
         """What the time-lapse did, per task, read from the copy before it is removed."""
         tasks: dict[str, dict[str, Any]] = {}
-        with _read_only(self.copy) as conn:
-            rows = conn.execute(
-                "SELECT task, state, count(*), sum(missed), "
-                "max(CASE WHEN kind = 'scheduled' THEN started_at - scheduled_for END) "
-                "FROM occurrences WHERE id > ? GROUP BY task, state ORDER BY task, state",
-                (self.baseline,),
-            ).fetchall()
-        for task, state, count, missed, late in rows:
+        for task, state, count, missed, late in outcome_counts(self.copy, self.baseline):
             entry = tasks.setdefault(task, {"missed": 0, "late_max_s": None})
             entry[state] = count
-            entry["missed"] += missed or 0
+            entry["missed"] += missed
             if late is not None:
                 entry["late_max_s"] = max(late / MICROS, entry["late_max_s"] or 0.0)
         return {
@@ -222,27 +139,13 @@ class Profile:
 DEFAULT_PROFILE = Profile()
 
 
-@contextlib.contextmanager
-def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
-    conn = sqlite3.connect(f"file:{pathname2url(str(path.resolve()))}?mode=ro", uri=True)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
 def read_profiles(path: Path) -> dict[str, Profile]:
     """Each task's profile from its succeeded and failed occurrences in the file at `path`
     (the copy, read before the simulation adds to it)."""
-    with _read_only(path) as conn:
-        rows = conn.execute(
-            "SELECT task, state, started_at, finished_at, exit_code FROM occurrences "
-            "WHERE state IN ('succeeded', 'failed')"
-        ).fetchall()
     durations: dict[str, list[int]] = {}
     outcomes: dict[str, Counter[str]] = {}
     codes: dict[str, Counter[int]] = {}
-    for task, state, started, finished, code in rows:
+    for task, state, started, finished, code in finished_runs(path):
         outcomes.setdefault(task, Counter())[state] += 1
         if started is not None and finished is not None and finished >= started:
             durations.setdefault(task, []).append(finished - started)

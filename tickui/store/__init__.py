@@ -1,52 +1,66 @@
-"""The SQLite store: one connection to one tickui database file.
+"""The store: what the rest of tickui may ask of the database, and nothing of how.
 
-All I/O goes through aiosqlite so the event loop never waits on the disk. Hot paths
-(claims, acceptances, settlements, event appends) are batched: a handful of calls per
-transaction, whatever the number of rows. The queries live in groups by what they are
-about; `Store` is all of them on one connection.
+Callers use the contract (`Store`, in tickui.store.abc, opened with `Store.open`), the
+values that cross it, and the database-file functions below; the SQLite implementation
+behind them (tickui.store.sqlite and the query groups) is this package's own.
 """
 
 from __future__ import annotations
 
-from tickui.store.base import (
-    BUSY_TIMEOUT_MS,
+from tickui.common import faults
+from tickui.store import dbfile, schema
+from tickui.store.abc import (
     DEFAULT_KEEP,
-    SQLITE_MAGIC,
+    Beat,
+    Delivery,
+    DispatchSecurity,
+    FinishedRun,
     LeaseLost,
     NewEvent,
-    StoreBase,
-    inspect_file,
+    OutcomeCount,
+    Queued,
+    Store,
+    SyncReport,
+    ascii_lower,
 )
-from tickui.store.claims import ClaimQueries
-from tickui.store.coordination import Coordination
-from tickui.store.events import EventLog
-from tickui.store.hooks import HookQueries
-from tickui.store.queue import QueueQueries
-from tickui.store.tasks import SyncReport, TaskQueries, default_anchor
-from tickui.store.workers import Beat, WorkerQueries
+from tickui.store.base import inspect_file
+from tickui.store.copies import (
+    copy_database,
+    finished_runs,
+    neutralize,
+    newest_occurrence_id,
+    outcome_counts,
+)
+from tickui.store.dbfile import DATABASE_ERRORS, database_failure, lookup, os_failure
+from tickui.store.tasks import default_anchor
+
+SCHEMA_VERSION = schema.VERSION  # the newest schema this tickui reads and writes
+
+faults.recognize(dbfile.fault_kind)  # the database's full disk and outages, for fault_text
 
 __all__ = [
-    "BUSY_TIMEOUT_MS",
+    "DATABASE_ERRORS",
     "DEFAULT_KEEP",
-    "SQLITE_MAGIC",
+    "SCHEMA_VERSION",
     "Beat",
+    "Delivery",
+    "DispatchSecurity",
+    "FinishedRun",
     "LeaseLost",
     "NewEvent",
+    "OutcomeCount",
+    "Queued",
     "Store",
     "SyncReport",
+    "ascii_lower",
+    "copy_database",
+    "database_failure",
     "default_anchor",
+    "finished_runs",
     "inspect_file",
+    "lookup",
+    "neutralize",
+    "newest_occurrence_id",
+    "os_failure",
+    "outcome_counts",
 ]
-
-
-class Store(
-    TaskQueries,
-    ClaimQueries,
-    QueueQueries,
-    EventLog,
-    Coordination,
-    HookQueries,
-    WorkerQueries,
-    StoreBase,
-):
-    """One connection to one tickui database file, with every query group."""

@@ -9,7 +9,6 @@ import os
 import sqlite3
 import stat
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
@@ -17,16 +16,16 @@ import aiosqlite
 
 from tickui.common.errors import StoreError, Unavailable
 from tickui.model.occurrence import ACTIVE
-from tickui.model.records import OCCURRENCE_COLUMNS, TaskStats
+from tickui.model.records import OCCURRENCE_COLUMNS, Occurrence, TaskStats, occurrence_from_row
 from tickui.model.spec import TaskSpec
 from tickui.store import dbfile, schema
+from tickui.store.abc import LeaseLost, Store
 
 NO_STATS = TaskStats()
 SPEC_CACHE_MAX = 100_000
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 WAL_AUTOCHECKPOINT_PAGES = 10_000  # about 40 MB of WAL before SQLite checkpoints by itself
-DEFAULT_KEEP = 1000
 _OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
 _ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
 
@@ -38,21 +37,6 @@ async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
     if conn is not None:
         with contextlib.suppress(Exception):
             await conn.close()
-
-
-class LeaseLost(StoreError):
-    """A claim was made with a token that no longer holds the lease (fencing)."""
-
-
-@dataclass(slots=True)
-class NewEvent:
-    at: int
-    type: str
-    command_id: str | None
-    run_id: str | None
-    payload: dict[str, Any] = field(default_factory=dict)
-    causation_id: str | None = None  # ksadk's runtime names the command here
-    event_id: str | None = None  # a worker's id for the event: a second copy is dropped
 
 
 def inspect_file(path: Path) -> int | None:
@@ -92,7 +76,7 @@ def inspect_file(path: Path) -> int | None:
         finally:
             conn.close()
     except sqlite3.OperationalError as exc:
-        raise dbfile.sqlite_failure(exc, path) from None
+        raise dbfile.database_failure(exc, path) from None
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"database {path} is unreadable ({exc}); left untouched") from None
     if app_id != schema.APPLICATION_ID:
@@ -115,8 +99,9 @@ def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
         yield items[start : start + size]
 
 
-class StoreBase:
-    """One connection to one tickui database file, and the plumbing every query uses."""
+class StoreBase(Store):
+    """One connection to one tickui database file, and the plumbing every query group
+    uses: the connection, its write lock, the parsed definitions and the listeners."""
 
     def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
         self.path = path
@@ -160,7 +145,7 @@ class StoreBase:
         except sqlite3.Error as exc:
             await _close_quietly(conn)
             await asyncio.to_thread(dbfile.remove_created, created)
-            raise dbfile.sqlite_failure(exc, db) from None
+            raise dbfile.database_failure(exc, db) from None
         except BaseException:
             await _close_quietly(conn)
             await asyncio.to_thread(dbfile.remove_created, created)
@@ -188,7 +173,7 @@ class StoreBase:
             await (await conn.execute("SELECT count(*) FROM sqlite_master")).close()
         except sqlite3.Error as exc:
             await _close_quietly(conn)
-            raise dbfile.sqlite_failure(exc, db) from None
+            raise dbfile.database_failure(exc, db) from None
         except BaseException:
             await _close_quietly(conn)
             raise
@@ -259,3 +244,22 @@ class StoreBase:
     def on_events(self, listener: Callable[[], None]) -> None:
         """Call `listener` (in the loop) after runtime events are appended through this store."""
         self._listeners.append(listener)
+
+    # ---- reads and checks more than one query group makes ------------------------------
+
+    async def _check_lease(self, owner: str, token: int, now: int) -> None:
+        row = await self._one(  # one trip to the connection's thread, not two
+            "SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
+            " AND expires_at > ?",
+            (owner, token, now),
+        )
+        if row is None:
+            raise LeaseLost("the lease is no longer held by this engine")
+
+    async def occurrences_by_id(self, ids: Sequence[int]) -> list[Occurrence]:
+        result: list[Occurrence] = []
+        for chunk in _chunks(list(ids), 900):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._all(f"{_OCC_SELECT} WHERE id IN ({marks}) ORDER BY id", chunk)
+            result.extend(occurrence_from_row(row) for row in rows)
+        return result

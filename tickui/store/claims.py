@@ -11,16 +11,9 @@ from tickui.common.errors import NotFound
 from tickui.model.occurrence import ACTIVE
 from tickui.model.planning import Plan, due_time
 from tickui.model.records import Occurrence, Task, occurrence_from_row
-from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, DEFAULT_KEEP, LeaseLost, StoreBase, _chunks
+from tickui.store.abc import DEFAULT_KEEP, ascii_lower
+from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase
 from tickui.store.queue import after_settling, watch_settling
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def ascii_lower(text: str) -> str:
-    """Lower case as SQLite's lower() does (ASCII only), so a filter in Python and its
-    query in SQL keep the same rows."""
-    return text.translate(_ASCII_LOWER)
 
 
 class ClaimQueries(StoreBase):
@@ -37,12 +30,6 @@ class ClaimQueries(StoreBase):
             (now,),
         )
         return [row[0] for row in rows]
-
-    async def tasks_by_id(self, ids: Sequence[int]) -> list[Task]:
-        marks = ",".join("?" * len(ids))
-        rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks WHERE id IN ({marks})", ids)
-        found = {task.id: task for task in map(self._task, rows)}
-        return [found[task_id] for task_id in ids if task_id in found]
 
     async def task_versions(self) -> dict[int, tuple[int, int | None, int, int]]:
         """Per task what a viewer compares to spot another process's change: updated_at,
@@ -81,15 +68,6 @@ class ClaimQueries(StoreBase):
     async def active_occurrences(self) -> list[Occurrence]:
         rows = await self._all(f"{_OCC_SELECT} WHERE state IN {_ACTIVE_SQL} ORDER BY id")
         return [occurrence_from_row(row) for row in rows]
-
-    async def _check_lease(self, owner: str, token: int, now: int) -> None:
-        row = await self._one(  # one trip to the connection's thread, not two
-            "SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
-            " AND expires_at > ?",
-            (owner, token, now),
-        )
-        if row is None:
-            raise LeaseLost("the lease is no longer held by this engine")
 
     async def claim(
         self, plans: Sequence[Plan], owner: str, token: int, now: int
@@ -153,14 +131,6 @@ class ClaimQueries(StoreBase):
                 "UPDATE occurrences SET command_id = ? WHERE id = ?", (f"cmd-{occ_id}", occ_id)
             )
         return (await self.occurrences_by_id([occ_id]))[0]
-
-    async def occurrences_by_id(self, ids: Sequence[int]) -> list[Occurrence]:
-        result: list[Occurrence] = []
-        for chunk in _chunks(list(ids), 900):
-            marks = ",".join("?" * len(chunk))
-            rows = await self._all(f"{_OCC_SELECT} WHERE id IN ({marks}) ORDER BY id", chunk)
-            result.extend(occurrence_from_row(row) for row in rows)
-        return result
 
     async def get_occurrence(self, occ_id: int) -> Occurrence:
         found = await self.occurrences_by_id([occ_id])

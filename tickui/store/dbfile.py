@@ -17,9 +17,11 @@ import stat
 from pathlib import Path
 from urllib.parse import quote
 
+from tickui.common import faults
 from tickui.common.errors import StoreError, TickuiError, Unavailable
 
 SIDE_FILES = ("-wal", "-shm")
+DATABASE_ERRORS = (sqlite3.Error,)  # what SQLite raises of its own: never tickui's errors
 MIN_FREE = 1024 * 1024  # below this, a reader does not try to create a -shm file
 
 
@@ -174,7 +176,17 @@ def _disk_full(path: Path) -> bool:
     return info.f_bavail * info.f_frsize < MIN_FREE
 
 
-def sqlite_failure(exc: sqlite3.Error, path: Path) -> TickuiError:
+def fault_kind(exc: BaseException) -> str | None:
+    """SQLite's errors for `faults`: a full disk, or an outage (locked, I/O) to wait out."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    if full or "disk is full" in str(exc):
+        return faults.DISK_FULL
+    return faults.OUTAGE if isinstance(exc, sqlite3.OperationalError) else None
+
+
+def database_failure(exc: BaseException, path: Path) -> TickuiError:
     """One line for a SQLite error: a damaged file is bad input (2); a locked, full,
     read-only or unopenable one is a failure to retry or fix elsewhere (1)."""
     text = str(exc)

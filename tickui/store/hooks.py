@@ -4,10 +4,9 @@ events: changed occurrences and tasks as plain rows."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from tickui.common.timeutil import iso
+from tickui.store.abc import Delivery
 from tickui.store.base import StoreBase
 
 DELIVERIES_KEPT = 1000  # the newest deliveries kept; older ones are pruned as new ones come
@@ -33,34 +32,6 @@ _RETRIED = (
 )
 _TASK_COLS = ("id", "name", "enabled", "note", "updated_at")
 OUTCOMES = ("pending", "delivered", "failed")
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    id: int
-    hook: str
-    event: str
-    task: str | None
-    occurrence_id: int | None
-    created_at: int
-    finished_at: int | None
-    attempts: int
-    outcome: str  # pending | delivered | failed
-    detail: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "hook": self.hook,
-            "event": self.event,
-            "task": self.task,
-            "occurrence_id": self.occurrence_id,
-            "created_at": iso(self.created_at),
-            "finished_at": iso(self.finished_at),
-            "attempts": self.attempts,
-            "outcome": self.outcome,
-            "detail": self.detail,
-        }
 
 
 class HookQueries(StoreBase):

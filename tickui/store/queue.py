@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
@@ -19,29 +18,13 @@ from tickui.model import retries
 from tickui.model.occurrence import TERMINAL
 from tickui.model.records import OCCURRENCE_COLUMNS, Occurrence, occurrence_from_row
 from tickui.model.spec import TaskSpec
+from tickui.store.abc import Queued
 from tickui.store.base import _ACTIVE_SQL, StoreBase, _chunks
 
 _O_SELECT = "SELECT " + ", ".join(f"o.{c}" for c in OCCURRENCE_COLUMNS) + " FROM occurrences o"
 # A queued row whose task is gone, disabled or changed since it was queued: cancelled.
 _STALE = "(t.id IS NULL OR t.enabled = 0 OR t.generation <> o.generation)"
 _DUE = "coalesce(o.retry_at, o.scheduled_for) <= ?"
-
-
-@dataclass(slots=True)
-class Queued:
-    """One occurrence to queue: `kind` scheduled, manual or backfill; `retry_at` None
-    means due at `scheduled_for`."""
-
-    task_id: int
-    task: str
-    kind: str
-    scheduled_for: int
-    generation: int
-    retry_at: int | None = None
-    attempt: int = 1
-    retry_of: int | None = None
-    covers: int = 1
-    detail: str | None = None
 
 
 class QueueQueries(StoreBase):
@@ -93,7 +76,7 @@ class QueueQueries(StoreBase):
         Returns the claimed occurrences, to dispatch."""
         started: list[int] = []
         async with self._write():
-            await self._check_lease(owner, token, now)  # type: ignore[attr-defined]
+            await self._check_lease(owner, token, now)
             for occ_id in start:
                 cursor = await self._conn.execute(
                     "UPDATE occurrences SET state = 'claimed', claimed_at = ?, owner = ?,"
@@ -114,7 +97,7 @@ class QueueQueries(StoreBase):
                     )
                     if state == "skipped" and cursor.rowcount == 1:
                         await _count_skipped_retry(self._conn, occ_id, now)
-        return await self.occurrences_by_id(started)  # type: ignore[attr-defined]
+        return await self.occurrences_by_id(started)
 
     async def cancel_queued_occurrence(self, occ_id: int, now: int, detail: str) -> bool:
         """Cancel one queued occurrence (a user's cancel); False when it is not queued."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
@@ -21,14 +20,8 @@ from tickui.model.occurrence import ACTIVE, QUEUED
 from tickui.model.records import STATS_WINDOW, Task, TaskStats
 from tickui.model.spec import TaskSpec
 from tickui.schedules.triggers import jitter_offset
+from tickui.store.abc import SyncReport
 from tickui.store.base import NO_STATS, SPEC_CACHE_MAX, StoreBase
-
-
-@dataclass(slots=True)
-class SyncReport:
-    added: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
 
 
 def default_anchor(spec: TaskSpec, now: int) -> int:
@@ -129,6 +122,12 @@ class TaskQueries(StoreBase):
         if task is None:
             raise NotFound(f"no task named {name!r}")
         return task
+
+    async def tasks_by_id(self, ids: Sequence[int]) -> list[Task]:
+        marks = ",".join("?" * len(ids))
+        rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks WHERE id IN ({marks})", ids)
+        found = {task.id: task for task in map(self._task, rows)}
+        return [found[task_id] for task_id in ids if task_id in found]
 
     async def list_tasks(self, with_stats: bool = True) -> list[Task]:
         rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks ORDER BY name")

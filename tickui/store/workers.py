@@ -6,41 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from tickui.model.occurrence import RUN_TRANSITION
 from tickui.model.records import Occurrence, WorkerInfo, occurrence_from_row
+from tickui.store.abc import Beat, DispatchSecurity
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _chunks
-
-
-@dataclass(slots=True)
-class Beat:
-    """One heartbeat as the engine stores it; `seen` is the engine clock at receipt."""
-
-    worker: str
-    host: str
-    slots: int
-    running: Sequence[str]
-    version: str | None
-    state: str
-    seen: int
-    log_dir: str | None = None
-    group: str | None = None
-    refused: dict[str, int] = field(default_factory=dict)
-    insecure: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class DispatchSecurity:
-    """An engine's signing, as it last wrote it: whether it signs, with which key, and
-    what it refused."""
-
-    name: str
-    insecure: bool
-    key_id: str | None
-    refused: dict[str, int]
-    updated_at: int
-
 
 _WORKER_COLS = (
     "id, host, slots, running, last_seen, state, version, log_dir, grp, first_seen,"

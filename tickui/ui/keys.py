@@ -3,7 +3,10 @@ screen's groups, the palette and README's keys table all read this."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from textual.binding import Binding
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,23 @@ TASK_ACTIONS = (
 VIEW_ACTIONS = (
     "cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side", "hooks",
 )  # fmt: skip
+DASHBOARD_GROUPS = ("Runs", "Tasks", "View")  # the dashboard screen's; the rest are the app's
+DETAIL_DASHBOARD_ACTIONS = ("detail", "edit_task", "toggle_enabled")  # bound on a task's detail too
 QUITTING_OFF = frozenset(TASK_ACTIONS + VIEW_ACTIONS + ("toggle_engine", "toggle_ticker")) - {
     "cancel_run"
 }  # keys that mean nothing while quit waits for the runs
+
+
+def bindings(*, groups: Iterable[str] = (), actions: Iterable[str] = ()) -> list[Binding]:
+    """The Textual bindings of the keys in `groups` or acting with one of `actions`, in
+    the order above (the footer's)."""
+    groups, actions = set(groups), set(actions)
+    return [
+        Binding(k.key, k.action, k.label, show=k.show, key_display=SHOWN_KEY.get(k.key))
+        for title, keys in KEY_GROUPS
+        for k in keys
+        if title in groups or k.action in actions
+    ]
 
 
 def rank(action: str) -> int:

@@ -26,7 +26,7 @@ from tickui.store import Store, inspect_file
 from tickui.ui.terminal import surviving_driver, terminal_gone, writes_to_null
 
 if TYPE_CHECKING:
-    from textual.app import App
+    from tickui.ui.app import TickuiApp
 
 
 # name, fields; within 15 s these show success, failure, skips (forbid), a replaced run,
@@ -94,7 +94,7 @@ def dashboard_session(
             stack.callback(shutil.rmtree, scratch, ignore_errors=True)
             path = scratch / "demo.db"
         elif scale != 1:
-            real = bool(getattr(args, "real_commands", False))
+            real = args.real_commands
             lapse = stack.enter_context(TimeLapse(db, scale, real))
             path = lapse.copy
         else:
@@ -156,7 +156,7 @@ class HangUp:
     there is nothing to clean up (SystemExit); after its loop ended, a signal is noted."""
 
     received: list[int] = field(default_factory=list)
-    app: App | None = None
+    app: TickuiApp | None = None
     loop: asyncio.AbstractEventLoop | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -177,7 +177,7 @@ class HangUp:
             loop.call_soon_threadsafe(self._start)
         # else: before the loop runs (run() starts the hang-up) or after it (noted)
 
-    async def run(self, app: App) -> object:
+    async def run(self, app: TickuiApp) -> object:
         """The app on this loop (as App.run does), hanging up at once on a signal that
         came while the app was being built."""
         self.loop = asyncio.get_running_loop()
@@ -195,20 +195,15 @@ class HangUp:
     async def _hang_up(self) -> None:
         app = self.app
         assert app is not None
-        ready = getattr(app, "ready", None)
-        if isinstance(ready, asyncio.Event) and not ready.is_set():
+        if not app.ready.is_set():
             # Booting: wait for the host (its engine may be starting runs) so that
             # hang_up() finds it and cancels them, rather than leaving them behind.
-            waiting = asyncio.ensure_future(ready.wait())
+            waiting = asyncio.ensure_future(app.ready.wait())
             await asyncio.wait({waiting}, timeout=BOOT_WAIT)
             waiting.cancel()
         if not app.is_running:
             return
-        hang_up = getattr(app, "hang_up", None)
-        if hang_up is None:  # an app without one: quit as `q` does
-            app.exit()
-        else:
-            app.call_later(hang_up)
+        app.call_later(app.hang_up)
 
 
 def _ignore(_signum: int, _frame: object) -> None:

@@ -71,11 +71,13 @@ async def _settled(app: TickuiApp, wanted: dict[str, str]) -> None:
     flight: a scene taken while a run is still ending would flicker (its toast, its row)."""
     states: dict[str, str] = {}
     for _ in range(500):
-        await app.drain()
+        await app.live.drain()
         states = {}
-        for occ in sorted(app.occ_rows.by_id.values(), key=lambda o: o.id):
+        for occ in sorted(app.board.occ_rows.by_id.values(), key=lambda o: o.id):
             states[occ.task] = occ.state
-        others = all(o.state == "running" or not o.active for o in app.occ_rows.by_id.values())
+        others = all(
+            o.state == "running" or not o.active for o in app.board.occ_rows.by_id.values()
+        )
         if others and all(states.get(n) == s for n, s in wanted.items()):
             return
         await asyncio.sleep(0.02)
@@ -112,8 +114,8 @@ async def with_runs(pilot) -> None:
     await cleared.wait()
     # The cursors follow rows by id: which run the Occurrences cursor ended on depends on
     # how the runs' changes were batched; a fixed scene puts both on their first row.
-    app.occ_table.move_to(0)
-    app.tasks_table.move_to(0)
+    app.board.occ_table.move_to(0)
+    app.board.tasks_table.move_to(0)
     await pilot.pause()
 
 
@@ -124,8 +126,8 @@ async def main_scene(pilot) -> None:
 async def detail_scene(pilot) -> None:
     await with_runs(pilot)
     app: TickuiApp = pilot.app
-    failing = next(t.id for t in app.task_rows.by_id.values() if t.name == "export-orders")
-    app.tasks_table.select_key(failing)  # its failure and output
+    failing = next(t.id for t in app.board.task_rows.by_id.values() if t.name == "export-orders")
+    app.board.tasks_table.select_key(failing)  # its failure and output
     await pilot.press("enter")
     await pilot.pause(0.4)
 
@@ -165,7 +167,7 @@ async def edit_scene(pilot) -> None:
     """E on backup-db: the form filled in, its cron read in words, dated fire times."""
     await with_runs(pilot)
     app: TickuiApp = pilot.app
-    app.tasks_table.select_key(next(t.id for t in app.task_rows.by_id.values()
+    app.board.tasks_table.select_key(next(t.id for t in app.board.task_rows.by_id.values()
                                     if t.name == "backup-db"))  # fmt: skip
     await pilot.press("E")
     await pilot.pause(0.2)
@@ -175,9 +177,9 @@ async def cancel_scene(pilot) -> None:
     """c on the run in flight: the question names it; No has the focus."""
     await with_runs(pilot)
     app: TickuiApp = pilot.app
-    running = next(o for o in app.occ_rows.by_id.values() if o.state == "running")
-    app.occ_table.focus()
-    app.occ_table.select_key(running.id)
+    running = next(o for o in app.board.occ_rows.by_id.values() if o.state == "running")
+    app.board.occ_table.focus()
+    app.board.occ_table.select_key(running.id)
     await pilot.press("c")
     await pilot.pause(0.2)
 
@@ -197,7 +199,7 @@ async def breaker_open_scene(pilot) -> None:
     for _ in range(breaker.threshold):
         breaker.failure(0.0, T0, "simulated publish failure")
     breaker.retry_in = lambda mono: 42.0  # type: ignore[method-assign]
-    app.show_ticker()
+    app.live.show_ticker()
     await pilot.pause()
 
 
@@ -210,7 +212,7 @@ async def workers_scene(pilot) -> None:
     await with_runs(pilot)
     app: TickuiApp = pilot.app
     store, now = app.host.store, app.host.clock.now()
-    runs = {o.task: o for o in app.occ_rows.by_id.values()}
+    runs = {o.task: o for o in app.board.occ_rows.by_id.values()}
     on = {"heartbeat": "build-01", "export-orders": "build-02", "reindex": "build-01"}
     on["backup-db"] = "gpu-box"
     await store.set_workers([(runs[task].id, worker) for task, worker in on.items()])
@@ -237,10 +239,10 @@ async def workers_scene(pilot) -> None:
         ]
     )
     await store.mark_workers_lost(["gpu-box"], now)
-    app.mark(occurrences=[o.id for o in runs.values()])
-    await app.read_workers()
-    await app.drain()
-    app.occ_table.move_to(0)
+    app.live.mark(occurrences=[o.id for o in runs.values()])
+    await app.live.workers.read()
+    await app.live.drain()
+    app.board.occ_table.move_to(0)
     await pilot.pause()
 
 
@@ -267,10 +269,10 @@ async def run_output_scene(pilot) -> None:
 
     await with_runs(pilot)
     app: TickuiApp = pilot.app
-    occ = next(o for o in app.occ_rows.by_id.values() if o.task == "export-orders")
+    occ = next(o for o in app.board.occ_rows.by_id.values() if o.task == "export-orders")
     Path(occ.log_path).write_text(SAMPLE_LOG)
-    app.occ_table.focus()
-    app.occ_table.move_to(app.occ_rows.index_of(occ.id))
+    app.board.occ_table.focus()
+    app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
     await pilot.press("enter")
     screen = app.screen
     assert isinstance(screen, RunScreen)
@@ -333,7 +335,7 @@ async def busy_scene(pilot) -> None:
             await pilot.pause(0.1)
 
     def states() -> dict[str, str]:
-        return {o.task: o.state for o in app.occ_rows.by_id.values()}
+        return {o.task: o.state for o in app.board.occ_rows.by_id.values()}
 
     await until(lambda: states().get("export-orders") == "failed", 15)
     ticker = app.host.ticker
@@ -343,5 +345,5 @@ async def busy_scene(pilot) -> None:
     await until(lambda: ticker.breaker.state == OPEN, 15)
     await pilot.press("f")  # publishes work again; the breaker closes on its next probe
     await until(lambda: not ticker.simulate_failures, 5)
-    app.tasks_table.focus()
+    app.board.tasks_table.focus()
     await pilot.pause(1.2)

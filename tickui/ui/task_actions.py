@@ -1,61 +1,54 @@
-"""The dashboard's keys that act on a task or a run: run now, enable, add, edit, delete,
-open, cancel. Each acts on the row highlighted when the key was pressed (by id), and a
-destructive one asks first. Mixed into `TickuiApp`, whose host, rows and tables it uses."""
+"""What the keys that act on a task or a run do, given the task or run: run now, enable,
+add, edit, delete, open, cancel. The dashboard picks the row (by id, when the key was
+pressed), a task's detail passes its own task; a destructive one asks first."""
 
 from __future__ import annotations
 
+from textual.screen import Screen
+
 from tickui.common.errors import TickuiError
+from tickui.common.paths import short_path
 from tickui.common.redact import redact
 from tickui.engine import RunNowRefused, queue_run_now
 from tickui.model.occurrence import QUEUED
 from tickui.model.records import Occurrence, Task
 from tickui.model.spec import TaskSpec
+from tickui.runtime.host import Host
+from tickui.ui.board import Board
+from tickui.ui.live import LiveRefresh
 from tickui.ui.screens.detail import DetailScreen, DetailSource
 from tickui.ui.screens.dialogs import ConfirmScreen
 from tickui.ui.screens.form import AddTaskScreen
 from tickui.ui.screens.run import RunScreen, RunSource
-from tickui.ui.view.cells import clock_in, short_path
+from tickui.ui.view.cells import clock_in
 
 
 class TaskActions:
-    def selected_task(self) -> Task | None:
-        """The task highlighted now, by id: in the Tasks pane, or the selected
-        occurrence's task in the Occurrences pane, or the detail screen's."""
-        if isinstance(self.screen, DetailScreen):
-            return self.screen.task_row
-        if self.focused is self.occ_table:
-            occ = self.selected_occurrence()
-            return self.task_rows.by_id.get(occ.task_id) if occ is not None else None
-        key = self.tasks_table.selected_key
-        return self.task_rows.by_id.get(key) if key is not None else None
+    """Acts through `board`'s host and shows the outcome through `live`; dialogs and
+    views open over `screen`."""
 
-    def selected_occurrence(self) -> Occurrence | None:
-        """The occurrence highlighted now (by id); from the Tasks pane, the selected task's
-        newest active run."""
-        if self.focused is self.occ_table:
-            key = self.occ_table.selected_key
-            return self.occ_rows.by_id.get(key) if key is not None else None
-        key = self.tasks_table.selected_key
-        if key is None:
-            return None
-        running = [o for o in self.occ_rows.by_id.values() if o.task_id == key and o.active]
-        return max(running, key=lambda o: o.id) if running else None
+    def __init__(self, board: Board, live: LiveRefresh, screen: Screen) -> None:
+        self.board = board
+        self.live = live
+        self.screen = screen
 
-    def _need_task(self) -> Task | None:
-        task = self.selected_task()
-        if task is None:
-            self.notify("no task selected", severity="warning")
-        return task
+    @property
+    def host(self) -> Host:
+        assert self.board.host is not None
+        return self.board.host
 
-    async def action_run_now(self) -> None:
-        task = self._need_task()
-        if task is None:
-            return
+    def notify(self, message: str, **kwargs) -> None:
+        self.screen.app.notify(message, **kwargs)
+
+    def push(self, screen: Screen, done=None) -> None:
+        self.screen.app.push_screen(screen, done)
+
+    async def run_now(self, task: Task) -> None:
         engine = self.host.engine
         try:
             if engine.running and engine.holds_lease:
                 occ = await engine.run_now(task.name)
-                self.mark([task.id], [occ.id])
+                self.live.mark([task.id], [occ.id])
                 self.notify(f"started {task.name}: occurrence {occ.id}")
             else:
                 await self._queue_run_now(task)
@@ -67,11 +60,11 @@ class TaskActions:
             )
         except TickuiError as exc:
             self.notify(redact(str(exc)), title="Run now failed", severity="error")
-        await self.drain()
+        await self.live.drain()
 
     async def _queue_run_now(self, task: Task) -> None:
         """Not the lease holder: leave a request for whoever holds it (or starts next)."""
-        await queue_run_now(self.host.store, task, self.clock.now())
+        await queue_run_now(self.host.store, task, self.host.clock.now())
         where = (
             "the lease holder runs it"
             if self.host.engine.running
@@ -79,70 +72,63 @@ class TaskActions:
         )
         self.notify(f"queued run-now of {task.name}: {where}")
 
-    async def action_toggle_enabled(self) -> None:
-        task = self._need_task()
-        if task is None:
-            return
+    async def toggle_enabled(self, task: Task) -> None:
         try:
-            await self.host.store.set_enabled(task.name, not task.enabled, self.clock.now())
+            await self.host.store.set_enabled(task.name, not task.enabled, self.host.clock.now())
         except TickuiError as exc:
             self.notify(redact(str(exc)), severity="error")
             return
         self.notify(f"{'disabled' if task.enabled else 'enabled'} {task.name}")
-        self.mark([task.id])
-        await self.drain()
+        self.live.mark([task.id])
+        await self.live.drain()
 
-    def action_detail(self) -> None:
-        if isinstance(self.screen, DetailScreen):  # enter on a run picked in the detail
-            self.screen.action_open_selected()
-            return
-        if self.focused is self.occ_table:
-            occ = self.selected_occurrence()
-            if occ is not None:
-                self.open_run(occ)
-            return
-        task = self._need_task()
-        if task is not None:
-            self.push_screen(DetailScreen(task, self._detail_source()))
-
-    def _detail_source(self) -> DetailSource:
-        assert self.host is not None
-        return DetailSource(
-            current_task=lambda task: self.task_rows.by_id.get(task.id, task),
-            history=lambda name, limit: self.host.store.history(name, limit=limit),
-            now=self._now,
-            cancel=self.cancel_occurrence,
-            open_run=self.open_run,
-            view=lambda: self.view,
-            reasons=self.host.store.miss_reasons,
-            remote=getattr(self.host.store, "remote_output", None),
+    def open_detail(self, task: Task) -> None:
+        board = self.board
+        self.push(
+            DetailScreen(
+                task,
+                DetailSource(
+                    current_task=lambda task: board.task_rows.by_id.get(task.id, task),
+                    history=lambda name, limit: self.host.store.history(name, limit=limit),
+                    now=board.now,
+                    cancel=self.cancel,
+                    open_run=self.open_run,
+                    view=lambda: board.view,
+                    reasons=self.host.store.miss_reasons,
+                    remote=self.host.store.remote_output,
+                    run_now=self.run_now,
+                    toggle_enabled=self.toggle_enabled,
+                    edit=self.edit,
+                    quitting=lambda: board.quitting,
+                ),
+            )
         )
 
     def open_run(self, occ: Occurrence) -> None:
         """That run's facts and whole output (from the Occurrences pane or a task's runs)."""
-        assert self.host is not None
         store = self.host.store
+        tasks = self.board.task_rows.by_id
 
         async def occurrence(occ_id: int) -> Occurrence | None:
             found = await store.occurrences_by_id([occ_id])
             return found[0] if found else None
 
         def zone(run: Occurrence):
-            task = self.task_rows.by_id.get(run.task_id)
-            return self.view.zone(task.spec.tz if task is not None else None)
+            task = tasks.get(run.task_id)
+            return self.board.view.zone(task.spec.tz if task is not None else None)
 
         def retries(run: Occurrence) -> int | None:
-            task = self.task_rows.by_id.get(run.task_id)
+            task = tasks.get(run.task_id)
             return task.spec.retries if task is not None else None
 
-        remote = getattr(store, "remote_output", None)  # what workers reported (Kafka)
-        source = RunSource(occurrence, self._now, short_path, zone, retries, remote)
-        self.push_screen(RunScreen(occ, source))
+        remote = store.remote_output  # what workers reported (Kafka)
+        source = RunSource(occurrence, self.board.now, short_path, zone, retries, remote)
+        self.push(RunScreen(occ, source))
 
-    def action_add_task(self) -> None:
-        self.push_screen(
+    def add(self) -> None:
+        self.push(
             AddTaskScreen(
-                self._now,
+                self.board.now,
                 zone_for_preview=self._preview_zone(),
                 taken=self._name_taken,
             ),
@@ -150,48 +136,46 @@ class TaskActions:
         )
 
     def _name_taken(self, name: str) -> bool:
-        return any(task.name == name for task in self.task_rows.by_id.values())
+        return any(task.name == name for task in self.board.task_rows.by_id.values())
 
     def _preview_zone(self):
         """The form previews fire times in the zone the dashboard shows (task mode: the
         task's own)."""
-        return None if self.view.mode == "task" else self.view.zone()
+        view = self.board.view
+        return None if view.mode == "task" else view.zone()
 
     async def _added(self, spec: TaskSpec | None) -> None:
         if spec is None:
             return
         try:
-            task = await self.host.store.add_task(spec, self.clock.now(), source="ui")
+            task = await self.host.store.add_task(spec, self.host.clock.now(), source="ui")
         except TickuiError as exc:
             self.notify(redact(str(exc)), title="Not added", severity="error")
             return
         self.notify(f"added {task.name}")
-        self.mark([task.id])
-        await self.drain()
-        self.tasks_table.select_key(task.id)
+        self.live.mark([task.id])
+        await self.live.drain()
+        self.board.tasks_table.select_key(task.id)
 
-    def action_edit_task(self) -> None:
-        """The add form filled in with the task highlighted now; saved through the same
-        checks (a bad or taken name changes nothing)."""
-        task = self._need_task()
-        if task is None:
-            return
+    def edit(self, task: Task) -> None:
+        """The add form filled in with `task`; saved through the same checks (a bad or
+        taken name changes nothing)."""
 
         async def edited(spec: TaskSpec | None) -> None:
             if spec is None:
                 return
             try:
-                changed = await self.host.store.edit_task(task.name, spec, self.clock.now())
+                changed = await self.host.store.edit_task(task.name, spec, self.host.clock.now())
             except TickuiError as exc:
                 self.notify(redact(str(exc)), title="Not saved", severity="error")
                 return
             self.notify(f"saved {changed.name}")
-            self.mark([changed.id])
-            await self.drain()
+            self.live.mark([changed.id])
+            await self.live.drain()
 
-        self.push_screen(
+        self.push(
             AddTaskScreen(
-                self._now,
+                self.board.now,
                 task=task,
                 zone_for_preview=self._preview_zone(),
                 taken=self._name_taken,
@@ -199,11 +183,7 @@ class TaskActions:
             edited,
         )
 
-    def action_delete_task(self) -> None:
-        task = self._need_task()
-        if task is None:
-            return
-
+    def delete(self, task: Task) -> None:
         async def answered(yes: bool | None) -> None:
             if not yes:
                 return
@@ -213,10 +193,10 @@ class TaskActions:
                 self.notify(redact(str(exc)), severity="error")
                 return
             self.notify(f"deleted {task.name}; its history stays")
-            self.mark([task.id])
-            await self.drain()
+            self.live.mark([task.id])
+            await self.live.drain()
 
-        self.push_screen(
+        self.push(
             ConfirmScreen(
                 f"Delete task {task.name}? Its history stays.",
                 yes_label="Delete (y)",
@@ -225,13 +205,7 @@ class TaskActions:
             answered,
         )
 
-    async def action_cancel_run(self) -> None:
-        if self._waiting:
-            await self.hang_up()
-            return
-        await self.cancel_occurrence(self.selected_occurrence())
-
-    async def cancel_occurrence(self, occ: Occurrence | None) -> None:
+    async def cancel(self, occ: Occurrence | None) -> None:
         """Ask first, naming the run; `y` cancels exactly that occurrence id."""
         waiting = occ is not None and occ.state == QUEUED  # a retry or slot not started yet
         if occ is None or not (occ.active or waiting):
@@ -242,8 +216,8 @@ class TaskActions:
             )
             return
         started = occ.started_at or (occ.retry_at if waiting else None) or occ.scheduled_for
-        task = self.task_rows.by_id.get(occ.task_id)
-        zone = self.view.zone(task.spec.tz if task is not None else None)
+        task = self.board.task_rows.by_id.get(occ.task_id)
+        zone = self.board.view.zone(task.spec.tz if task is not None else None)
         clock = clock_in(started, zone)
         word = "started" if occ.started_at is not None else "due" if waiting else "scheduled"
 
@@ -251,7 +225,7 @@ class TaskActions:
             if yes:
                 await self._cancel(occ)
 
-        self.push_screen(
+        self.push(
             ConfirmScreen(
                 f"Cancel run {occ.id} ({occ.task}, {word} {clock})?",
                 yes_label="Cancel run (y)",
@@ -269,4 +243,4 @@ class TaskActions:
             )
             return
         self.notify(f"cancelling occurrence {occ.id} ({occ.task})")
-        self.mark([occ.task_id], [occ.id])
+        self.live.mark([occ.task_id], [occ.id])

@@ -1,16 +1,36 @@
 """The main screen: header, Tasks and Occurrences, Ticks, breaker and workers, filter box,
-keys."""
+keys. It owns the keys that act on its rows (each on the row highlighted when pressed,
+by id) and how the panes show them: filters, the tasks' sort, the time zone, the side
+panes, and the pane titles that say which are on."""
 
 from __future__ import annotations
 
+import contextlib
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
 
-from tickui.ui.keys import rank
+from tickui.model.records import Occurrence, Task
+from tickui.ui.board import Board
+from tickui.ui.keys import (
+    DASHBOARD_GROUPS,
+    QUITTING_OFF,
+    TASK_ACTIONS,
+    VIEW_ACTIONS,
+    bindings,
+    rank,
+)
+from tickui.ui.live import LiveRefresh
+from tickui.ui.screens.detail import DetailScreen
+from tickui.ui.screens.hooks import HooksScreen
+from tickui.ui.task_actions import TaskActions
+from tickui.ui.view.cells import MODES, TimeView
+from tickui.ui.view.rows import OccurrenceRows, TaskRows
 from tickui.ui.widgets.panes import Banner, BreakerPane, KeyFooter, StatusLine, TablePane, TicksPane
-from tickui.ui.widgets.table import RowTable
 from tickui.ui.widgets.workers import WorkersPane
 
 NARROW = 110  # below this width the side panes move under the tables
@@ -18,14 +38,23 @@ SHORT = 30  # below this height the narrow layout drops the sparkline
 
 
 class Dashboard(Screen[None]):
-    """The main screen. Its layout classes follow its own size on every resize (the app's
-    size moves before the screen is laid out again, so classes set there came a resize
-    late)."""
+    """The main screen, showing `board` and kept live by its own `LiveRefresh`. Its layout
+    classes follow its own size on every resize (the app's size moves before the screen
+    is laid out again, so classes set there came a resize late)."""
 
-    def __init__(self, tasks: RowTable, occurrences: RowTable) -> None:
+    BINDINGS = bindings(groups=DASHBOARD_GROUPS)
+
+    class HangUp(Message):
+        """`c` while quit waits for the runs: cancel them all and leave now."""
+
+    def __init__(self, board: Board, *, ring_bell: bool = False) -> None:
         super().__init__()
-        self.tasks = tasks
-        self.occurrences = occurrences
+        self.board = board
+        self.tasks = board.tasks_table
+        self.occurrences = board.occ_table
+        self.live = LiveRefresh(board, self, ring_bell=ring_bell)
+        self.actions = TaskActions(board, self.live, self)
+        self._filtering_occ = False  # the filter box filters the Occurrences pane (else Tasks)
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="status")
@@ -37,7 +66,7 @@ class Dashboard(Screen[None]):
             with Vertical(id="side"):
                 yield TicksPane(id="ticks")
                 yield BreakerPane(id="breaker")
-                yield WorkersPane(id="workers")  # shown when runs go to workers (app.py)
+                yield WorkersPane(id="workers")  # shown when runs go to workers (live.py)
         yield Input(placeholder="filter by task name (enter keeps, esc clears)", id="filter")
         yield KeyFooter(rank, id="footer")
 
@@ -54,3 +83,255 @@ class Dashboard(Screen[None]):
             self.set_class(narrow, "-narrow")
             self.set_class(short, "-short")
             self.refresh(layout=True)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys that mean nothing now are hidden: under a dialog, while quitting (`c` then
+        cancels what quit waits for), before the host is up."""
+        board, shown = self.board, self.app.screen
+        if board.quitting and action in QUITTING_OFF:
+            return False
+        if action in TASK_ACTIONS and isinstance(shown, ModalScreen):
+            return False
+        if action in VIEW_ACTIONS and shown is not self:
+            return False
+        if action in TASK_ACTIONS:
+            return board.host is not None and board.ready.is_set()
+        return True
+
+    def action_focus_next(self) -> None:
+        self.focus_next()
+
+    # ---- the rows the keys act on -------------------------------------------------------
+
+    def selected_task(self) -> Task | None:
+        """The task highlighted now, by id: in the Tasks pane, or the selected
+        occurrence's task in the Occurrences pane, or the detail screen's (a palette
+        command there)."""
+        screen = self.app.screen
+        if isinstance(screen, DetailScreen):
+            return screen.task_row
+        rows = self.board.task_rows
+        if self.focused is self.occurrences:
+            occ = self.selected_occurrence()
+            return rows.by_id.get(occ.task_id) if occ is not None else None
+        key = self.tasks.selected_key
+        return rows.by_id.get(key) if key is not None else None
+
+    def selected_occurrence(self) -> Occurrence | None:
+        """The occurrence highlighted now (by id); from the Tasks pane, the selected task's
+        newest active run."""
+        rows = self.board.occ_rows
+        if self.focused is self.occurrences:
+            key = self.occurrences.selected_key
+            return rows.by_id.get(key) if key is not None else None
+        key = self.tasks.selected_key
+        if key is None:
+            return None
+        running = [o for o in rows.by_id.values() if o.task_id == key and o.active]
+        return max(running, key=lambda o: o.id) if running else None
+
+    def _need_task(self) -> Task | None:
+        task = self.selected_task()
+        if task is None:
+            self.notify("no task selected", severity="warning")
+        return task
+
+    # ---- runs and tasks -----------------------------------------------------------------
+
+    async def action_run_now(self) -> None:
+        task = self._need_task()
+        if task is None:
+            return
+        await self.actions.run_now(task)
+
+    async def action_toggle_enabled(self) -> None:
+        task = self._need_task()
+        if task is not None:
+            await self.actions.toggle_enabled(task)
+
+    def action_detail(self) -> None:
+        screen = self.app.screen
+        if isinstance(screen, DetailScreen):  # a palette command on a task's detail
+            screen.action_open_selected()
+            return
+        if self.focused is self.occurrences:
+            occ = self.selected_occurrence()
+            if occ is not None:
+                self.actions.open_run(occ)
+            return
+        task = self._need_task()
+        if task is not None:
+            self.actions.open_detail(task)
+
+    def action_add_task(self) -> None:
+        self.actions.add()
+
+    def action_edit_task(self) -> None:
+        task = self._need_task()
+        if task is not None:
+            self.actions.edit(task)
+
+    def action_delete_task(self) -> None:
+        task = self._need_task()
+        if task is not None:
+            self.actions.delete(task)
+
+    async def action_cancel_run(self) -> None:
+        if self.board.quitting:
+            self.post_message(self.HangUp())
+            return
+        await self.actions.cancel(self.selected_occurrence())
+
+    # ---- what the panes show ------------------------------------------------------------
+
+    def _filter_box(self) -> Input:
+        return self.query_one("#filter", Input)
+
+    def action_filter(self) -> None:
+        """One filter box; what it filters is the pane focused when `/` was pressed."""
+        box = self._filter_box()
+        occ = self.focused is self.occurrences
+        self._filtering_occ = occ
+        box.placeholder = (
+            "occurrences: task name contains (enter keeps, esc clears)"
+            if occ
+            else "tasks: name contains (enter keeps, esc clears)"
+        )
+        with box.prevent(Input.Changed):
+            box.value = self.board.occ_rows.text if occ else self.board.task_rows.filter
+        box.display = True
+        box.focus()
+
+    async def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "filter":
+            return
+        if self._filtering_occ:  # remembered on enter or esc, not per key
+            await self._filter_occurrences(save=False, text=event.value)
+        else:
+            self.board.task_rows.set_filter(event.value)
+            self.tasks.sync_size()
+            self.show_titles()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            if self._filtering_occ:
+                self.board.remember(occ_text=self.board.occ_rows.text)
+            event.input.display = False
+            (self.occurrences if self._filtering_occ else self.tasks).focus()
+
+    async def on_key(self, event) -> None:
+        box = self.focused
+        if event.key == "escape" and isinstance(box, Input) and box.id == "filter":
+            event.stop()
+            box.value = ""  # clears that pane's filter (through Input.Changed)
+            if self._filtering_occ:
+                self.board.remember(occ_text="")
+            box.display = False
+            (self.occurrences if self._filtering_occ else self.tasks).focus()
+
+    async def _filter_occurrences(self, save: bool = True, **changes: object) -> None:
+        """Change the Occurrences pane's filters and read its rows again from the store."""
+        board = self.board
+        rows = board.occ_rows
+        current = {"text": rows.text, "state": rows.state, "task_id": rows.task_id}
+        current.update(changes)
+        task = board.task_rows.by_id.get(current["task_id"] or -1)
+        rows.set_filter(**current, task_name=task.name if task is not None else None)
+        if save:
+            board.remember(occ_text=current["text"], occ_state=current["state"])
+        self.show_titles()
+        if board.host is not None:
+            keep = self.occurrences.selected_key
+            await board.load_occurrences()
+            if keep is not None and keep in rows.by_id:
+                self.occurrences.select_key(keep)
+
+    async def action_cycle_state(self) -> None:
+        states = OccurrenceRows.STATES
+        now = self.board.occ_rows.state
+        await self._filter_occurrences(state=states[(states.index(now) + 1) % len(states)])
+
+    async def action_follow_task(self) -> None:
+        """Only the highlighted occurrence's (or task's) runs; pressed again, every task's."""
+        if self.board.occ_rows.task_id is not None:
+            await self._filter_occurrences(task_id=None)
+            return
+        task = self.selected_task()
+        if task is None:
+            self.notify("no task selected", severity="warning")
+            return
+        await self._filter_occurrences(task_id=task.id)
+
+    def action_cycle_sort(self) -> None:
+        """The next sortable column, ascending (a header click picks one, or reverses)."""
+        columns = TaskRows.CYCLE
+        title, _ = self.board.task_rows.sort
+        nxt = columns[(columns.index(title) + 1) % len(columns)] if title in columns else "NEXT"
+        self._sort(nxt, False)
+
+    def _sort(self, title: str, descending: bool) -> None:
+        keep = self.tasks.selected_key
+        self.board.task_rows.set_sort(title, descending)
+        self.tasks.sync_size()
+        if keep is not None:
+            self.tasks.select_key(keep)
+        self.board.remember(sort_column=title, sort_descending=descending)
+        self.show_titles()
+
+    def on_row_table_header_clicked(self, event) -> None:
+        if event.table is not self.tasks or event.column_title not in TaskRows.SORTABLE:
+            return
+        title, descending = self.board.task_rows.sort
+        self._sort(event.column_title, not descending if title == event.column_title else False)
+
+    def action_cycle_zone(self) -> None:
+        board = self.board
+        board.set_view(TimeView(MODES[(MODES.index(board.view.mode) + 1) % len(MODES)]))
+        board.remember(zone=board.view.mode)
+        if board.host is not None:
+            self.live.show_status()
+            self.live.show_ticker()
+        self.notify(f"times in {board.view.label()}")
+
+    def action_toggle_side(self) -> None:
+        self.board.remember(side_hidden=not self.board.prefs.side_hidden)
+        self.show_side()
+
+    def show_side(self) -> None:
+        with contextlib.suppress(Exception):
+            self.query_one("#side").display = not self.board.prefs.side_hidden
+
+    def action_hooks(self) -> None:
+        host = self.board.host
+        if host is None:
+            return
+        hooks = host.hooks
+        self.app.push_screen(
+            HooksScreen(
+                host.store.recent_deliveries,
+                lambda: hooks.status() if hooks is not None else None,
+                self.board.view.zone(),
+            )
+        )
+
+    def show_titles(self) -> None:
+        """Filters and sort in the pane titles: what the panes leave out is never hidden."""
+        try:
+            tasks = self.query_one("#tasks-pane")
+            occ = self.query_one("#occ-pane")
+        except NoMatches:  # mounted but not composed yet, or being taken down: next second
+            return
+        rows = self.board.task_rows
+        title, descending = rows.sort
+        text = f"Tasks · by {title} {'▼' if descending else '▲'}"
+        if rows.filter:
+            text += f" · {len(rows)} of {rows.total} match {rows.filter!r}"
+        if tasks.border_title != text:  # called each second: repaint on a change only
+            tasks.border_title = text
+        label = self.board.occ_rows.filter_label()
+        text = "Occurrences" + (f" · {label}" if label else " (newest first)")
+        above = self.occurrences.scroll_offset.y
+        if above:  # kept on the picked run, newer ones went out of sight: say how many
+            text += f" · ↑ {above} newer above"
+        if occ.border_title != text:
+            occ.border_title = text

@@ -20,7 +20,7 @@ from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch import read_tail
 from tickui.model.records import Occurrence, RemoteOutput, Task
 from tickui.schedules.triggers import preview
-from tickui.ui.keys import rank
+from tickui.ui.keys import DETAIL_DASHBOARD_ACTIONS, QUITTING_OFF, bindings, rank
 from tickui.ui.view.cells import (
     CODE_STYLE,
     STATE_STYLE,
@@ -47,7 +47,8 @@ class DetailSource:
     """What the detail screen needs from whoever shows it, handed down rather than
     reached for: the task's live row, its run history, the time, how to cancel, the zone
     times are shown in (UTC when not given) and why slots were skipped or missed (per
-    reason: skipped occurrences, missed slots; Store.miss_reasons by task id)."""
+    reason: skipped occurrences, missed slots; Store.miss_reasons by task id), and what
+    its r, e and E do to the task (the dashboard's own actions, given this task)."""
 
     current_task: Callable[[Task], Task]
     history: Callable[[str, int], Awaitable[list[Occurrence]]]
@@ -57,6 +58,16 @@ class DetailSource:
     view: Callable[[], TimeView] | None = None
     reasons: Callable[[int], Awaitable[dict[str, tuple[int, int]]]] | None = None
     remote: Callable[[int], Awaitable[RemoteOutput | None]] | None = None  # a worker's report
+    run_now: Callable[[Task], Awaitable[None]] | None = None
+    toggle_enabled: Callable[[Task], Awaitable[None]] | None = None
+    edit: Callable[[Task], None] | None = None
+    quitting: Callable[[], bool] = lambda: False  # quit waits for the runs: r, e, E, enter off
+
+
+def _footer_rank(action: str) -> int:
+    """This screen's own keys (back, run now, cancel) drop first when the footer is narrow,
+    rightmost first; the dashboard's keys bound here, and ? and q, keep their ranks."""
+    return rank(action) if action in (*DETAIL_DASHBOARD_ACTIONS, "help", "quit") else rank("")
 
 
 class DetailScreen(Screen[None]):
@@ -66,8 +77,9 @@ class DetailScreen(Screen[None]):
         Binding("escape,backspace", "app.pop_screen", "Back"),
         Binding("up,k", "pick(-1)", "Older/newer", show=False),
         Binding("down,j", "pick(1)", "Older/newer", show=False),
-        Binding("r", "app.run_now", "Run now"),
+        Binding("r", "run_now", "Run now"),
         Binding("c", "cancel_selected", "Cancel run"),
+        *bindings(actions=DETAIL_DASHBOARD_ACTIONS),
     ]
 
     def __init__(self, task: Task, source: DetailSource) -> None:
@@ -88,7 +100,7 @@ class DetailScreen(Screen[None]):
             yield Static(id="detail-next")
         yield Static(id="detail-runs")
         yield Static(id="detail-output")
-        yield KeyFooter(rank)  # its own keys, dropping the least used first; ? and q stay
+        yield KeyFooter(_footer_rank)  # its own keys, dropping the least used first; ? and q stay
 
     async def on_mount(self) -> None:
         self.query_one("#detail-output").border_title = "Output"
@@ -176,6 +188,25 @@ class DetailScreen(Screen[None]):
     async def action_cancel_selected(self) -> None:
         occ = self.recent[self.picked] if self.recent else None
         await self.source.cancel(occ)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action in QUITTING_OFF and self.source.quitting())
+
+    def action_detail(self) -> None:
+        """enter, as on the dashboard: here it opens the picked run."""
+        self.action_open_selected()
+
+    async def action_run_now(self) -> None:
+        if self.source.run_now is not None:
+            await self.source.run_now(self.task_row)
+
+    async def action_toggle_enabled(self) -> None:
+        if self.source.toggle_enabled is not None:
+            await self.source.toggle_enabled(self.task_row)
+
+    def action_edit_task(self) -> None:
+        if self.source.edit is not None:
+            self.source.edit(self.task_row)
 
 
 def zone_name(zone: tzinfo, now: int) -> str:

@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from tickui.common.redact import safe_text
-from tickui.store.hooks import Delivery
+from tickui.store import Delivery
 from tickui.ui.view.cells import stamp_in
 
 OUTCOME_STYLE = {"delivered": "green", "failed": "bold red", "pending": "yellow"}

@@ -4,7 +4,6 @@ its search and its pager; the run's own screen."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
 import shutil
@@ -26,6 +25,8 @@ from textual.widgets import Footer, Input, Static
 from tickui.common.redact import safe_text
 from tickui.dispatch.output import human_bytes
 from tickui.model.records import Occurrence, RemoteOutput
+from tickui.ui.log_index import LineIndex
+from tickui.ui.pager import page
 from tickui.ui.view.cells import (
     STATE_STYLE,
     attempt_text,
@@ -35,7 +36,6 @@ from tickui.ui.view.cells import (
     outcome_code,
     stamp_in,
 )
-from tickui.ui.view.log_index import LineIndex
 from tickui.ui.widgets.log_view import LogView, Moved
 
 KIND_WORD = {"manual": "manual", "scheduled": "scheduled", "backfill": "backfill"}
@@ -140,7 +140,7 @@ class RunScreen(Screen[None]):
     @property
     def on_worker(self) -> str | None:
         """The worker that ran (or runs) this run, None for a local one."""
-        return getattr(self.occ, "worker", None) or None
+        return self.occ.worker or None
 
     def _remote_wait(self) -> str:
         worker = safe_text(self.on_worker or "?")
@@ -451,12 +451,12 @@ class RunScreen(Screen[None]):
             return
         try:
             with self.app.suspend():
-                await _page(argv, path)
+                await page(argv, path)
         except SuspendNotSupported:
             if not self.app.is_headless:  # a browser, say: there is no terminal to lend
                 self.notify(safe_text(f"cannot open a pager here; the log is {path}"))
                 return
-            await _page(argv, path)  # tests: nothing to hand the terminal to
+            await page(argv, path)  # tests: nothing to hand the terminal to
         except OSError as exc:
             self.notify(safe_text(f"pager {argv[0]} failed: {exc}"), severity="error")
 
@@ -474,40 +474,3 @@ def exit_text(code: str, reason: str) -> str:
     if not reason:
         return code
     return reason if reason.startswith(f"exit {code}") else f"{code}: {reason}"
-
-
-PAGE_CHUNK = 256 * 1024  # bytes of log made safe at a time, off the loop, for the pager
-
-
-def _safe_chunk(log, rest: bytes) -> tuple[bytes, bytes, bool]:
-    """The next whole lines of `log` made safe (as the view shows them), what is left of
-    a line cut by the chunk, and whether the file ended."""
-    data = log.read(PAGE_CHUNK)
-    if not data:
-        tail = safe_text(rest.decode("utf-8", "replace")) + "\n" if rest else ""
-        return tail.encode(), b"", True
-    lines = (rest + data).split(b"\n")
-    rest = lines.pop()
-    shown = "".join(safe_text(line.decode("utf-8", "replace")) + "\n" for line in lines)
-    return shown.encode(), rest, False
-
-
-async def _page(argv: list[str], path: str) -> None:
-    """The pager runs while the loop goes on (the engine keeps its lease and runs); the
-    log reaches it chunk by chunk as it reads (a 200 MB log is never held at once)."""
-    process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE)
-    stdin = process.stdin
-    assert stdin is not None
-    try:
-        with open(path, "rb") as log:
-            rest, done = b"", False
-            while not done:
-                shown, rest, done = await asyncio.to_thread(_safe_chunk, log, rest)
-                stdin.write(shown)
-                await stdin.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the pager was closed before the end of the log
-    finally:
-        with contextlib.suppress(OSError):
-            stdin.close()
-        await process.wait()

@@ -2,41 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from tickui.common.redact import safe_text
-from tickui.common.timeutil import MICROS
+from tickui.common.timeutil import MICROS, machine_zone
 from tickui.model.records import Occurrence, Task
 
 MODES = ("local", "utc", "task")
-
-
-@lru_cache(maxsize=1)
-def machine_zone() -> tzinfo:
-    """The machine's zone with its DST rules: $TZ, else /etc/localtime, else today's offset."""
-    name = os.environ.get("TZ", "").lstrip(":")
-    try:
-        if name:
-            return ZoneInfo(name)
-        with open("/etc/localtime", "rb") as handle:
-            return ZoneInfo.from_file(handle, key=_localtime_key())
-    except (OSError, ValueError):
-        return datetime.now().astimezone().tzinfo or UTC
-
-
-def _localtime_key() -> str | None:
-    try:
-        target = os.path.realpath("/etc/localtime")
-    except OSError:
-        return None
-    marker = "zoneinfo/"
-    return target.split(marker, 1)[1] if marker in target else None
 
 
 @lru_cache(maxsize=256)
@@ -296,10 +272,3 @@ def occurrence_cells(
         (code or "-", CODE_STYLE.get(code, "red")),
         (detail, "yellow" if occ.state == "queued" else "bright_black"),
     ]
-
-
-def short_path(path) -> str:
-    """A path as a person reads it: the home folder as ~."""
-    home = str(Path.home())
-    text = str(path)
-    return "~" + text[len(home) :] if text.startswith(home + "/") else text

@@ -6,8 +6,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from tickui.ui.view.cells import Cell, TimeView
+from tickui.ui.view.layout import Column, RowSource
 from tickui.ui.view.rows import OccurrenceRows, TaskRows
-from tickui.ui.widgets.table import Column, RowSource
 
 # Column(title, min, preferred, priority, flex): see table.layout_columns.
 TASK_COLUMNS = [

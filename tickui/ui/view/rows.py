@@ -16,7 +16,7 @@ from typing import Any
 from tickui.model.occurrence import ACTIVE
 from tickui.model.records import Occurrence, Task
 from tickui.schedules.triggers import CronSchedule, preview
-from tickui.store.claims import ascii_lower
+from tickui.store import ascii_lower
 
 OCCURRENCE_WINDOW = 500
 

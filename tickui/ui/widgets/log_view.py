@@ -17,7 +17,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tickui.common.redact import safe_text
-from tickui.ui.view.log_index import LineIndex
+from tickui.ui.log_index import LineIndex
 
 LINE_CACHE = 1024  # lines kept drawn, for scrolling back and forth
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from rich.segment import Segment
@@ -29,7 +29,8 @@ from tickui.dispatch.refusals import security_lines
 from tickui.model.records import Occurrence
 from tickui.ui.view.cells import Cell, span
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS, OCCURRENCE_COLUMNS_WITH_WORKER, WORKER_AT
-from tickui.ui.widgets.table import Column, fit, layout_columns
+from tickui.ui.view.layout import Column, fit, layout_columns
+from tickui.ui.widgets.table import RowTable
 
 # Column(title, min, preferred, priority, flex): see table.layout_columns. In the side
 # pane's 36 cells WORKER, STATE, RUN and SEEN show; at 80 columns (22 cells) RUN goes;
@@ -44,11 +45,6 @@ WORKER_COLUMNS = [
 ]
 STATE_STYLE = {"alive": "green", "lost": "bold red", "draining": "yellow", "drained": "dim"}
 STATE_ORDER = {"lost": 0, "alive": 1, "draining": 2, "drained": 3}  # trouble on top
-
-
-def dispatch_mode(engine: Any) -> str:
-    """ "kafka" when the engine hands its runs to workers, else "local"."""
-    return "kafka" if engine is not None and engine.dispatcher.remote else "local"
 
 
 def ago(last_seen: int | None, now: int) -> str:
@@ -243,27 +239,34 @@ class WorkersPane(Vertical):
             line.update(shown)
 
 
-class WorkersView:
-    """Mixed into `TickuiApp`: the Workers pane read when it can have changed (each second
-    while runs go to workers, else only when another process committed), and the
-    Occurrences pane's WORKER column, on once a shown run names a worker."""
+class WorkersFeed:
+    """The Workers pane read when it can have changed: each second while runs go to
+    workers, else only when another process committed. `pane` finds the pane (it raises
+    while the dashboard is not mounted), `start` runs a read in the background."""
 
-    _workers_shown = False
-    _workers_reading = False
-    _worker_column = False
+    def __init__(
+        self,
+        pane: Callable[[], WorkersPane],
+        start: Callable[[Coroutine[Any, Any, None]], object],
+    ) -> None:
+        self.pane = pane
+        self.start = start
+        self.host: Any = None  # set once the dashboard's host is up
+        self._workers_shown = False
+        self._workers_reading = False
 
     def dispatches_to_workers(self) -> bool:
-        return self.host is not None and dispatch_mode(self.host.engine) == "kafka"
+        return self.host is not None and self.host.engine.dispatcher.remote
 
-    def workers_due(self, committed: bool = False) -> None:
+    def due(self, committed: bool = False) -> None:
         """Once a second: a fresh read while the pane shows or runs go to workers; else
         only after another process `committed` (an engine there may record workers)."""
         wanted = committed or self._workers_shown or self.dispatches_to_workers()
         if self._workers_reading or not wanted:
             return
-        self.run_worker(self.read_workers(), group="workers")
+        self.start(self.read())
 
-    async def read_workers(self) -> None:
+    async def read(self) -> None:
         host = self.host
         if host is None or host.closed or self._workers_reading:
             return
@@ -278,7 +281,7 @@ class WorkersView:
             self._workers_reading = False
         show = self.dispatches_to_workers() or bool(workers)
         with contextlib.suppress(Exception):  # the dashboard is not mounted yet (or any more)
-            pane = self.dashboard.query_one(WorkersPane)
+            pane = self.pane()
             if show:
                 pane.show(
                     workers,
@@ -290,17 +293,25 @@ class WorkersView:
                 pane.display = show
             self._workers_shown = show
 
-    def worker_cells(self, occ: Occurrence, cells: list[Cell]) -> list[Cell]:
+
+class WorkerColumn:
+    """The Occurrences pane's WORKER column, on once a shown run names a worker."""
+
+    def __init__(self, table: RowTable) -> None:
+        self.table = table
+        self.on = False
+
+    def cells(self, occ: Occurrence, cells: list[Cell]) -> list[Cell]:
         """The WORKER cell put in place while the column shows."""
-        if self._worker_column:
+        if self.on:
             cells.insert(WORKER_AT, (safe_text(occ.worker or "-"), "bright_black"))
         return cells
 
-    def note_worker(self, occ: Occurrence) -> None:
+    def note(self, occ: Occurrence) -> None:
         """A run shown names a worker: the WORKER column comes (and stays)."""
-        if not self._worker_column and getattr(occ, "worker", None):
-            self.set_worker_column(True)
+        if not self.on and getattr(occ, "worker", None):
+            self.show(True)
 
-    def set_worker_column(self, on: bool) -> None:
-        self._worker_column = on
-        self.occ_table.set_columns(OCCURRENCE_COLUMNS_WITH_WORKER if on else OCCURRENCE_COLUMNS)
+    def show(self, on: bool) -> None:
+        self.on = on
+        self.table.set_columns(OCCURRENCE_COLUMNS_WITH_WORKER if on else OCCURRENCE_COLUMNS)

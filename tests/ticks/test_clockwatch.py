@@ -123,7 +123,7 @@ async def test_a_ticker_on_the_system_clock_is_woken_by_the_kernel_and_never_loo
     try:
         while not seen:  # tick 0, at once
             await asyncio.sleep(0.01)
-        assert ticker._clock_watch is not None and ticker._clock_watch.watching
+        assert ticker._slots.clock_watch is not None and ticker._slots.clock_watch.watching
         clock.shift = 3600 * 1_000_000  # a jump the kernel was not told of: not looked for
         before = wall_offset_ns()
         await asyncio.sleep(0.5)
@@ -138,7 +138,7 @@ async def test_a_ticker_on_the_system_clock_is_woken_by_the_kernel_and_never_loo
         assert ticker.metrics().clock_jumps == 1
     finally:
         await ticker.stop()
-    assert ticker._clock_watch is None
+    assert ticker._slots.clock_watch is None
 
 
 @pytest.mark.parametrize("clock", [SubclassedSystemClock(), KernelShiftedClock()])
@@ -147,7 +147,7 @@ async def test_which_clocks_the_kernel_speaks_for(clock) -> None:
     await ticker.start()
     try:
         await asyncio.sleep(0.05)  # the tick loop has begun
-        watched = ticker._clock_watch is not None
+        watched = ticker._slots.clock_watch is not None
     finally:
         await ticker.stop()
     assert watched == isinstance(clock, KernelShiftedClock)
@@ -158,7 +158,7 @@ async def test_the_system_clock_itself_is_watched() -> None:
     await ticker.start()
     try:
         await asyncio.sleep(0.05)
-        assert ticker._clock_watch is not None and ticker._clock_watch.watching
+        assert ticker._slots.clock_watch is not None and ticker._slots.clock_watch.watching
     finally:
         await ticker.stop()
 

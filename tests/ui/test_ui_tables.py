@@ -27,9 +27,10 @@ from tickui.ui.view.cells import (
     when_text,
 )
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
+from tickui.ui.view.layout import Column, fit, layout_columns
 from tickui.ui.view.rows import OccurrenceRows, TaskRows
-from tickui.ui.widgets.table import Column, RowTable, fit, layout_columns
-from ui_support import make_app, until
+from tickui.ui.widgets.table import RowTable
+from ui_support import until
 
 S = MICROS
 PARIS = ZoneInfo("Europe/Paris")
@@ -400,138 +401,137 @@ class OccApp(App):
         self.clicked.append(event.column_title)
 
 
-async def test_a_pane_nobody_is_in_shows_the_newest_rows_as_they_arrive() -> None:
+async def test_a_pane_nobody_is_in_shows_the_newest_rows_as_they_arrive(run_app) -> None:
     """Its cursor on the top row and the focus elsewhere, the pane follows the top (as a
     log does): the demo showed runs from a minute ago and "↑ 73 newer above". Once the
     pane is focused, the cursor keeps its row (the test below)."""
     rows = OccurrenceRows()
     rows.load([occ(i, task=f"t{i}") for i in range(1, 11)])
     app = OccApp(rows)
-    async with app.run_test(size=(120, 20)) as pilot:
-        table = app.table
-        await pilot.pause()
-        app.set_focus(None)
-        await pilot.pause()
+    pilot = await run_app(app, size=(120, 20))
+    table = app.table
+    await pilot.pause()
+    app.set_focus(None)
+    await pilot.pause()
+    table.sync_size()
+    assert table.selected_key == 10 and not table.has_focus
+    for i in range(11, 61):
+        rows.upsert(occ(i, task=f"t{i}"))
         table.sync_size()
-        assert table.selected_key == 10 and not table.has_focus
-        for i in range(11, 61):
-            rows.upsert(occ(i, task=f"t{i}"))
-            table.sync_size()
-        await pilot.pause()
-        assert table.selected_key == 60 and table.cursor == 0 and table.scroll_offset.y == 0
-        table.focus()
-        await pilot.pause()
-        for i in range(61, 71):
-            rows.upsert(occ(i, task=f"t{i}"))
-            table.sync_size()
-        assert table.selected_key == 60 and table.cursor == 10  # in it: the row is kept
+    await pilot.pause()
+    assert table.selected_key == 60 and table.cursor == 0 and table.scroll_offset.y == 0
+    table.focus()
+    await pilot.pause()
+    for i in range(61, 71):
+        rows.upsert(occ(i, task=f"t{i}"))
+        table.sync_size()
+    assert table.selected_key == 60 and table.cursor == 10  # in it: the row is kept
 
 
-async def test_the_cursor_stays_on_its_occurrence_while_50_arrive_on_top() -> None:
+async def test_the_cursor_stays_on_its_occurrence_while_50_arrive_on_top(run_app) -> None:
     rows = OccurrenceRows()
     rows.load([occ(i, task=f"t{i}") for i in range(1, 101)])
     app = OccApp(rows)
-    async with app.run_test(size=(120, 20)) as pilot:
-        table = app.table
-        table.focus()
-        table.sync_size()
-        for _ in range(5):
-            await pilot.press("down")
-        picked = table.selected_key
-        assert picked == 95 and table.cursor == 5
-        # rows end left of the scrollbar, so a cut cell's "…" shows
-        region = table.scrollable_content_region
-        assert region.width == table.size.width - table.styles.scrollbar_size_vertical > 0
-        assert table.render_line(1).cell_length == region.width
-        for i in range(101, 151):
-            rows.upsert(occ(i, task=f"t{i}"))
-        table.sync_size()
-        await pilot.pause()
-        assert table.selected_key == 95 and table.cursor == 55
-        assert table.scroll_offset.y <= 55 < table.scroll_offset.y + table.size.height - 1
-        assert table.scroll_offset.y == 50  # the row keeps its line on screen
-        # the selected row goes: the cursor moves to the row now in its place
-        rows._remove(95)
-        table.sync_size()
-        assert table.selected_key == 94 and table.cursor == 55
-        assert table.select_key(150) and table.cursor == 0 and table.scroll_offset.y == 0
-        assert not table.select_key(12345) and table.selected_key == 150
-        # at the top with room: new rows show above, the cursor still follows its row
-        rows.upsert(occ(151))
-        table.sync_size()
-        assert table.selected_key == 150 and table.cursor == 1 and table.scroll_offset.y == 0
-        await pilot.click(RowTable, offset=(2, 0))
-        assert app.clicked == ["ID"]
-        # a row hidden by a filter, with no sync_size: the next second's repaint re-finds it
-        rows.set_filter(state="failed")
-        rows.upsert(occ(152, state="failed"))
-        table.refresh_changed()
-        assert table.selected_key == 152 and table.virtual_size.height == 2
+    pilot = await run_app(app, size=(120, 20))
+    table = app.table
+    table.focus()
+    table.sync_size()
+    for _ in range(5):
+        await pilot.press("down")
+    picked = table.selected_key
+    assert picked == 95 and table.cursor == 5
+    # rows end left of the scrollbar, so a cut cell's "…" shows
+    region = table.scrollable_content_region
+    assert region.width == table.size.width - table.styles.scrollbar_size_vertical > 0
+    assert table.render_line(1).cell_length == region.width
+    for i in range(101, 151):
+        rows.upsert(occ(i, task=f"t{i}"))
+    table.sync_size()
+    await pilot.pause()
+    assert table.selected_key == 95 and table.cursor == 55
+    assert table.scroll_offset.y <= 55 < table.scroll_offset.y + table.size.height - 1
+    assert table.scroll_offset.y == 50  # the row keeps its line on screen
+    # the selected row goes: the cursor moves to the row now in its place
+    rows._remove(95)
+    table.sync_size()
+    assert table.selected_key == 94 and table.cursor == 55
+    assert table.select_key(150) and table.cursor == 0 and table.scroll_offset.y == 0
+    assert not table.select_key(12345) and table.selected_key == 150
+    # at the top with room: new rows show above, the cursor still follows its row
+    rows.upsert(occ(151))
+    table.sync_size()
+    assert table.selected_key == 150 and table.cursor == 1 and table.scroll_offset.y == 0
+    await pilot.click(RowTable, offset=(2, 0))
+    assert app.clicked == ["ID"]
+    # a row hidden by a filter, with no sync_size: the next second's repaint re-finds it
+    rows.set_filter(state="failed")
+    rows.upsert(occ(152, state="failed"))
+    table.refresh_changed()
+    assert table.selected_key == 152 and table.virtual_size.height == 2
 
 
-async def test_cells_take_the_theme_colours_light_and_dark() -> None:
+async def test_cells_take_the_theme_colours_light_and_dark(run_app) -> None:
     rows = OccurrenceRows()
     rows.load([occ(1, state="failed", exit_code=3, error_code="EXIT_NONZERO"), occ(2)])
     app = OccApp(rows)
-    async with app.run_test(size=(100, 10)) as pilot:
-        table = app.table
-        table.focus()
-        table.sync_size()
-        for theme in ("textual-light", "solarized-light", "textual-dark"):
-            app.theme = theme
-            await pilot.pause()
-            variables = app.theme_variables
-            surface = Color.parse(variables["surface"])
-            cursor_bg = Color.parse(variables["block-cursor-background"])
-            cursor_line = table.render_line(1)  # row 0: the cursor's
-            other = table.render_line(2)
-            for segment in other:
-                assert segment.style.bgcolor is not None, theme
-                assert Color.from_rich_color(segment.style.bgcolor) == surface, theme
-                assert segment.style.color is not None, theme
-            for segment in cursor_line:
-                assert Color.from_rich_color(segment.style.bgcolor) == cursor_bg, theme
-            failed = next(s for s in other if s.text.strip() == "failed")
-            error = Color.parse(variables["text-error"])
-            assert Color.from_rich_color(failed.style.color) == error, theme
-            header = next(iter(table.render_line(0)))
-            assert Color.from_rich_color(header.style.bgcolor) == Color.parse(variables["panel"])
-        # without focus the cursor row reads in the theme's blurred cursor colour
-        focused = next(iter(table.render_line(1))).style.bgcolor
-        app.set_focus(None)
+    pilot = await run_app(app, size=(100, 10))
+    table = app.table
+    table.focus()
+    table.sync_size()
+    for theme in ("textual-light", "solarized-light", "textual-dark"):
+        app.theme = theme
         await pilot.pause()
-        blurred = next(iter(table.render_line(1))).style.bgcolor
-        assert blurred is not None and blurred != focused
-        assert Color.from_rich_color(blurred) != surface
+        variables = app.theme_variables
+        surface = Color.parse(variables["surface"])
+        cursor_bg = Color.parse(variables["block-cursor-background"])
+        cursor_line = table.render_line(1)  # row 0: the cursor's
+        other = table.render_line(2)
+        for segment in other:
+            assert segment.style.bgcolor is not None, theme
+            assert Color.from_rich_color(segment.style.bgcolor) == surface, theme
+            assert segment.style.color is not None, theme
+        for segment in cursor_line:
+            assert Color.from_rich_color(segment.style.bgcolor) == cursor_bg, theme
+        failed = next(s for s in other if s.text.strip() == "failed")
+        error = Color.parse(variables["text-error"])
+        assert Color.from_rich_color(failed.style.color) == error, theme
+        header = next(iter(table.render_line(0)))
+        assert Color.from_rich_color(header.style.bgcolor) == Color.parse(variables["panel"])
+    # without focus the cursor row reads in the theme's blurred cursor colour
+    focused = next(iter(table.render_line(1))).style.bgcolor
+    app.set_focus(None)
+    await pilot.pause()
+    blurred = next(iter(table.render_line(1))).style.bgcolor
+    assert blurred is not None and blurred != focused
+    assert Color.from_rich_color(blurred) != surface
 
 
-async def test_the_app_keeps_the_selected_run_while_new_runs_arrive(tmp_path) -> None:
+async def test_the_app_keeps_the_selected_run_while_new_runs_arrive(tmp_db, dashboard) -> None:
     """The full dashboard: pick a run in the Occurrences pane; 50 newer ones arrive
     (recorded by another connection, as a second tickui would); the pick stays."""
     clock = ManualClock(T0)
-    db = tmp_path / "t.db"
-    app = make_app(db, clock, start_engine=False)
-    async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.host is not None and len(app.task_rows) > 0)
-        other = await Store.open(db)
-        try:
-            alpha = await other.get_task("alpha")
-            await _add_runs(other, alpha, [("succeeded", S)] * 10)
-            await app.look_outside()
-            await until(pilot, lambda: len(app.occ_rows) == 10)
-            table = app.occ_table
-            table.focus()
-            await pilot.press("down", "down", "down")
-            picked = table.selected_key
-            assert picked == app.occ_rows.key_at(3)
-            await _add_runs(other, alpha, [("failed", S)] * 50)
-            await app.look_outside()
-            await until(pilot, lambda: len(app.occ_rows) == 60)
-            await until(pilot, lambda: table.cursor == 53, timeout=2)  # moved in the same refresh
-            assert table.selected_key == picked
-            assert app.selected_occurrence().id == picked
-        finally:
-            await other.close()
+    db = tmp_db
+    app, pilot = await dashboard(clock, start_engine=False, size=(160, 50), started=False)
+    await until(pilot, lambda: app.host is not None and len(app.board.task_rows) > 0)
+    other = await Store.open(db)
+    try:
+        alpha = await other.get_task("alpha")
+        await _add_runs(other, alpha, [("succeeded", S)] * 10)
+        await app.live.look_outside()
+        await until(pilot, lambda: len(app.board.occ_rows) == 10)
+        table = app.board.occ_table
+        table.focus()
+        await pilot.press("down", "down", "down")
+        picked = table.selected_key
+        assert picked == app.board.occ_rows.key_at(3)
+        await _add_runs(other, alpha, [("failed", S)] * 50)
+        await app.live.look_outside()
+        await until(pilot, lambda: len(app.board.occ_rows) == 60)
+        await until(pilot, lambda: table.cursor == 53, timeout=2)  # moved in the same refresh
+        assert table.selected_key == picked
+        assert app.dashboard.selected_occurrence().id == picked
+    finally:
+        await other.close()
 
 
 class TaskApp(App):
@@ -543,21 +543,21 @@ class TaskApp(App):
         yield self.table
 
 
-async def test_the_sorted_column_shows_its_arrow_and_a_resort_keeps_the_selection() -> None:
+async def test_the_sorted_column_shows_its_arrow_and_a_resort_keeps_the_selection(run_app) -> None:
     rows = TaskRows()
     rows.load([task(i, f"t{i:02d}", T0 + (30 - i) * S) for i in range(1, 21)])
     app = TaskApp(rows)
-    async with app.run_test(size=(150, 12)) as pilot:
-        table = app.table
-        table.sync_size()
-        await pilot.pause()
-        header = table.render_line(0).text
-        assert "NEXT▲" in header and "NAME " in header
-        assert table.selected_key == 20  # the soonest first
-        table.select_key(18)
-        rows.set_sort("NAME", True)
-        table.sync_size()
-        await pilot.pause()
-        assert "NAME▼" in table.render_line(0).text and "NEXT▲" not in table.render_line(0).text
-        assert table.selected_key == 18 and table.cursor == rows.index_of(18) == 2
-        assert rows.at(0).name == "t20"
+    pilot = await run_app(app, size=(150, 12))
+    table = app.table
+    table.sync_size()
+    await pilot.pause()
+    header = table.render_line(0).text
+    assert "NEXT▲" in header and "NAME " in header
+    assert table.selected_key == 20  # the soonest first
+    table.select_key(18)
+    rows.set_sort("NAME", True)
+    table.sync_size()
+    await pilot.pause()
+    assert "NAME▼" in table.render_line(0).text and "NEXT▲" not in table.render_line(0).text
+    assert table.selected_key == 18 and table.cursor == rows.index_of(18) == 2
+    assert rows.at(0).name == "t20"

@@ -22,7 +22,7 @@ import signing_support
 from services import private_tansu
 from tickui.dispatch import messages as m
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOW = lambda: time.time_ns() // 1000  # noqa: E731
 
 

@@ -18,7 +18,7 @@ from tickui.engine import EngineConfig
 from tickui.runtime.settings import DISPATCH_MODES, DispatchSettings, EngineSettings, UiSettings
 from tickui.ticks.wire import WIRES
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _readme_block(name: str) -> str:

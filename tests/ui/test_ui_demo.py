@@ -14,45 +14,44 @@ from helpers import T0
 from helpers import wait_for as wait_until
 from tickui.common.clock import ManualClock
 from tickui.ui.launch import DEMO_NOTE, seed_demo
-from ui_support import make_app, screen_text, until, wait_for
+from ui_support import screen_text, until, wait_for
 
 
 async def _seed(store, clock: ManualClock) -> None:
     await seed_demo(store, clock.now())
 
 
-async def test_demo_tasks_show_every_state_within_15_seconds(tmp_path: Path) -> None:
+async def test_demo_tasks_show_every_state_within_15_seconds(dashboard) -> None:
     clock = ManualClock(T0)
-    app = make_app(tmp_path / "demo.db", clock, _seed)
-    async with app.run_test(size=(140, 40)) as pilot:
-        await app.ready.wait()
+    app, pilot = await dashboard(clock, _seed, started=False)
+    await app.ready.wait()
 
-        async def dispatched() -> bool:
-            """Every run this tick claimed has started (or already ended)."""
-            active = await app.host.store.active_occurrences()
-            return all(o.state == "running" for o in active)
+    async def dispatched() -> bool:
+        """Every run this tick claimed has started (or already ended)."""
+        active = await app.host.store.active_occurrences()
+        return all(o.state == "running" for o in active)
 
-        for _ in range(15):
-            clock.advance(1)
-            await app.host.engine.tick(clock.now())
-            await wait_until(dispatched, what="the tick's runs to start")
+    for _ in range(15):
+        clock.advance(1)
+        await app.host.engine.tick(clock.now())
+        await wait_until(dispatched, what="the tick's runs to start")
 
-        def states(task: str) -> set[str]:
-            return {o.state for o in app.occ_rows.by_id.values() if o.task == task}
+    def states(task: str) -> set[str]:
+        return {o.state for o in app.board.occ_rows.by_id.values() if o.task == task}
 
-        def shown(task: str, state: str, detail: str = "") -> bool:
-            return any(
-                o.task == task and o.state == state and detail in (o.detail or "")
-                for o in app.occ_rows.by_id.values()
-            )
+    def shown(task: str, state: str, detail: str = "") -> bool:
+        return any(
+            o.task == task and o.state == state and detail in (o.detail or "")
+            for o in app.board.occ_rows.by_id.values()
+        )
 
-        await until(pilot, lambda: "succeeded" in states("hello"))
-        await until(pilot, lambda: "failed" in states("flaky-export"))
-        await until(pilot, lambda: shown("slow-report", "skipped", "forbid"))
-        await until(pilot, lambda: shown("replace-cache", "cancelled"))
-        await until(pilot, lambda: "succeeded" in states("cron-heartbeat"))
-        assert not states("paused-sync") and not states("nightly-backup")
-        await until(pilot, lambda: f"off {DEMO_NOTE}"[:9] in screen_text(app))
+    await until(pilot, lambda: "succeeded" in states("hello"))
+    await until(pilot, lambda: "failed" in states("flaky-export"))
+    await until(pilot, lambda: shown("slow-report", "skipped", "forbid"))
+    await until(pilot, lambda: shown("replace-cache", "cancelled"))
+    await until(pilot, lambda: "succeeded" in states("cron-heartbeat"))
+    assert not states("paused-sync") and not states("nightly-backup")
+    await until(pilot, lambda: f"off {DEMO_NOTE}"[:9] in screen_text(app))
 
 
 def _emitted(screen: str) -> int:

@@ -1,0 +1,333 @@
+"""The run output view: that run's facts and its whole output, of any size (real SQLite,
+manual clock, real runs and real log files)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers import T0
+from tickui.common.clock import ManualClock
+from tickui.model.spec import build_spec
+from tickui.ui import sample
+from tickui.ui.log_index import LineIndex
+from tickui.ui.screens.detail import DetailScreen
+from tickui.ui.screens.run import RunScreen
+from ui_support import notes, screen_text, until
+
+SIZE = (140, 40)
+ANCHOR = "2027-01-15T08:00:30Z"  # nothing is due until a test says so
+
+
+async def run_once(pilot, name: str = "alpha"):
+    """Run `name` now and wait for it to finish; its occurrence."""
+    app = pilot.app
+    before = {o.id for o in await app.host.store.history(name)}
+    occ = await app.host.engine.run_now(name)
+    assert occ.id not in before
+    await until(
+        pilot, lambda: (o := app.board.occ_rows.by_id.get(occ.id)) is not None and not o.active
+    )
+    return app.board.occ_rows.by_id[occ.id]
+
+
+async def open_from_occurrences(pilot, occ) -> RunScreen:
+    app = pilot.app
+    app.board.occ_table.focus()
+    app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, RunScreen))
+    screen = app.screen
+    await until(pilot, lambda: screen.indexed)
+    return screen
+
+
+def lines_shown(app) -> str:
+    return screen_text(app)
+
+
+async def test_enter_on_an_occurrence_opens_that_run_not_the_newest(dashboard) -> None:
+    app, pilot = await dashboard()
+    first = await run_once(pilot)
+    newest = await run_once(pilot)
+    Path(first.log_path).write_text("output of the first run\n")
+    Path(newest.log_path).write_text("output of the newest run\n")
+    screen = await open_from_occurrences(pilot, first)
+    assert screen.occ.id == first.id
+    await until(pilot, lambda: "output of the first run" in screen_text(app))
+    text = screen_text(app)
+    assert f"Run {first.id} of alpha" in text and "newest" not in text
+    assert "succeeded" in text and first.log_path.split("/")[-1] in text
+    await pilot.press("escape")
+    assert not isinstance(app.screen, RunScreen)
+
+
+async def test_a_2000_line_log_is_browsed_first_to_last_from_the_task_detail(dashboard) -> None:
+    async def seed(store, clock):
+        script = 'i=1; while [ $i -le 2000 ]; do echo "line $i of 2000"; i=$((i+1)); done'
+        spec = build_spec(
+            {"name": "long", "every": "1h", "anchor": ANCHOR, "command": ["sh", "-c", script]}, T0
+        )
+        await store.add_task(spec, T0)
+
+    app, pilot = await dashboard(ManualClock(T0), seed)
+    occ = await run_once(pilot, "long")
+    await pilot.press("enter")  # the task's detail ...
+    await until(pilot, lambda: isinstance(app.screen, DetailScreen))
+    await until(pilot, lambda: app.screen.recent)
+    await pilot.press("enter")  # ... whose picked run opens the same view
+    await until(pilot, lambda: isinstance(app.screen, RunScreen))
+    screen = app.screen
+    assert screen.occ.id == occ.id
+    await until(pilot, lambda: screen.indexed and screen.view.count == 2000)
+    assert "line 1 of 2000" in screen_text(app)
+    assert "line 2000 of 2000" not in screen_text(app)
+    for last, first in (("end", "home"), ("G", "g")):
+        await pilot.press(last)
+        await until(pilot, lambda: "line 2000 of 2000" in screen_text(app))
+        assert "line 1 of 2000" not in screen_text(app)
+        await pilot.press(first)
+        await until(pilot, lambda: "line 1 of 2000" in screen_text(app))
+    await pilot.press("pagedown")
+    await until(pilot, lambda: "line 40 of 2000" in screen_text(app))
+    await pilot.press("escape")
+    assert isinstance(app.screen, DetailScreen)
+
+
+def write_big_log(path: Path, size: int) -> int:
+    """FIRST, then numbered-free filler in big blocks, then LAST; the line count."""
+    line = b"filler: the quick brown fox jumps over the lazy dog, again and again\n"
+    block = line * ((4 << 20) // len(line))
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, b"FIRST LINE of the big log\n")
+        written, lines = 0, 1
+        while written < size:
+            written += os.write(fd, block)
+            lines += block.count(b"\n")
+        os.write(fd, b"LAST LINE of the big log\n")
+    finally:
+        os.close(fd)
+    del block
+    return lines + 1
+
+
+async def test_a_200_mb_log_opens_quickly_and_is_browsed_in_bounded_memory(dashboard) -> None:
+    app, pilot = await dashboard()
+    occ = await run_once(pilot)
+    path = Path(occ.log_path)
+    lines = write_big_log(path, 200 << 20)
+    assert path.stat().st_size >= 200 << 20
+    process = psutil.Process()
+    rss_before = process.memory_info().rss
+    peak = rss_before
+    began = time.monotonic()
+    app.board.occ_table.focus()
+    app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, RunScreen))
+    screen = app.screen
+    await until(pilot, lambda: "FIRST LINE of the big log" in screen_text(app))
+    first_paint = time.monotonic() - began
+    await pilot.press("G")  # before the index is complete: goes to the end once it is
+    await until(pilot, lambda: "LAST LINE of the big log" in screen_text(app), timeout=20)
+    peak = max(peak, process.memory_info().rss)
+    assert screen.view.count == lines
+    for _ in range(5):
+        await pilot.press("pageup")
+    await pilot.press("g")
+    await until(pilot, lambda: "FIRST LINE of the big log" in screen_text(app))
+    peak = max(peak, process.memory_info().rss)
+    screen.view.scroll_to(y=lines // 2, animate=False, immediate=True)
+    await until(pilot, lambda: "filler: the quick" in screen_text(app))
+    await pilot.press("end")
+    await until(pilot, lambda: "LAST LINE of the big log" in screen_text(app))
+    browsed = time.monotonic() - began
+    peak = max(peak, process.memory_info().rss)
+    growth = (peak - rss_before) / (1 << 20)
+    assert first_paint < 2.0, f"first lines after {first_paint:.2f}s"
+    assert browsed < 8.0, f"first to last took {browsed:.2f}s"
+    assert growth < 50, f"RSS grew {growth:.1f} MB"
+    index = screen.view.index
+    assert len(index.before) <= (path.stat().st_size >> 16) + 1  # one count per 64 KiB
+
+
+async def test_follow_shows_lines_written_while_the_view_is_open(tmp_db: Path, dashboard) -> None:
+    go = tmp_db.with_name("go")
+
+    async def seed(store, clock):
+        script = (
+            f"echo first-$((1+1)); while [ ! -e {go} ]; do sleep 0.05; done;"
+            " echo second-$((1+2)); sleep 30"
+        )
+        spec = build_spec(
+            {"name": "chatty", "every": "1h", "anchor": ANCHOR, "command": ["sh", "-c", script]}, T0
+        )
+        await store.add_task(spec, T0)
+
+    app, pilot = await dashboard(ManualClock(T0), seed)
+    occ = await app.host.engine.run_now("chatty")
+    await until(pilot, lambda: occ.id in app.board.occ_rows.by_id)
+    app.board.occ_table.focus()
+    app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, RunScreen))
+    screen = app.screen
+    assert screen.follow  # on by default while the run runs
+    await until(pilot, lambda: "first-2" in screen_text(app))
+    assert "following" in screen_text(app) and "running" in screen_text(app)
+    go.touch()
+    await until(pilot, lambda: "second-3" in screen_text(app))
+    await pilot.press("f")
+    assert not screen.follow
+    await until(pilot, lambda: "paused" in screen_text(app))
+    await pilot.press("f")
+    assert screen.follow
+
+
+def numbered(count: int, every: int) -> str:
+    return "".join(
+        f"needle number {n}\n" if n % every == 0 else f"hay {n}\n" for n in range(1, count + 1)
+    )
+
+
+async def test_search_finds_a_line_and_n_and_shift_n_move_between_matches(dashboard) -> None:
+    app, pilot = await dashboard()
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_text(numbered(3000, 700))
+    screen = await open_from_occurrences(pilot, occ)
+    view = screen.view
+    await pilot.press("slash", *"Needle", "enter")  # capitals: case-sensitive, no match
+    await until(pilot, lambda: "no match" in screen_text(app))
+    await pilot.press("slash")
+    screen.query_one("#run-search").value = ""
+    await pilot.press(*"needle", "enter")
+    await until(pilot, lambda: view.match == 699)
+    await until(pilot, lambda: "needle number 700" in screen_text(app))
+    assert "/needle: line 700" in screen_text(app)
+    await pilot.press("n")
+    await until(pilot, lambda: view.match == 1399)
+    assert "needle number 1400" in screen_text(app)
+    await pilot.press("n", "n")
+    await until(pilot, lambda: view.match == 2799)
+    await pilot.press("n")  # nothing below: stays
+    await pilot.pause(0.1)
+    assert view.match == 2799
+    await pilot.press("N")
+    await until(pilot, lambda: view.match == 2099)
+    assert "needle number 2100" in screen_text(app)
+
+
+def test_search_over_chunks_finds_matches_across_chunk_edges(tmp_path: Path) -> None:
+    """A match that straddles a read chunk's end is found, forward and backward."""
+    path = tmp_path / "log"
+    line = b"a" * 99 + b"\n"
+    body = line * 10500  # the needle lands just across the 1 MiB boundary
+    path.write_bytes(body[: (1 << 20) - 3] + b"NEEDLE\n" + body)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        index = LineIndex(fd)
+        while (step := index.scan(1 << 20)) is not None:
+            index.apply(step)
+        target = index.line_at((1 << 20) - 3)
+        assert "NEEDLE" in index.text(target)
+        assert index.search("NEEDLE", 0, True) == target
+        assert index.search("NEEDLE", index.lines - 1, False) == target
+        assert index.search("NEEDLE", target, True) is None
+    finally:
+        os.close(fd)
+
+
+async def test_an_escape_sequence_and_a_password_are_shown_made_safe(dashboard) -> None:
+    app, pilot = await dashboard()
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_bytes(
+        b"plain line\n\x1b[31mred text\x1b[0m\x07\ndb postgres://u:hunter2@h/x\n"
+    )
+    await open_from_occurrences(pilot, occ)
+    await until(pilot, lambda: "red text" in screen_text(app))
+    text = screen_text(app)
+    assert "\\x1b[31mred text\\x1b[0m\\x07" in text
+    assert "\x1b" not in text and "\x07" not in text
+    assert "hunter2" not in text and "u:***@h" in text
+
+
+async def test_o_opens_the_log_in_the_pager_and_comes_back(
+    dashboard, tmp_path: Path, monkeypatch
+) -> None:
+    marker = tmp_path / "pager-ran"
+    pager = tmp_path / "pager.sh"
+    pager.write_text(f"#!/bin/sh\ncat > {marker}.part && mv {marker}.part {marker}\n")
+    pager.chmod(0o755)
+    monkeypatch.setenv("PAGER", str(pager))
+    app, pilot = await dashboard()
+    occ = await run_once(pilot)
+    secret = "postgres://app:s3cret-pw@db.internal/x"
+    Path(occ.log_path).write_text(f"connect {secret}\n\x1b[2J\x1b]0;pwned\x07 out\nlast")
+    screen = await open_from_occurrences(pilot, occ)
+    await pilot.press("o")
+    await until(pilot, lambda: marker.exists())
+    paged = marker.read_text()
+    # the pager gets what the view shows: redacted, escapes as text, every line
+    assert "s3cret-pw" not in paged and "connect postgres://app:***@db.internal/x" in paged
+    assert "\x1b" not in paged and "\\x1b[2J" in paged and "pwned" in paged
+    assert paged.endswith("last\n")
+    assert app.screen is screen  # back in the view
+
+
+async def test_the_footer_shows_the_views_own_keys(dashboard) -> None:
+    app, pilot = await dashboard(size=(160, 40))
+    occ = await run_once(pilot)
+    await open_from_occurrences(pilot, occ)
+
+    def footer() -> str:
+        return screen_text(app).splitlines()[-1]
+
+    labels = ("Back", "Follow", "Search", "Next match", "Open in pager", "Top", "Bottom")
+    await until(pilot, lambda: all(label in footer() for label in labels), timeout=5)
+    assert "Run now" not in footer() and "Add" not in footer()
+
+
+def test_run_output_view_snapshot(snap_compare, tmp_path: Path) -> None:
+    app = sample.sample_app(tmp_path / "t.db")
+    assert snap_compare(app, run_before=sample.run_output_scene, terminal_size=(130, 36))
+
+
+async def test_a_long_line_is_marked_where_it_is_cut_and_scrolls_sideways(dashboard) -> None:
+    app, pilot = await dashboard(size=(100, 30))
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_text("A" * 50 + "B" * 100 + "C" * 150 + "END\nshort\n")
+    screen = await open_from_occurrences(pilot, occ)
+    view = screen.query_one("#run-log")
+
+    def first_line() -> str:
+        return next(line for line in screen_text(app).splitlines() if "AAA" in line
+                    or "BBB" in line or "CCC" in line)  # fmt: skip
+
+    await until(pilot, lambda: first_line().rstrip("│ ").endswith("B…"))  # marked where cut
+    assert "END" not in first_line()
+    await pilot.press(*["l"] * 10)  # 80 columns to the right
+    await until(pilot, lambda: view.scroll_offset.x == 80)
+    assert "1 …B" in first_line() and "A" not in first_line()  # cut at both edges
+    await pilot.press("right", *["l"] * 30)
+    await until(pilot, lambda: "END" in first_line())
+    await pilot.press(*["h"] * 40)
+    await until(pilot, lambda: view.scroll_offset.x == 0)
+    assert "…" not in first_line().split("A", 1)[0]
+
+
+@pytest.mark.parametrize("pager", ["no-such-pager-here", 'less "unclosed'])
+async def test_a_pager_that_cannot_run_is_said_and_the_view_stays(
+    dashboard, monkeypatch, pager: str
+) -> None:
+    monkeypatch.setenv("PAGER", pager)
+    app, pilot = await dashboard(notifications=True)
+    occ = await run_once(pilot)
+    screen = await open_from_occurrences(pilot, occ)
+    await pilot.press("o")
+    await until(pilot, lambda: any("pager" in n.lower() for n in notes(app)))
+    assert app.screen is screen and app.is_running

@@ -1,0 +1,148 @@
+"""`tickui run`: the engine driven by the ticker, headless, until a signal or `--for`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tickui.common.clock import Clock, ScaledClock, SystemClock
+from tickui.common.errors import BadInput
+from tickui.common.kafka import preflight
+from tickui.common.procs import stop_on_signals
+from tickui.common.redact import RedactingFilter
+from tickui.common.timeutil import MICROS, parse_duration
+from tickui.runtime.assembly import assemble, check_dispatch
+from tickui.runtime.settings import DispatchSettings, Settings
+from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
+from tickui.store import Store
+from tickui.ticks.config import TickerConfig, kafka_access, ticker_flags
+from tickui.ticks.config import build as build_ticker
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    duration: float | None
+    scale: float
+    stop_grace: int
+    ticker: TickerConfig
+    real_commands: bool = False
+    dispatch: DispatchSettings = field(default_factory=DispatchSettings)
+
+
+def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
+    if args.duration is not None and args.duration <= 0:
+        raise BadInput("for", f"{args.duration:g} is not a positive number of seconds")
+    if not 1 <= args.time_scale <= 3600:
+        raise BadInput("time-scale", f"{args.time_scale:g} is out of range (1 to 3600)")
+    ticker = build_ticker(settings.raw, settings.env, ticker_flags(args))
+    grace = settings.engine.stop_grace
+    if args.stop_grace:
+        grace = parse_duration(args.stop_grace, "stop-grace")
+    real = bool(getattr(args, "real_commands", False))
+    dispatch = settings.dispatch
+    if getattr(args, "dispatch", None):
+        dispatch = dataclasses.replace(dispatch, mode=args.dispatch)
+    check_dispatch(dispatch, kafka_access(ticker))
+    return RunOptions(args.duration, args.time_scale, grace, ticker, real, dispatch)
+
+
+def setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("tickui: %(asctime)s %(message)s", "%H:%M:%S"))
+    handler.addFilter(RedactingFilter())
+    root = logging.getLogger("tickui")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -> int:
+    opts = options(args, settings)
+    setup_logging()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = [signal.SIGINT, signal.SIGTERM]
+    if opts.scale != 1 and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signals.append(signal.SIGHUP)  # a closed terminal must not leave the copy behind
+    # from here on, a signal ends the run through the cleanup below
+    with stop_on_signals(loop, stop.set, signals):
+        if opts.scale == 1:
+            return await _run(settings, opts, db, stop, None)
+        lapse = TimeLapse(db, opts.scale, opts.real_commands)
+        try:
+            await asyncio.to_thread(lapse.__enter__)
+            print(lapse.banner(), file=sys.stderr, flush=True)
+            return await _run(settings, opts, lapse.copy, stop, lapse)
+        finally:
+            lapse.close()
+
+
+async def _run(
+    settings: Settings, opts: RunOptions, db: Path, stop: asyncio.Event, lapse: TimeLapse | None
+) -> int:
+    log = logging.getLogger("tickui.run")
+    access = kafka_access(opts.ticker)
+    if access is not None and lapse is None:
+        await preflight(access)  # a refused login or certificate: one line, exit 1
+    store = await Store.open(db)
+    try:
+        if settings.tasks is not None:
+            report = await store.sync_tasks(settings.tasks, SystemClock().now())
+            if report.added or report.updated or report.removed:
+                log.info(
+                    "config synced: added %s, updated %s, removed %s",
+                    report.added,
+                    report.updated,
+                    report.removed,
+                )
+        clock: Clock = ScaledClock(opts.scale) if opts.scale != 1 else SystemClock()
+        dispatcher = None
+        if lapse is not None and not lapse.real_commands:
+            dispatcher = SimulatedDispatcher(store, clock, lapse.profiles)
+        # H: alert hooks ([[hook]]) beside the engine and the ticker; None without any.
+        engine, ticker, hooks = assemble(
+            store,
+            clock,
+            settings,
+            opts.ticker,
+            dispatch=opts.dispatch,
+            kafka=access,
+            dispatcher=dispatcher,
+        )
+        loop = asyncio.get_running_loop()
+        if opts.duration:
+            loop.call_later(opts.duration, stop.set)
+        await engine.start()
+        status = engine.status()
+        if status.lease_state == "standby":
+            log.info("standby: lease held by %s", status.holder)
+        else:
+            where = f"a copy of {lapse.source}" if lapse else db
+            log.info("running on %s as %s", where, engine.owner)
+        if engine.dispatcher.remote and access is not None:
+            log.info("runs go to workers through kafka %s", access.bootstrap)
+        try:
+            await ticker.start()
+            await stop.wait()
+            log.info("stopping")
+        finally:
+            await ticker.stop()
+            await engine.stop(opts.stop_grace / MICROS)
+            if hooks is not None:  # H: the last changes' alerts, bounded
+                await hooks.close()
+        final = {"engine": engine.status().to_json(), "ticker": ticker.metrics().to_json()}
+        if hooks is not None:  # H: deliveries by outcome, and events dropped
+            final["hooks"] = hooks.status()
+    finally:
+        await store.close()
+    if lapse is not None:
+        final["time_lapse"] = await asyncio.to_thread(lapse.summary)
+    print(json.dumps(final), file=sys.stderr)
+    return 0
