@@ -158,7 +158,8 @@ note main
 sleep 300 &
 echo "bg $!" >> {tmp_path / "pids"}
 setsid sh -c '. {lib}; note sid; exec sleep 300' &
-# a double fork: the subshell exits at once, its child is reparented to tickui
+# a double fork: the subshell exits at once, its child is reparented to the run's
+# supervisor
 ( sh -c '. {lib}; note forked; exec sleep 300' & )
 # a daemon as daemons do it: fork, setsid, fork, and the middle one exits
 ( setsid sh -c '( sh -c ". {lib}; note daemon; exec sleep 300" & ); . {lib}; note middle' & )
@@ -183,7 +184,9 @@ async def test_setsid_and_double_forked_children_are_gone_when_the_engine_stops(
         # the daemon's parent and the bare one's session leader are gone by now
         await wait_for(lambda: not running(found["leader"]), 10, "the session leader to exit")
         assert running(found["bare"]) and running(found["daemon"])
-        assert psutil.Process(found["daemon"]).ppid() == os.getpid(), "not reparented here"
+        supervisor = psutil.Process(found["main"]).ppid()  # the run's, a subreaper
+        assert psutil.Process(supervisor).ppid() == os.getpid()
+        assert psutil.Process(found["daemon"]).ppid() == supervisor, "not reparented there"
     assert survivors(found) == {}, "a child outlived the engine"
 
 

@@ -2,8 +2,7 @@
 
 A run whose short-lived helper starts `setsid env -i cmd &` and exits between two scans
 leaves an orphan with no `TICKUI_*` variables, its own session and group, reparented to
-tickui. It must still end with its run: found by the run's output pipe it holds, or, when
-it closed its files too, as the only run active when it started.
+the run's supervisor (a subreaper), which ends it with the run.
 """
 
 from __future__ import annotations
@@ -78,9 +77,9 @@ async def test_scrubbed_orphans_end_when_the_engine_stops(tmp_path, tag):
         assert not sleepers(tag) and not sleepers(tag + "0"), "an orphan outlived the engine"
 
 
-async def test_an_unmarked_orphan_is_not_taken_from_a_run_still_going(tmp_path, tag):
-    """Two runs active when the orphan started: the one that ends first leaves it alone
-    (it may be the other's); it ends with the last of them."""
+async def test_an_unmarked_orphan_ends_with_its_own_run_not_another_going(tmp_path, tag):
+    """Two runs active when the orphan started: it was reparented to its own run's
+    supervisor, so it ends with that run, and the other run goes on."""
     async with rig(tmp_path / "t.db", lease_ttl=7200 * MICROS) as r:
         await r.add("long", every="1h", command=["sleep", "300"])
         await r.engine.start()
@@ -90,7 +89,6 @@ async def test_an_unmarked_orphan_is_not_taken_from_a_run_still_going(tmp_path, 
         await wait_for(lambda: len(sleepers(tag)) >= 2, 10, "orphans to be started")
         short = next(o for o in await r.history() if o.task == "short")
         assert await r.engine.cancel(short.id)
-        left = sleepers(tag)
-        assert left, "an orphan that may be the running run's was killed with the other"
+        assert not sleepers(tag), "an orphan of the cancelled run outlived it"
+        assert r.engine.dispatcher.active() == 1, "the other run did not go on"
         assert await r.engine.cancel(long.id)
-        await wait_for(lambda: not sleepers(tag), 10, "the orphans to end with the last run")

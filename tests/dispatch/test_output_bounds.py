@@ -11,13 +11,13 @@ import re
 import resource
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
 from helpers import rig
 from tickui.dispatch import SubprocessDispatcher, read_tail
 from tickui.dispatch.output import BoundedLog, dropped_marker
+from tickui.supervisor.journal import read_journal
 
 HEAD, TAIL = 64 * 1024, 1024 * 1024
 MARKER = re.compile(rb"\n\[tickui: [0-9.]+ [KMG]i?B of output dropped here \((\d+) bytes\)\]\n")
@@ -141,14 +141,14 @@ async def test_failing_log_writes_drop_output_and_the_run_goes_on(tmp_path, capl
                 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
                 try:
                     await r.engine.start()
-                    run = next(iter(dispatcher._runs.values()))
                     await _wait_for(
-                        lambda: run.sink.received >= limit + 1024 * 1024, what="all output read"
+                        lambda: dispatcher.output_problem == "File too large",
+                        what="the supervisor to say its log's writes fail",
                     )
-                    assert run.sink.lost_total == 1024 * 1024
-                    assert dispatcher.output_problem == "File too large"
                 finally:
                     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+                    for run in dispatcher._runs.values():  # its supervisor writes the log
+                        resource.prlimit(run.process.pid, resource.RLIMIT_FSIZE, (soft, hard))
                 go.touch()
                 await r.settle()
             occ = (await r.history())[0]
@@ -157,6 +157,9 @@ async def test_failing_log_writes_drop_output_and_the_run_goes_on(tmp_path, capl
         signal.signal(signal.SIGXFSZ, old_handler)
     assert occ.state == "failed" and occ.exit_code == 3
     assert occ.detail == "exit 3: after"
+    ended = read_journal(str(Path(occ.log_path).with_suffix(".journal")))
+    assert ended is not None and ended["output_lost"] == 1024 * 1024
+    assert ended["output_bytes"] == limit + 1024 * 1024 + len("\nafter\n")
     data = Path(occ.log_path).read_bytes()
     assert data.endswith(b"\n[tickui: 1.0 MiB of output lost here: File too large]\n\nafter\n")
     assert len(data) < limit + 200
@@ -200,19 +203,11 @@ def test_compaction_keeps_bounds_for_any_chunking(tmp_path):
             os.unlink(path)
 
 
-async def test_a_large_tail_is_compacted_off_the_event_loop_and_stays_bounded(
-    tmp_path, monkeypatch
-):
-    head, tail = 1024, 9 * 1024 * 1024  # above INLINE_COMPACT: compaction runs in a thread
+async def test_a_large_tail_is_compacted_by_the_run_supervisor_and_stays_bounded(tmp_path):
+    """Above INLINE_COMPACT: the run's supervisor compacts it (the event loop never does,
+    it does not write run output at all)."""
+    head, tail = 1024, 9 * 1024 * 1024
     total = 60_000_000
-    threads = []
-    compact = BoundedLog.compact
-
-    def observed(self):
-        threads.append(threading.current_thread() is threading.main_thread())
-        compact(self)
-
-    monkeypatch.setattr(BoundedLog, "compact", observed)
     script = f"echo START; head -c {total} /dev/zero | tr '\\0' q; echo; echo END"
     async with rig(tmp_path / "t.db") as r:
         dispatcher = SubprocessDispatcher(r.store, r.clock, 1.0, head, tail)
@@ -231,7 +226,6 @@ async def test_a_large_tail_is_compacted_off_the_event_loop_and_stays_bounded(
         occ = (await r.history())[0]
         await dispatcher.shutdown(1)
     assert occ.state == "succeeded", occ.detail
-    assert len(threads) >= 3 and not any(threads), threads  # never on the event loop
     assert largest <= head + 100 + 2 * tail + 16 * 65536, largest
     data = path.read_bytes()
     found = MARKER.search(data)

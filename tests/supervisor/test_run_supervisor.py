@@ -204,7 +204,7 @@ def _tickui_log(argv: list[str], path: Path) -> bytes:
         runner = ProcessRunner(kill_grace=1.0, head_bytes=HEAD, tail_bytes=TAIL)
         run = await runner.spawn(1, argv, cwd=str(path.parent), env=dict(os.environ), log_path=path)
         await runner.wait(run, None)
-        await runner.finish_output(run)
+        await runner.finish(run)
         await runner.shutdown()
 
     asyncio.run(go())

@@ -214,14 +214,30 @@ class BoundedLog:
 
     def last_line(self) -> str:
         """The last non-empty output line, redacted, visible and bounded."""
-        lines = self._last.decode("utf-8", "replace").replace("\r", "\n").strip().splitlines()
-        lines = [line for line in lines if line.strip()]
-        if not lines:
-            return ""
-        from tickui.common.redact import redact  # loaded only where lines are shown
+        return last_line_in(self._last)
 
-        line = visible(redact(lines[-1].strip()))
-        return line if len(line) <= LAST_LINE_MAX else line[: LAST_LINE_MAX - 1] + "…"
+
+def last_line_in(data: bytes) -> str:
+    """The last non-empty line of `data`, redacted, visible and bounded."""
+    lines = data.decode("utf-8", "replace").replace("\r", "\n").strip().splitlines()
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        return ""
+    from tickui.common.redact import redact  # loaded only where lines are shown
+
+    line = visible(redact(lines[-1].strip()))
+    return line if len(line) <= LAST_LINE_MAX else line[: LAST_LINE_MAX - 1] + "…"
+
+
+def last_line_of(path: str | os.PathLike[str]) -> str:
+    """The last non-empty line of a log file (its last LAST_BYTES), as `last_line_in`."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - LAST_BYTES))
+            return last_line_in(handle.read())
+    except OSError:
+        return ""
 
 
 def _move(fd: int, src: int, dst: int, count: int) -> None:

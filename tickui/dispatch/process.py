@@ -2,7 +2,13 @@
 in its own group and session (cwd, env, an optional start gate), every descendant
 contained (containment/), output into a BoundedLog, a timeout, and the outcome
 classified as the event log names it. Callers decide what the run is for and where its
-events go; nothing here knows about occurrences, stores or Kafka."""
+events go; nothing here knows about occurrences, stores or Kafka.
+
+Each run is started through its run supervisor (tickui.supervisor): the supervisor keeps
+the start gate, writes the bounded log, ends the command's whole tree on SIGTERM (after
+the kill grace) or when the runner's lease file runs out, and records each step in the
+run's journal, so a run ends and its end is known even when this process freezes or
+dies. The outcome is read from that journal."""
 
 from __future__ import annotations
 
@@ -19,40 +25,102 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tickui.common.boundedlog import last_line_of
 from tickui.common.timeutil import MICROS, format_duration
-from tickui.dispatch.containment import Containment, end_group
-from tickui.dispatch.output import (
-    HEAD_BYTES_DEFAULT,
-    TAIL_BYTES_DEFAULT,
-    BoundedLog,
-    OutputHealth,
-    OutputPump,
-)
+from tickui.dispatch.containment import Containment
+from tickui.dispatch.output import HEAD_BYTES_DEFAULT, TAIL_BYTES_DEFAULT, OutputHealth
 from tickui.model.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, bound
+from tickui.supervisor import journal as j
+from tickui.supervisor.launch import supervisor_argv
+from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK, OUTPUT_FAILING, OUTPUT_WRITTEN_AGAIN
 
 log = logging.getLogger("tickui.dispatch")
 
-# The start gate: a tiny sh waits for one line on its stdin (the gate pipe), then gives the
-# command /dev/null as stdin, as ungated runs get, and execs it (same pid, group and env);
-# EOF instead of the line ends it with 125, the command unrun.
-GATE = ("/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "tickui-gate")
+SAID = "tickui supervisor: "
+NOTES_MAX = 64 * 1024  # of a supervisor's stderr kept for its lines (it says little)
+GATE_WAIT = 10.0  # seconds a supervisor gets to end after its gate was closed
 
 
 @dataclass
 class ProcessRun:
-    """One started process. `key` names it in the containment (unique per runner); `tag`
-    is the caller's (the occurrence, the run command)."""
+    """One started run: `process` is its supervisor. `key` names it in the containment
+    (unique per runner); `tag` is the caller's (the occurrence, the run command)."""
 
     key: int
     process: asyncio.subprocess.Process
     run_id: str
     log_path: Path
-    sink: BoundedLog | None = None
-    output: OutputPump | None = None
+    journal_path: Path
+    notes: SupervisorNotes | None = None
     cancel_reason: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     gate: int | None = None  # write end of the start gate, while the command waits on it
     tag: Any = None
+    record: dict[str, Any] | None = None  # the journal's last record, once the run ended
+
+
+class SupervisorNotes:
+    """Reads a supervisor's stderr in the event loop: its output-health lines feed the
+    runner's OutputHealth (one warning per outage, as when tickui wrote the logs itself);
+    anything else it says is logged."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, fd: int, health: OutputHealth, name: str
+    ) -> None:
+        self.loop = loop
+        self.fd: int | None = fd
+        self.health = health
+        self.name = name
+        self.pending = b""
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        while self.fd is not None:
+            try:
+                data = os.read(self.fd, 4096)
+            except BlockingIOError:
+                return
+            except InterruptedError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.close()
+                break
+            self.pending = (self.pending + data)[-NOTES_MAX:]
+            *lines, self.pending = self.pending.split(b"\n")
+            for line in lines:
+                self._take(line.decode("utf-8", "replace"))
+
+    def _take(self, line: str) -> None:
+        text = line.removeprefix(SAID)
+        if text.startswith(OUTPUT_FAILING):
+            self.health.failed(0, text.removeprefix(OUTPUT_FAILING))
+        elif text.startswith(OUTPUT_WRITTEN_AGAIN):
+            lost = text.removeprefix(OUTPUT_WRITTEN_AGAIN)
+            if self.health.problem is not None and lost.isdigit():
+                self.health.lost += int(lost)
+            self.health.recovered()
+        elif text.strip():
+            log.warning("run %s: %s", self.name, text.strip()[:500])
+
+    def finish(self) -> None:
+        """The supervisor has exited: take the rest of what it said."""
+        self._readable()
+        if self.pending:
+            self._take(self.pending.decode("utf-8", "replace"))
+            self.pending = b""
+        self.close()
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def open_gate(run: ProcessRun) -> None:
@@ -90,7 +158,10 @@ def check_program(program: str, cwd: str | None, env: Mapping[str, str]) -> None
 
 class ProcessRunner:
     """Starts, contains, times out and ends runs' processes. Never the place where a
-    run's events are recorded: `outcome` only says what they are."""
+    run's events are recorded: `outcome` only says what they are.
+
+    `lease`: the lease file every run started from now on is fenced by (None: runs are
+    never fenced); the caller keeps it renewed (tickui.supervisor.lease.write_lease)."""
 
     def __init__(
         self,
@@ -98,12 +169,14 @@ class ProcessRunner:
         head_bytes: int = HEAD_BYTES_DEFAULT,
         tail_bytes: int = TAIL_BYTES_DEFAULT,
         health: OutputHealth | None = None,
+        lease: Path | None = None,
     ) -> None:
         self.kill_grace = kill_grace
         self.head_bytes = head_bytes
         self.tail_bytes = tail_bytes
         self.health = health if health is not None else OutputHealth()
-        self.containment = Containment()  # every descendant of a run ends with it
+        self.lease = lease
+        self.containment = Containment()  # a supervisor that is killed leaves no orphan
 
     async def spawn(
         self,
@@ -116,17 +189,19 @@ class ProcessRunner:
         gated: bool = False,
         tag: Any = None,
         marker: Mapping[str, str] | None = None,
+        journal_path: Path | None = None,
     ) -> ProcessRun:
-        """Start one process; on any failure nothing is left open and the error is raised.
+        """Start one run's supervisor; on any failure nothing is left open and the error
+        is raised.
 
-        `gated`: the process is created, but waits (in a tiny `sh`, before it execs the
-        command) until `open_gate` says go, so a check can come after the fork, right
-        before the command runs; `close_gate` instead ends it unrun. `marker`: the
-        TICKUI_* entries of `env` that name this run; given, the run is tracked (its
-        descendants contained) before this returns."""
+        `gated`: the supervisor waits until `open_gate` says go, so a check can come after
+        the fork, right before the command runs; `close_gate` instead ends it unrun
+        (recorded `not_started`). `marker`: the TICKUI_* entries of `env` that name this
+        run; given, the run is tracked (its descendants contained) before this returns.
+        `journal_path`: where its journal goes (default: beside the log, `.journal`)."""
         self.containment.spawning += 1
         try:
-            run = await self._spawn(key, argv, cwd, env, log_path, gated, tag)
+            run = await self._spawn(key, argv, cwd, env, log_path, gated, tag, journal_path)
             if marker is not None:
                 self.track(run, marker)
             return run
@@ -142,90 +217,113 @@ class ProcessRunner:
         log_path: Path,
         gated: bool,
         tag: Any,
+        journal_path: Path | None,
     ) -> ProcessRun:
         log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        sink: BoundedLog | None = None
-        read_end = write_end = gate_read = gate_write = -1
+        journal = journal_path if journal_path is not None else log_path.with_suffix(".journal")
+        journal.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        command = list(argv)
+        check_program(command[0], cwd, env)  # refused here, as exec would, not in the run
+        gate_read = gate_write = notes_read = notes_write = -1
         try:
-            sink = BoundedLog(log_path, self.head_bytes, self.tail_bytes, self.health)
-            read_end, write_end = os.pipe()  # both close-on-exec; the child gets a dup
-            command = list(argv)
-            if gated:
-                check_program(command[0], cwd, env)  # as exec would refuse it
-                gate_read, gate_write = os.pipe()
-                command = [*GATE, *command]
+            gate_read, gate_write = os.pipe()
+            notes_read, notes_write = os.pipe()
+            supervised = supervisor_argv(
+                command,
+                journal=journal,
+                log=log_path,
+                lease=self.lease,
+                grace=self.kill_grace,
+                head=self.head_bytes,
+                tail=self.tail_bytes,
+            )
             process = await asyncio.create_subprocess_exec(
-                *command,
+                *supervised,
                 cwd=cwd or None,
                 env=env,
-                stdin=gate_read if gated else asyncio.subprocess.DEVNULL,
-                stdout=write_end,
-                stderr=asyncio.subprocess.STDOUT,
+                stdin=gate_read,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=notes_write,
                 start_new_session=True,
             )
         except BaseException:
-            for fd in (read_end, write_end, gate_read, gate_write):
+            for fd in (gate_read, gate_write, notes_read, notes_write):
                 if fd >= 0:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-            if sink is not None:
-                sink.close()
-                with contextlib.suppress(OSError):
-                    log_path.unlink()
             raise
-        os.close(write_end)
-        if gate_read >= 0:
-            os.close(gate_read)
-        run = ProcessRun(key, process, f"run-{uuid.uuid4().hex[:16]}", log_path, sink, tag=tag)
-        run.gate = gate_write if gate_write >= 0 else None
+        os.close(gate_read)
+        os.close(notes_write)
+        run = ProcessRun(key, process, f"run-{uuid.uuid4().hex[:16]}", log_path, journal, tag=tag)
+        run.gate = gate_write
         try:
-            run.output = OutputPump(asyncio.get_running_loop(), read_end, sink)
-        except Exception:  # the run goes on; its output is not kept
-            log.exception("cannot read the output of run %s", key)
+            loop = asyncio.get_running_loop()
+            run.notes = SupervisorNotes(loop, notes_read, self.health, log_path.name)
+        except Exception:  # the run goes on; what its supervisor says is not read
+            log.exception("cannot read what the supervisor of run %s says", key)
             with contextlib.suppress(OSError):
-                os.close(read_end)
-            sink.close()
+                os.close(notes_read)
+        if not gated:
+            open_gate(run)
         return run
 
     def track(self, run: ProcessRun, marker: Mapping[str, str]) -> None:
-        """Follow the run's descendants (`marker`: the TICKUI_* entries of its env).
-        Never raises: a run that cannot be followed is ended by its group."""
+        """Follow the run's descendants (`marker`: the TICKUI_* entries of its env), for
+        a supervisor that is killed before it ended them. Never raises."""
         try:
-            pipe = run.output.fd if run.output is not None else None
-            self.containment.follow(run.key, marker, run.process.pid, pipe)
+            self.containment.follow(run.key, marker, run.process.pid, None)
         except Exception:
             log.exception("cannot track the processes of run %s", run.key)
 
     async def abort(self, run: ProcessRun) -> None:
-        """The gated process must not run its command: close the gate, end what is left."""
+        """The gated run must not run its command: close the gate (its supervisor records
+        it not started and exits), end what is left."""
         close_gate(run)
-        if self.containment.knows(run.key):
-            await self.containment.end(run.key, 0)
-        else:
-            await end_group(run.process.pid, 0)
-        await run.process.wait()
-        await self.finish_output(run)
+        try:
+            await asyncio.wait_for(asyncio.shield(run.process.wait()), GATE_WAIT)
+        except TimeoutError:
+            await self._kill(run)
+        await self.finish(run)
 
     async def wait(self, run: ProcessRun, timeout: int | None) -> bool:
-        """Wait for the main process (up to `timeout` micros, then end it): True if timed out."""
+        """Wait for the run to end (up to `timeout` micros, then end it): True if timed out."""
         try:
-            await asyncio.wait_for(run.process.wait(), timeout / MICROS if timeout else None)
+            await asyncio.wait_for(
+                asyncio.shield(run.process.wait()), timeout / MICROS if timeout else None
+            )
         except TimeoutError:
             await self.terminate(run)
             return True
         return False
 
-    @staticmethod
-    async def finish_output(run: ProcessRun) -> None:
-        pump, run.output = run.output, None
-        if pump is not None:
-            await pump.finish()
+    async def finish(self, run: ProcessRun) -> None:
+        """The supervisor has exited: take what it said and its journal's last record."""
+        notes, run.notes = run.notes, None
+        if notes is not None:
+            notes.finish()
+        if run.record is None:
+            run.record = await asyncio.to_thread(j.read_journal, str(run.journal_path))
+
+    def exit_code(self, run: ProcessRun) -> int | None:
+        """The command's exit code (negative: the signal that ended it), as the journal
+        records it; the supervisor's status when it recorded no end; None when the
+        command never ran."""
+        record = run.record or {}
+        state = record.get("state")
+        if state == j.ENDED:
+            sig = record.get("signal")
+            return -sig if isinstance(sig, int) else record.get("exit_code")
+        if state in (j.NOT_STARTED, j.START_FAILED):
+            return None
+        return run.process.returncode
 
     def outcome(
         self, run: ProcessRun, timeout: int | None, timed_out: bool
     ) -> tuple[str, dict[str, Any]]:
         """The outcome's event type and payload (exit_code, error_code, detail)."""
-        code = run.process.returncode
+        record = run.record or {}
+        state = record.get("state")
+        code = self.exit_code(run)
         payload: dict[str, Any] = {"exit_code": code}
         if run.cancel_reason is not None:
             payload["detail"] = run.cancel_reason
@@ -235,9 +333,27 @@ class ProcessRunner:
                 error_code="TIMEOUT", detail=f"timed out after {format_duration(timeout or 0)}"
             )
             return RUN_FAILED, payload
+        if state == j.START_FAILED:
+            payload.update(error_code="DISPATCH_FAILED", detail=bound(str(record.get("error"))))
+            return RUN_FAILED, payload
+        if state == j.NOT_STARTED:
+            why = record.get("reason")
+            payload.update(error_code="INTERRUPTED", detail=f"not started: {why}")
+            return RUN_FAILED, payload
+        if state != j.ENDED:
+            status = run.process.returncode
+            payload.update(
+                exit_code=None,
+                error_code="INTERRUPTED",
+                detail=f"its run supervisor ended (status {status}) without recording the end",
+            )
+            return RUN_FAILED, payload
+        if record.get("fenced"):
+            payload.update(error_code="INTERRUPTED", detail="fenced: its lease ran out")
+            return RUN_FAILED, payload
         if code == 0:
             return RUN_COMPLETED, payload
-        last = run.sink.last_line() if run.sink is not None else ""
+        last = last_line_of(run.log_path)
         said = f": {last}" if last else ""
         if code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
@@ -247,17 +363,32 @@ class ProcessRunner:
         return RUN_FAILED, payload
 
     async def terminate(self, run: ProcessRun) -> None:
-        """End the run's whole tree (its process group as a group, every descendant that
-        left it): SIGTERM, then SIGKILL after the grace. See containment.py."""
+        """End the run's whole tree: SIGTERM to its supervisor, which signals the tree
+        and SIGKILLs what is left after the grace. A supervisor that does not end by then
+        (frozen) is killed with everything it contains."""
+        if run.process.returncode is None:  # not reaped: its PID is still its own
+            with contextlib.suppress(ProcessLookupError):
+                run.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(
+                    asyncio.shield(run.process.wait()),
+                    self.kill_grace + KILL_WAIT + 2 * LEASE_CHECK + 1.0,
+                )
+            except TimeoutError:
+                log.warning("the supervisor of run %s did not end; killing the run", run.key)
+                await self._kill(run)
+        await run.process.wait()
+
+    async def _kill(self, run: ProcessRun) -> None:
         if self.containment.knows(run.key):
-            await self.containment.end(run.key, self.kill_grace)
-        elif run.process.returncode is None:  # not reaped: its PID is still its own
-            await end_group(run.process.pid, self.kill_grace)
+            await self.containment.end(run.key, 0)
+        with contextlib.suppress(ProcessLookupError):
+            run.process.kill()
         await run.process.wait()
 
     async def end_rest(self, run: ProcessRun) -> None:
-        """The main process is over: end what it left behind (a background child, a
-        daemon), so nothing of a run outlives it. Never raises."""
+        """The supervisor is over: end anything of the run it did not (it was killed),
+        so nothing of a run outlives it. Never raises."""
         try:
             await self.containment.end(run.key, self.kill_grace)
         except Exception:

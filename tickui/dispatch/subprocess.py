@@ -120,9 +120,9 @@ class SubprocessDispatcher(Dispatcher):
     async def _spawn(self, job: Job, gated: bool = False) -> _Run:
         """Start one run; on any failure nothing is left open and the error is raised.
 
-        `gated`: the process is created, but waits (in a tiny `sh`, before it execs the
-        command) until `open_gate` says go, so the lease can be checked after the fork,
-        immediately before the command runs; closing the gate instead ends it unrun."""
+        `gated`: the run's supervisor is created, but waits until `open_gate` says go, so
+        the lease can be checked after the fork, immediately before the command runs;
+        closing the gate instead ends it unrun. Its journal goes beside its log."""
         spec = job.task.spec
         return await self.runner.spawn(
             job.occurrence.id,
@@ -228,14 +228,14 @@ class SubprocessDispatcher(Dispatcher):
         command_id = _occ(run).command_id
         try:
             timed_out = await self.runner.wait(run, timeout)
-            await self.runner.finish_output(run)
+            await self.runner.finish(run)
             kind, payload = self.runner.outcome(run, timeout, timed_out)
             outcome = NewEvent(self.clock.now(), kind, command_id, run.run_id, payload)
         except Exception as exc:
             log.exception("watching occurrence %s failed", run.key)
             outcome = await self._watch_failed(run, exc)
         finally:
-            await self.runner.finish_output(run)
+            await self.runner.finish(run)
             await self.runner.end_rest(run)
             self._runs.pop(run.key, None)
             try:
@@ -252,7 +252,7 @@ class SubprocessDispatcher(Dispatcher):
             except Exception:
                 log.exception("stopping occurrence %s failed", run.key)
         payload: dict[str, object] = {
-            "exit_code": run.process.returncode,
+            "exit_code": self.runner.exit_code(run),
             "error_code": "DISPATCH_FAILED",
             "detail": bound(f"watching the run failed: {_describe(exc)}"),
         }

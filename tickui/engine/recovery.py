@@ -72,8 +72,9 @@ class Pruning:
             return
         self._last = now
         for path in await self.store.prune(self.keep):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+            for gone in (path, os.path.splitext(path)[0] + ".journal"):  # its run's journal
+                with contextlib.suppress(OSError):
+                    os.unlink(gone)
 
 
 async def _kill_orphan(occ: Occurrence) -> bool:

@@ -11,7 +11,9 @@ States, in order (each record keeps the fields of the one before):
   Written before the command is let go, so a command never runs unrecorded.
 - `ended`: `exit_code` or `signal`, `status` (the supervisor's exit status), `ended_us`,
   `fenced` (ended because the lease ran out) and `cancelled` (the supervisor was told to
-  stop the run). Written once the command's whole tree is gone and its log closed.
+  stop the run), `output_bytes` (read from the command) and `output_lost` (of those, not
+  written: the log's writes failed). Written once the command's whole tree is gone and
+  its log closed.
 - `not_started`: the gate closed (EOF), or a cancel or the lease's end came first;
   `reason` says which; status 125.
 - `start_failed`: the command could not be started (exec failed): `error`; status 122.

@@ -48,7 +48,12 @@ import select
 import sys
 import time
 
-from tickui.common.boundedlog import HEAD_BYTES_DEFAULT, TAIL_BYTES_DEFAULT, BoundedLog
+from tickui.common.boundedlog import (
+    HEAD_BYTES_DEFAULT,
+    TAIL_BYTES_DEFAULT,
+    BoundedLog,
+    OutputHealth,
+)
 from tickui.supervisor import journal as j
 from tickui.supervisor.lease import read_lease
 
@@ -188,6 +193,34 @@ def attempt(call: Callable[..., object], *args: int) -> bool:
 def exit_status(code: int) -> int:
     """The supervisor's exit status for the command's `os.waitstatus_to_exitcode`."""
     return code if code >= 0 else 128 - code
+
+
+OUTPUT_FAILING = "output cannot be written: "
+OUTPUT_WRITTEN_AGAIN = "output is written again, bytes lost: "
+
+
+class ReportedHealth(OutputHealth):
+    """Says on stderr when the log's writes start failing and when they work again (with
+    what was lost), once each, for the process that started the run to show."""
+
+    def failed(self, count: int, reason: str) -> None:
+        if self.problem is None:
+            say(OUTPUT_FAILING + reason)
+        self.problem = reason
+        self.lost += count
+
+    def recovered(self) -> None:
+        if self.problem is not None:
+            say(f"{OUTPUT_WRITTEN_AGAIN}{self.lost}")
+            self.problem, self.lost = None, 0
+
+
+def say(text: str) -> None:
+    """One line on stderr, read by the process that started the run."""
+    try:
+        os.write(2, f"tickui supervisor: {text}\n".encode())
+    except OSError:
+        return
 
 
 def _noted(signum: int, frame: object) -> None:
@@ -462,6 +495,8 @@ class Supervisor:
             ended_us=self.ended_us,
             fenced=self.why == "fenced",
             cancelled=self.why == "cancelled",
+            output_bytes=self.log.received,
+            output_lost=self.log.lost_total,
         )
         return status
 
@@ -481,10 +516,7 @@ class Supervisor:
                 return
 
     def say(self, text: str) -> None:
-        try:
-            os.write(2, f"tickui supervisor: {text}\n".encode())
-        except OSError:
-            return
+        say(text)
 
 
 def main(args: list[str] | None = None) -> int:
@@ -504,7 +536,7 @@ def main(args: list[str] | None = None) -> int:
     sup.install_signals()
     me = {"pid": sup.me, "start": j.start_ticks(sup.me), "boot_id": j.boot_id()}
     try:
-        sup.log = BoundedLog(opts.log, opts.head, opts.tail)
+        sup.log = BoundedLog(opts.log, opts.head, opts.tail, ReportedHealth())
     except OSError as exc:
         sup.journal.write(
             j.START_FAILED, supervisor=me, error=f"log {opts.log}: {exc.strerror}",

@@ -76,17 +76,17 @@ class RunSupervisor:
         timeout = int(command.timeout_s * MICROS) if command.timeout_s else None
         try:
             timed_out = await self.runner.wait(run, timeout)
-            await self.runner.finish_output(run)
+            await self.runner.finish(run)
             kind, payload = self.runner.outcome(run, timeout, timed_out)
         except Exception as exc:
             log.exception("watching command %s failed", redact(cid))
             with contextlib.suppress(Exception):
                 await self.runner.terminate(run)
             kind = RUN_FAILED
-            payload = {"exit_code": run.process.returncode, "error_code": "DISPATCH_FAILED",
+            payload = {"exit_code": self.runner.exit_code(run), "error_code": "DISPATCH_FAILED",
                        "detail": bound(f"watching the run failed: {describe(exc)}")}  # fmt: skip
         finally:
-            await self.runner.finish_output(run)
+            await self.runner.finish(run)
             await self.runner.end_rest(run)
         payload.setdefault("error_code", None)
         payload.setdefault("detail", None)
