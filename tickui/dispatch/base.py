@@ -74,6 +74,12 @@ class Dispatcher(ABC):
     async def shutdown(self, grace: float) -> None:
         """Let active runs end within `grace` seconds, then stop them."""
 
+    def lease_confirmed(self, asked: float, ttl: float) -> None:
+        """The engine holds its lease for `ttl` seconds from `asked` (time.monotonic()):
+        runs this dispatcher keeps on this host must be over by then (see
+        tickui.dispatch.process.fence_deadline). Remote runs are the workers' to fence."""
+        return None
+
     async def start(self) -> None:
         """Called once as the engine starts, before the first dispatch; never waits for
         anything remote (a broker that is down is retried in the background)."""

@@ -32,10 +32,12 @@ from tickui.dispatch.output import HEAD_BYTES_DEFAULT, TAIL_BYTES_DEFAULT, Outpu
 from tickui.model.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, bound
 from tickui.supervisor import journal as j
 from tickui.supervisor.launch import supervisor_argv
+from tickui.supervisor.lease import write_lease
 from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK, OUTPUT_FAILING, OUTPUT_WRITTEN_AGAIN
 
 log = logging.getLogger("tickui.dispatch")
 
+FENCE_SLACK = 1.0  # seconds for SIGKILL to land, the last scan and the journal's end
 SAID = "tickui supervisor: "
 NOTES_MAX = 64 * 1024  # of a supervisor's stderr kept for its lines (it says little)
 GATE_WAIT = 10.0  # seconds a supervisor gets to end after its gate was closed
@@ -123,6 +125,14 @@ class SupervisorNotes:
             os.close(fd)
 
 
+def fence_deadline(asked: float, ttl: float, grace: float) -> float:
+    """The deadline (time.monotonic()) for runs under a hold granted for `ttl` seconds
+    from `asked`: early enough that a run fenced then is over (its supervisor looks every
+    LEASE_CHECK, then gives the grace, then SIGKILLs) before the hold ends. Never less
+    than half the hold: a TTL too short for the grace would fence every run at once."""
+    return asked + max(ttl / 2, ttl - (grace + LEASE_CHECK + FENCE_SLACK))
+
+
 def open_gate(run: ProcessRun) -> None:
     gate, run.gate = run.gate, None
     if gate is not None:
@@ -160,8 +170,8 @@ class ProcessRunner:
     """Starts, contains, times out and ends runs' processes. Never the place where a
     run's events are recorded: `outcome` only says what they are.
 
-    `lease`: the lease file every run started from now on is fenced by (None: runs are
-    never fenced); the caller keeps it renewed (tickui.supervisor.lease.write_lease)."""
+    `lease`: the lease file every run is fenced by, once `renew` gave it a deadline
+    (before that, and without one, runs are not fenced)."""
 
     def __init__(
         self,
@@ -176,6 +186,7 @@ class ProcessRunner:
         self.tail_bytes = tail_bytes
         self.health = health if health is not None else OutputHealth()
         self.lease = lease
+        self.lease_deadline: float | None = None  # time.monotonic(), as last written
         self.containment = Containment()  # a supervisor that is killed leaves no orphan
 
     async def spawn(
@@ -232,7 +243,8 @@ class ProcessRunner:
                 command,
                 journal=journal,
                 log=log_path,
-                lease=self.lease,
+                lease=self.lease if self.lease_deadline is not None else None,
+                lease_deadline=self.lease_deadline if self.lease is not None else None,
                 grace=self.kill_grace,
                 head=self.head_bytes,
                 tail=self.tail_bytes,
@@ -266,6 +278,19 @@ class ProcessRunner:
         if not gated:
             open_gate(run)
         return run
+
+    def renew(self, deadline: float) -> None:
+        """Runs end once time.monotonic() passes `deadline` (unless renewed again): written
+        to the lease file every supervisor reads. Never raises (a lease that cannot be
+        written stays at its old deadline, and the runs are fenced then)."""
+        if self.lease is None:
+            return
+        try:
+            write_lease(str(self.lease), deadline)
+        except OSError as exc:
+            log.warning("cannot renew the runs' lease %s: %s", self.lease, exc.strerror)
+            return
+        self.lease_deadline = deadline
 
     def track(self, run: ProcessRun, marker: Mapping[str, str]) -> None:
         """Follow the run's descendants (`marker`: the TICKUI_* entries of its env), for
@@ -404,3 +429,6 @@ class ProcessRunner:
 
     async def shutdown(self) -> None:
         await self.containment.shutdown(self.kill_grace)
+        if self.lease is not None:  # its runs are over: no one reads it any more
+            with contextlib.suppress(OSError):
+                self.lease.unlink()

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import time
+import uuid
 from collections.abc import Sequence
 
 from tickui.common import procs
@@ -27,7 +28,7 @@ from tickui.dispatch.output import (
     OutputHealth,
     visible,
 )
-from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
+from tickui.dispatch.process import ProcessRun, ProcessRunner, fence_deadline, open_gate
 from tickui.model.occurrence import RUN_FAILED, RUN_TRANSITION, bound
 from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store
@@ -59,8 +60,9 @@ class SubprocessDispatcher(Dispatcher):
     ) -> None:
         self.store = store
         self.clock = clock
-        self.runner = ProcessRunner(kill_grace, head_bytes, tail_bytes, OutputHealth())
         self.log_dir = store.log_dir
+        lease = self.log_dir / f"engine-{os.getpid()}-{uuid.uuid4().hex[:8]}.lease"
+        self.runner = ProcessRunner(kill_grace, head_bytes, tail_bytes, OutputHealth(), lease)
         self.retry_min = 0.05  # seconds between attempts to write delayed events, doubling
         self.retry_max = 2.0
         self.flush_grace = 5.0  # how long shutdown waits for delayed events
@@ -89,6 +91,12 @@ class SubprocessDispatcher(Dispatcher):
 
     def active(self) -> int:
         return len(self._runs)
+
+    def lease_confirmed(self, asked: float, ttl: float) -> None:
+        """Runs end by themselves (their supervisors fence them) before the engine's lease
+        may pass to another engine, if this process is frozen or gone and cannot renew."""
+        self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.runner.renew(fence_deadline(asked, ttl, self.kill_grace))
 
     @property
     def recording_problem(self) -> str | None:

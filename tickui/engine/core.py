@@ -62,7 +62,9 @@ class SchedulerEngine:
         self.config = config or EngineConfig()
         self.owner = self.config.owner or default_owner()
         self._listeners: list[Callable[[EngineChange], None]] = []
-        self._lease = LeaseKeeper(store, clock, self.owner, self.config.lease_ttl)
+        self._lease = LeaseKeeper(
+            store, clock, self.owner, self.config.lease_ttl, dispatcher.lease_confirmed
+        )
         self._settlement = Settlement(store, self.config.batch, self._notify)
         self._queued = QueuedStarts(store, self._lease, self.owner, self.config.batch)
         self._recovery = Recovery(store, dispatcher, self.owner)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Callable
 
 from tickui.common import procs
 from tickui.common.clock import Clock
@@ -23,8 +25,18 @@ log = logging.getLogger("tickui.engine")
 
 
 class LeaseKeeper:
-    def __init__(self, store: Store, clock: Clock, owner: str, ttl: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        owner: str,
+        ttl: int,
+        on_confirmed: Callable[[float, float], None] | None = None,
+    ) -> None:
         self.store = store
+        # told (time.monotonic() of the ask, TTL in seconds) each time the store grants
+        # the lease: the dispatcher fences this host's runs by it
+        self.on_confirmed = on_confirmed
         self.clock = clock
         self.owner = owner
         self.base_ttl = ttl  # engine-clock microseconds at scale 1
@@ -47,7 +59,7 @@ class LeaseKeeper:
         if self.token is not None and now < self.renew_at:
             return True, False
         ttl = self.ttl
-        asked = self.clock.monotonic()
+        asked, real = self.clock.monotonic(), time.monotonic()
         result = await self.store.acquire_lease(self.owner, now, ttl, self.identity, holder_gone)
         self.seen = result.lease
         if not result.held:
@@ -58,7 +70,7 @@ class LeaseKeeper:
         assert result.lease is not None
         self.token, self.state = result.lease.token, "held"
         self.renew_at = now + ttl // 2
-        self._confirmed(asked, ttl)
+        self._confirmed(asked, ttl, real)
         if result.new:
             log.info("holding the lease (token %s)", self.token)
         return True, result.new
@@ -73,12 +85,18 @@ class LeaseKeeper:
             await self.store.release_lease(self.owner, token, self.clock.now())
         self.seen, self.state, self.renew_at = None, "none", 0
 
-    def _confirmed(self, asked: float, ttl: int) -> None:
-        """The store granted the lease for `ttl` from no earlier than `asked` (monotonic).
-        Stop starting runs a little before it lapses, so a standby never overlaps."""
+    def _confirmed(self, asked: float, ttl: int, real: float) -> None:
+        """The store granted the lease for `ttl` from no earlier than `asked` (the clock's
+        monotonic; `real`: time.monotonic() then). Stop starting runs a little before it
+        lapses, so a standby never overlaps; runs started are fenced before it lapses."""
         margin = min(ttl / 10, self.clock.scale * MICROS) / MICROS
         self.deadline = asked + ttl / MICROS - margin
         self.confirmed = asked
+        if self.on_confirmed is not None:
+            try:
+                self.on_confirmed(real, self.base_ttl / MICROS)  # TTL in real seconds
+            except Exception:
+                log.exception("renewing the runs' lease failed")
 
     async def may_start(self) -> bool:
         """Whether a process may start at this instant: the lease is held by the monotonic
@@ -93,7 +111,7 @@ class LeaseKeeper:
             return False
         if mono - self.confirmed <= self.ttl / 2 / MICROS:
             return True
-        ttl, now = self.ttl, self.clock.now()
+        ttl, now, real = self.ttl, self.clock.now(), time.monotonic()
         try:
             expires = await self.store.renew_lease(self.owner, self.token, now, ttl)
         except Exception as exc:
@@ -105,7 +123,7 @@ class LeaseKeeper:
             return False
         self.seen.expires_at = expires
         self.renew_at = now + ttl // 2
-        self._confirmed(mono, ttl)
+        self._confirmed(mono, ttl, real)
         return True
 
 

@@ -4,7 +4,8 @@ how far the run got, even after the process that started it is gone.
 
 States, in order (each record keeps the fields of the one before):
 - `waiting`: the supervisor is up and waits at the gate; the command has not run.
-  `supervisor` = {pid, start (clock ticks since boot, /proc/PID/stat), boot_id}.
+  `supervisor` = {pid, start (clock ticks since boot, /proc/PID/stat), boot_id}; `lease`
+  (the lease file it is fenced by, or null) and `grace` (seconds from SIGTERM to SIGKILL).
   Not fsynced (it is on the start path): lost in a crash of the host, it reads as no
   record, which means the same (never started), as the supervisor died with the host.
 - `running`: the command is released; `command` = {pid, start, started_us (wall clock)}.

@@ -544,7 +544,9 @@ def main(args: list[str] | None = None) -> int:
         )  # fmt: skip
         return EXIT_START_FAILED
     try:
-        sup.journal.write(j.WAITING, durable=False, supervisor=me)
+        sup.journal.write(
+            j.WAITING, durable=False, supervisor=me, lease=opts.lease, grace=opts.grace
+        )
     except OSError as exc:
         sup.log.close()
         sup.say(f"journal {opts.journal}: {exc.strerror}")

@@ -59,7 +59,10 @@ class Worker:
         self.pub = Publisher(self.access, self.keyring, self._event_sent, self.broker_restarted)
         self.reports = RunReports(self.id, self.pub)
         journal = opts.log_dir / "journal" / f"{file_name(self.id)}.started"
-        self.runs = RunSupervisor(journal, self.reports, self._spawn_task)
+        lease = opts.log_dir / "journal" / f"{file_name(self.id)}.lease"
+        self.runs = RunSupervisor(
+            journal, self.reports, self._spawn_task, lease, opts.engine_worker_timeout
+        )
         self.beats = Heartbeats(
             self.id, self.host, opts.slots, opts.group, str(opts.log_dir), self.started_at,
             self.runs, self.refusals, self.keyring, self.pub, self.broker_restarted,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Callable
 
 from tickui import __version__
@@ -56,6 +57,7 @@ class Heartbeats:
         self._count = itertools.count(1)  # each heartbeat's count (its order, with the start)
 
     async def beat(self) -> bool:
+        asked = time.monotonic()
         beat = m.Heartbeat(
             worker=self.worker_id,
             host=self.host,
@@ -82,6 +84,7 @@ class Heartbeats:
         if meta.offset < self._last_beat:
             self.on_restart()
         self._last_beat = meta.offset
+        self.runs.heard(asked)  # the broker has it: the engine hears this worker
         return True
 
     async def keep_beating(self) -> None:

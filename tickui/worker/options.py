@@ -23,3 +23,6 @@ class WorkerOptions:
     log_dir: Path = Path(".")
     session_timeout_ms: int = 4000
     allow: AllowList = field(default_factory=AllowList)
+    # the engine's worker_timeout: runs are fenced this long (less the kill grace) after
+    # the last heartbeat the broker took
+    engine_worker_timeout: float = m.WORKER_TIMEOUT_S

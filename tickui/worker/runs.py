@@ -18,7 +18,7 @@ from tickui.common.timeutil import MICROS
 from tickui.dispatch import messages as m
 from tickui.dispatch.bounded import Bounded
 from tickui.dispatch.output import read_tail
-from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
+from tickui.dispatch.process import ProcessRun, ProcessRunner, fence_deadline, open_gate
 from tickui.model.occurrence import RUN_FAILED, bound
 from tickui.worker.reports import RunReports
 from tickui.worker.state import Journal
@@ -32,8 +32,18 @@ class RunSupervisor:
     """The runs of this worker (`running`: command id -> its run), reported by `reports`;
     `spawn` starts a background task the worker cancels when it stops."""
 
-    def __init__(self, journal_path: Path, reports: RunReports, spawn: Spawn) -> None:
-        self.runner = ProcessRunner(kill_grace=3.0)
+    def __init__(
+        self,
+        journal_path: Path,
+        reports: RunReports,
+        spawn: Spawn,
+        lease_path: Path | None = None,
+        engine_timeout: float = m.WORKER_TIMEOUT_S,
+    ) -> None:
+        self.runner = ProcessRunner(kill_grace=3.0, lease=lease_path)
+        # the engine gives up on a silent worker (and may start its runs again elsewhere)
+        # after this many seconds: runs are fenced before that
+        self.engine_timeout = engine_timeout
         self.journal = Journal(journal_path)
         self.reports = reports
         self.spawn = spawn
@@ -99,6 +109,11 @@ class RunSupervisor:
             self.running.pop(cid, None)
             run.done.set()
             self._slot_freed.set()
+
+    def heard(self, asked: float) -> None:
+        """The broker took a heartbeat sent at `asked` (time.monotonic()): the runs may go
+        on until the engine could give up on this worker, less the time to end them."""
+        self.runner.renew(fence_deadline(asked, self.engine_timeout, self.runner.kill_grace))
 
     # ---- slots ---------------------------------------------------------------------------
 
