@@ -9,18 +9,19 @@ import time
 
 from helpers import rig
 from tickui.common.timeutil import MICROS
-from tickui.dispatch.process import fence_deadline
+from tickui.dispatch.process import RENEWED_BY, fence_deadline, fence_fits
 from tickui.supervisor.lease import read_lease
 from tickui.supervisor.main import LEASE_CHECK
 
-TTL = 4  # seconds: with the rig's kill grace of 1 s, runs are fenced 2 s after a renewal
+TTL = 4  # seconds: with the rig's kill grace of 1 s, runs are fenced 2.4 s after a renewal
 
 
 def test_the_fence_ends_runs_before_the_lease_lapses_by_the_grace():
     asked = 100.0
     assert fence_deadline(asked, 30, 3.0) == asked + 30 - 3.0 - LEASE_CHECK - 1.0
-    # a TTL too short for the grace: half of it, not a fence at once
-    assert fence_deadline(asked, 2, 3.0) == asked + 1
+    assert fence_fits(30, 3.0) and fence_fits(11, 3.0) and not fence_fits(10, 3.0)
+    # a TTL too short for the grace: not before the next renewal, not a fence at once
+    assert fence_deadline(asked, 2, 3.0) == asked + 2 * RENEWED_BY
 
 
 async def test_an_unrenewed_lease_fences_the_run_and_says_so(tmp_path):
@@ -30,14 +31,14 @@ async def test_an_unrenewed_lease_fences_the_run_and_says_so(tmp_path):
         await r.engine.start()
         lease = r.engine.dispatcher.runner.lease
         deadline = read_lease(str(lease))
-        assert deadline is not None and began < deadline <= time.monotonic() + TTL / 2
+        assert deadline is not None and began < deadline <= time.monotonic() + TTL * RENEWED_BY
         await r.settle(timeout=15)  # no tick: the engine renews nothing
         took = time.monotonic() - began
         (run,) = await r.history()
     assert run.state == "failed" and run.error_code == "INTERRUPTED", (run.state, run.detail)
     assert run.detail == "fenced: its lease ran out"
     assert run.exit_code == -15
-    assert TTL / 2 <= took < TTL, f"fenced after {took:.2f}s"
+    assert TTL * RENEWED_BY <= took < TTL, f"fenced after {took:.2f}s"
     assert not lease.exists(), "the lease file outlived its engine"
 
 

@@ -38,6 +38,7 @@ from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK, OUTPUT_FAILING, OUTPU
 log = logging.getLogger("tickui.dispatch")
 
 FENCE_SLACK = 1.0  # seconds for SIGKILL to land, the last scan and the journal's end
+RENEWED_BY = 0.6  # of a hold's length: renewed at half of it, plus time for the renewal
 SAID = "tickui supervisor: "
 NOTES_MAX = 64 * 1024  # of a supervisor's stderr kept for its lines (it says little)
 GATE_WAIT = 10.0  # seconds a supervisor gets to end after its gate was closed
@@ -125,12 +126,74 @@ class SupervisorNotes:
             os.close(fd)
 
 
+def journal_exit_code(record: dict[str, Any] | None, status: int | None) -> int | None:
+    """The command's exit code (negative: the signal that ended it) as its journal says;
+    `status` (its supervisor's) when it recorded no end; None when it never ran."""
+    record = record or {}
+    state = record.get("state")
+    if state == j.ENDED:
+        sig = record.get("signal")
+        return -sig if isinstance(sig, int) else record.get("exit_code")
+    if state in (j.NOT_STARTED, j.START_FAILED):
+        return None
+    return status
+
+
+def journal_outcome(
+    record: dict[str, Any] | None, status: int | None, log_path: Path | str | None
+) -> tuple[str, dict[str, Any]]:
+    """A run's outcome event (type, payload) from its journal's last record, for a run
+    that was neither cancelled nor timed out; `status`: its supervisor's exit status."""
+    record = record or {}
+    state = record.get("state")
+    code = journal_exit_code(record, status)
+    payload: dict[str, Any] = {"exit_code": code}
+    if state == j.START_FAILED:
+        payload.update(error_code="DISPATCH_FAILED", detail=bound(str(record.get("error"))))
+        return RUN_FAILED, payload
+    if state == j.NOT_STARTED:
+        payload.update(error_code="INTERRUPTED", detail=f"not started: {record.get('reason')}")
+        return RUN_FAILED, payload
+    if state != j.ENDED:
+        payload.update(
+            exit_code=None,
+            error_code="INTERRUPTED",
+            detail=f"its run supervisor ended (status {status}) without recording the end",
+        )
+        return RUN_FAILED, payload
+    if record.get("fenced"):
+        payload.update(error_code="INTERRUPTED", detail="fenced: its lease ran out")
+        return RUN_FAILED, payload
+    if code == 0:
+        return RUN_COMPLETED, payload
+    last = last_line_of(log_path) if log_path else ""
+    said = f": {last}" if last else ""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
+        payload.update(error_code="KILLED", detail=bound(f"killed by {name}{said}"))
+    else:
+        payload.update(error_code="EXIT_NONZERO", detail=bound(f"exit {code}{said}"))
+    return RUN_FAILED, payload
+
+
+def fence_lead(grace: float) -> float:
+    """How long before a hold ends its runs are fenced: SIGTERM after at most one look
+    at the lease (LEASE_CHECK), SIGKILL after the grace, then FENCE_SLACK to be over."""
+    return grace + LEASE_CHECK + FENCE_SLACK
+
+
 def fence_deadline(asked: float, ttl: float, grace: float) -> float:
     """The deadline (time.monotonic()) for runs under a hold granted for `ttl` seconds
-    from `asked`: early enough that a run fenced then is over (its supervisor looks every
-    LEASE_CHECK, then gives the grace, then SIGKILLs) before the hold ends. Never less
-    than half the hold: a TTL too short for the grace would fence every run at once."""
-    return asked + max(ttl / 2, ttl - (grace + LEASE_CHECK + FENCE_SLACK))
+    from `asked`: early enough that a run fenced then is over before the hold ends. Never
+    before RENEWED_BY of the hold: holds are renewed at half their length, and a TTL too
+    short for the grace must not fence every run between two renewals (it then breaks
+    the bound instead: `fence_fits` says whether it holds)."""
+    return asked + max(ttl * RENEWED_BY, ttl - fence_lead(grace))
+
+
+def fence_fits(ttl: float, grace: float) -> bool:
+    """Whether runs fenced under a `ttl` hold are surely over before it ends."""
+    return ttl - fence_lead(grace) >= ttl * RENEWED_BY
 
 
 def open_gate(run: ProcessRun) -> None:
@@ -333,23 +396,13 @@ class ProcessRunner:
         """The command's exit code (negative: the signal that ended it), as the journal
         records it; the supervisor's status when it recorded no end; None when the
         command never ran."""
-        record = run.record or {}
-        state = record.get("state")
-        if state == j.ENDED:
-            sig = record.get("signal")
-            return -sig if isinstance(sig, int) else record.get("exit_code")
-        if state in (j.NOT_STARTED, j.START_FAILED):
-            return None
-        return run.process.returncode
+        return journal_exit_code(run.record, run.process.returncode)
 
     def outcome(
         self, run: ProcessRun, timeout: int | None, timed_out: bool
     ) -> tuple[str, dict[str, Any]]:
         """The outcome's event type and payload (exit_code, error_code, detail)."""
-        record = run.record or {}
-        state = record.get("state")
-        code = self.exit_code(run)
-        payload: dict[str, Any] = {"exit_code": code}
+        payload: dict[str, Any] = {"exit_code": self.exit_code(run)}
         if run.cancel_reason is not None:
             payload["detail"] = run.cancel_reason
             return RUN_CANCELED, payload
@@ -358,34 +411,7 @@ class ProcessRunner:
                 error_code="TIMEOUT", detail=f"timed out after {format_duration(timeout or 0)}"
             )
             return RUN_FAILED, payload
-        if state == j.START_FAILED:
-            payload.update(error_code="DISPATCH_FAILED", detail=bound(str(record.get("error"))))
-            return RUN_FAILED, payload
-        if state == j.NOT_STARTED:
-            why = record.get("reason")
-            payload.update(error_code="INTERRUPTED", detail=f"not started: {why}")
-            return RUN_FAILED, payload
-        if state != j.ENDED:
-            status = run.process.returncode
-            payload.update(
-                exit_code=None,
-                error_code="INTERRUPTED",
-                detail=f"its run supervisor ended (status {status}) without recording the end",
-            )
-            return RUN_FAILED, payload
-        if record.get("fenced"):
-            payload.update(error_code="INTERRUPTED", detail="fenced: its lease ran out")
-            return RUN_FAILED, payload
-        if code == 0:
-            return RUN_COMPLETED, payload
-        last = last_line_of(run.log_path)
-        said = f": {last}" if last else ""
-        if code is not None and code < 0:
-            name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
-            payload.update(error_code="KILLED", detail=bound(f"killed by {name}{said}"))
-        else:
-            payload.update(error_code="EXIT_NONZERO", detail=bound(f"exit {code}{said}"))
-        return RUN_FAILED, payload
+        return journal_outcome(run.record, run.process.returncode, run.log_path)
 
     async def terminate(self, run: ProcessRun) -> None:
         """End the run's whole tree: SIGTERM to its supervisor, which signals the tree

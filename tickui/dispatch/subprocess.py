@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 import uuid
@@ -28,7 +29,15 @@ from tickui.dispatch.output import (
     OutputHealth,
     visible,
 )
-from tickui.dispatch.process import ProcessRun, ProcessRunner, fence_deadline, open_gate
+from tickui.dispatch.process import (
+    RENEWED_BY,
+    ProcessRun,
+    ProcessRunner,
+    fence_deadline,
+    fence_fits,
+    fence_lead,
+    open_gate,
+)
 from tickui.model.occurrence import RUN_FAILED, RUN_TRANSITION, bound
 from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store
@@ -72,6 +81,7 @@ class SubprocessDispatcher(Dispatcher):
         self._flusher: asyncio.Task[None] | None = None
         self._outage: str | None = None
         self._outage_since = 0.0
+        self._fence_checked = False
 
     @property
     def kill_grace(self) -> float:
@@ -95,6 +105,15 @@ class SubprocessDispatcher(Dispatcher):
     def lease_confirmed(self, asked: float, ttl: float) -> None:
         """Runs end by themselves (their supervisors fence them) before the engine's lease
         may pass to another engine, if this process is frozen or gone and cannot renew."""
+        if not self._fence_checked:
+            self._fence_checked = True
+            if not fence_fits(ttl, self.kill_grace):
+                log.warning(
+                    "the lease TTL (%gs) is too short for the kill grace (%gs): a frozen"
+                    " engine's runs may outlive its lease by up to %.1fs; make it at least %gs",
+                    ttl, self.kill_grace, fence_lead(self.kill_grace) - ttl * (1 - RENEWED_BY),
+                    math.ceil(fence_lead(self.kill_grace) / (1 - RENEWED_BY)),
+                )  # fmt: skip
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.runner.renew(fence_deadline(asked, ttl, self.kill_grace))
 

@@ -266,6 +266,7 @@ class SchedulerEngine:
         assert self._lease.token is not None
         ended = await self._recovery.recover(self._lease.token, now)
         if ended:
+            await self.reconcile()  # what their journals said, appended as their events
             self._notify(EngineChange(occurrences=ended))
 
     async def may_start(self) -> bool:

@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
 
 from tickui.common import procs
 from tickui.dispatch import Dispatcher
 from tickui.dispatch.containment import end_orphaned_run
+from tickui.dispatch.process import FENCE_SLACK, journal_outcome
+from tickui.model.occurrence import RUN_INTERRUPTED, RUN_TRANSITION
 from tickui.model.records import Occurrence
-from tickui.store import Store
+from tickui.store import NewEvent, Store
+from tickui.supervisor import journal as j
+from tickui.supervisor.lease import write_lease
+from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK
 
 log = logging.getLogger("tickui.engine")
 
+JOURNAL_POLL = 0.1  # seconds between looks at a journal whose run is being ended
+
 
 class Recovery:
-    """What a new lease holder does first: runs left active by an engine that is gone end
-    failed/INTERRUPTED, their processes on this host killed."""
+    """What a new lease holder does first: each run left active by an engine that is gone
+    is settled from its journal when it ran on this host (never started: back to its
+    task's misfire policy; ended: its real outcome; still going: fenced now, then
+    INTERRUPTED; its supervisor gone: what is left killed, INTERRUPTED); runs with no
+    journal to read end failed/INTERRUPTED, their processes on this host killed."""
 
     def __init__(self, store: Store, dispatcher: Dispatcher, owner: str) -> None:
         self.store = store
@@ -25,7 +42,8 @@ class Recovery:
         self.owner = owner
 
     async def recover(self, token: int, now: int) -> frozenset[int]:
-        """End the orphans under lease `token`; the occurrences ended."""
+        """End the orphans under lease `token`; the occurrences ended (those settled by
+        appended events end at the next reconcile)."""
         # This engine's own runs under an older token (its lease lapsed during a pause or
         # a wall-clock step, and no one else took it) are not orphans: its dispatcher
         # still watches them and records how they end. Only claims it never started
@@ -39,20 +57,91 @@ class Recovery:
             if (occ.owner != self.owner or occ.state == "claimed")
             and not (remote and occ.deadline is not None)
         ]
-        failed = []
+        journals = {occ.id: self._journal_of(occ) for occ in orphans}
+        read = await asyncio.gather(
+            *(last_word(path) for path in journals.values() if path is not None)
+        )
+        words = dict(zip([i for i, p in journals.items() if p is not None], read, strict=True))
+        failed: list[tuple[int, str, str]] = []
+        unstarted: list[int] = []
+        events: list[NewEvent] = []
         for occ in orphans:
-            killed = await _kill_orphan(occ)
-            if occ.state == "claimed" and occ.pid is None:
-                detail = f"engine {occ.owner} lost its lease; not known to have started"
-            else:
-                detail = f"engine {occ.owner} is gone" + (
-                    "; its process group was killed" if killed else ""
-                )
-            failed.append((occ.id, "INTERRUPTED", detail))
+            gone = f"engine {occ.owner} is gone"
+            if occ.id not in words:
+                killed = await _kill_orphan(occ)
+                if occ.state == "claimed" and occ.pid is None:
+                    detail = f"engine {occ.owner} lost its lease; not known to have started"
+                else:
+                    detail = gone + ("; its process group was killed" if killed else "")
+                failed.append((occ.id, "INTERRUPTED", detail))
+                continue
+            verdict, record = words[occ.id]
+            if verdict in (j.NEVER_STARTED, j.NOT_STARTED):
+                if occ.state == "claimed":
+                    unstarted.append(occ.id)
+                else:
+                    failed.append((occ.id, "INTERRUPTED", f"{gone}; its run never started"))
+            elif verdict in (j.ENDED, j.START_FAILED):
+                events.extend(self._ended(occ, record or {}, now, gone))
+            else:  # lost, or a supervisor that would not end
+                if record is not None:
+                    occ = _with_supervisor(occ, record)
+                killed = await end_orphaned_run(occ)
+                said = "its run supervisor vanished without recording the end"
+                if verdict != j.LOST:
+                    said = "its run supervisor did not end when fenced"
+                detail = f"{gone}; {said}" + ("; what was left was killed" if killed else "")
+                failed.append((occ.id, "INTERRUPTED", detail))
+        released = await self.store.release_unstarted(
+            unstarted, now, f"not_started: engine {'/'.join({o.owner or '?' for o in orphans})}"
+            " is gone; its run never started"
+        ) if unstarted else []  # fmt: skip
+        if events:
+            await self.store.append_events(events)
         await self.store.fail_occurrences(failed, now)
-        if failed:
-            log.warning("recovered %d interrupted occurrence(s)", len(failed))
+        if failed or events or released:
+            log.warning(
+                "recovered %d occurrence(s): %d interrupted, %d settled from their journals,"
+                " %d never started",
+                len(orphans), len(failed), len({e.command_id for e in events}), len(released),
+            )  # fmt: skip
         return frozenset(o.id for o in orphans)
+
+    def _journal_of(self, occ: Occurrence) -> Path | None:
+        """Where the run of `occ` kept its journal, when it ran on this host."""
+        if (occ.owner or "").split(":", 1)[0] != procs.host():
+            return None
+        if occ.log_path:
+            return Path(occ.log_path).with_suffix(".journal")
+        log_dir = getattr(self.store, "log_dir", None)
+        return Path(log_dir) / f"{occ.id}.journal" if log_dir is not None else None
+
+    def _ended(
+        self, occ: Occurrence, record: dict[str, Any], now: int, gone: str
+    ) -> list[NewEvent]:
+        """The events its engine would have appended: started (unless recorded), then
+        how it ended; a run fenced or stopped by its supervisor ends INTERRUPTED."""
+        run_id = occ.run_id or f"run-{uuid.uuid4().hex[:16]}"
+        journal = self._journal_of(occ)
+        log_path = occ.log_path or (str(journal.with_suffix(".log")) if journal else None)
+        kind, payload = journal_outcome(record, None, log_path)
+        if record.get("fenced") or record.get("cancelled"):
+            how = "fenced (its lease ran out)" if record.get("fenced") else "stopped"
+            kind = RUN_INTERRUPTED
+            payload.update(error_code="INTERRUPTED", detail=f"{gone}; its run was {how}")
+        ended = NewEvent(now, kind, occ.command_id, run_id, payload)
+        if occ.state == "running":
+            return [ended]
+        sup = record.get("supervisor")
+        sup = sup if isinstance(sup, dict) else {}
+        started = {
+            "state": "running",
+            "pid": sup.get("pid"),
+            "pgid": sup.get("pid"),
+            "pid_start": sup.get("start"),
+            "log_path": log_path,
+        }
+        return [NewEvent(now, RUN_TRANSITION, occ.command_id, run_id, started), ended]
 
 
 class Pruning:
@@ -83,3 +172,40 @@ async def _kill_orphan(occ: Occurrence) -> bool:
     if (occ.owner or "").split(":", 1)[0] != procs.host():
         return False
     return await end_orphaned_run(occ) > 0
+
+
+async def last_word(path: Path) -> tuple[str, dict[str, Any] | None]:
+    """A run's journal once its supervisor has ended or is gone (see journal.verdict).
+    Its engine is gone and renews nothing: a run still waiting or going is fenced now
+    (its lease file set to 0; without one, its supervisor is told to stop), and waited
+    for as long as fencing takes."""
+    record = await asyncio.to_thread(j.read_journal, str(path))
+    verdict = j.verdict(record)
+    if verdict not in (j.WAITING, j.RUNNING) or record is None:
+        return verdict, record
+    lease, grace = record.get("lease"), record.get("grace")
+    if isinstance(lease, str):
+        with contextlib.suppress(OSError):
+            write_lease(lease, 0.0)
+    else:
+        sup = record.get("supervisor") or {}
+        with contextlib.suppress(OSError):
+            if j.supervisor_alive(record):
+                os.kill(int(sup["pid"]), signal.SIGTERM)
+    grace = float(grace) if isinstance(grace, int | float) else 3.0
+    limit = time.monotonic() + LEASE_CHECK + grace + KILL_WAIT + FENCE_SLACK
+    while time.monotonic() < limit:
+        await asyncio.sleep(JOURNAL_POLL)
+        record = await asyncio.to_thread(j.read_journal, str(path))
+        verdict = j.verdict(record)
+        if verdict not in (j.WAITING, j.RUNNING):
+            break
+    return verdict, record
+
+
+def _with_supervisor(occ: Occurrence, record: dict[str, Any]) -> Occurrence:
+    """`occ` with its supervisor as its main process, for end_orphaned_run."""
+    sup = record.get("supervisor")
+    if not isinstance(sup, dict) or not isinstance(sup.get("pid"), int):
+        return occ
+    return dataclasses.replace(occ, pid=sup["pid"], pgid=sup["pid"], pid_start=sup.get("start"))
