@@ -1,0 +1,188 @@
+"""A lease holder frozen (SIGSTOP) with runs in flight, a standby taking over: the frozen
+holder's runs end by themselves (their supervisors fence them) before the standby may
+claim anything, and the standby records how each really ended. Whole `tickui run`
+processes; the commands write their own start and end times."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import sqlite3
+import time
+from collections import defaultdict
+
+import pytest
+from engine_procs import Engine, iso_second, lease_owner, micros, wait_for
+
+from helpers import cli
+
+TTL = 12.0  # s; the runs' fence is 12 - (3 s grace + 0.2 s + 1 s) = 7.8 s after a renewal
+
+
+def config(tmp_path, **engine: str) -> str:
+    path = tmp_path / "tickui.toml"
+    path.write_text("[engine]\n" + "".join(f'{k} = "{v}"\n' for k, v in engine.items()))
+    return str(path)
+
+
+def add(db, name: str, out, body: str, *flags: str) -> None:
+    """A task whose command writes `start <slot> <occurrence> <time>` first, runs `body`,
+    and writes `end <slot> <occurrence> <time> <status>` when it ends, killed by SIGTERM too."""
+    mark = '"$TICKUI_SCHEDULED_FOR $TICKUI_OCCURRENCE_ID $(date +%s.%N)"'
+    script = (
+        f'trap \'echo "end "{mark}" term" >> {out}; exit 143\' TERM; '
+        f'echo "start "{mark} >> {out}; {body}; s=$?; echo "end "{mark}" $s" >> {out}; exit $s'
+    )
+    added = cli("task", "add", name, *flags, "--", "sh", "-c", script, db=db)
+    assert added.returncode == 0, added.stderr
+
+
+def marks(out) -> dict[tuple[int, int], dict[str, float]]:
+    """(slot, occurrence) -> {"start": t, "end": t, "status": s} from the commands' lines."""
+    found: dict[tuple[int, int], dict] = defaultdict(dict)
+    for line in out.read_text().splitlines() if out.exists() else ():
+        kind, slot, occ, at, *rest = line.split()
+        found[(micros(slot), int(occ))][kind] = float(at)
+        if rest:
+            found[(micros(slot), int(occ))]["status"] = rest[0]
+    return dict(found)
+
+
+def children(engine: Engine) -> bool:
+    """Whether the engine has a child process (a run's supervisor) now."""
+    with open(f"/proc/{engine.pid}/task/{engine.pid}/children") as handle:
+        return bool(handle.read().strip())
+
+
+def frozen(engine: Engine):
+    os.kill(engine.pid, signal.SIGSTOP)
+    return lambda: os.kill(engine.pid, signal.SIGCONT)
+
+
+def engines(tmp_path, db, cfg) -> tuple[Engine, Engine]:
+    holder = Engine(db, tmp_path / "holder.err", "--config", cfg)
+    wait_for(lambda: holder.owns(lease_owner(db)), 15, "the first engine to hold the lease")
+    standby = Engine(db, tmp_path / "standby.err", "--config", cfg)
+    wait_for(lambda: "standby: lease held by" in standby.stderr(), 15, "the standby")
+    return holder, standby
+
+
+def outcomes(db) -> dict[int, tuple[str, int | None, str | None, str | None]]:
+    """occurrence id -> (state, exit code, error code, detail)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = conn.execute(
+            "SELECT id, state, exit_code, error_code, detail FROM occurrences"
+        ).fetchall()
+    finally:
+        conn.close()
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+@pytest.mark.slow
+def test_a_frozen_holders_runs_end_before_their_slots_run_again(tmp_path):
+    """Retries on: a run the frozen holder cannot watch is fenced, the standby records it
+    INTERRUPTED and retries it, and no two attempts of one slot ever run side by side."""
+    db, out = tmp_path / "t.db", tmp_path / "marks.txt"
+    cfg = config(tmp_path, lease_ttl=f"{TTL:g}s")
+    anchor = iso_second(time.time() + 2)
+    add(db, "work", out, "sleep 6", "--every", "2s", "--concurrency", "allow",
+        "--anchor", anchor, "--retries", "2", "--retry-delay", "1s",
+        "--retry-on", "interrupted")  # fmt: skip
+    holder, standby = engines(tmp_path, db, cfg)
+    thaw = None
+    try:
+        wait_for(lambda: len(marks(out)) >= 2, 20, "two runs started by the holder")
+        holder_owner = lease_owner(db)
+        thaw = frozen(holder)
+        frozen_at = time.time()
+        wait_for(lambda: standby.owns(lease_owner(db)), TTL + 10, "the standby to take over")
+        took = time.time() - frozen_at
+        retried = lambda: [  # noqa: E731
+            slot for slot in {s for s, _ in marks(out)}
+            if sum(1 for s, _ in marks(out) if s == slot) >= 2
+        ]  # fmt: skip
+        wait_for(retried, 20, "a slot of the frozen holder run again")
+        assert standby.stop() == 0, standby.stderr()
+    finally:
+        if thaw is not None:
+            thaw()
+        holder.kill()
+        standby.kill()
+    assert took <= TTL + 1, f"the standby took {took:.1f} s"
+    attempts: dict[int, list[dict]] = defaultdict(list)
+    for (slot, _occ), seen in marks(out).items():
+        assert "end" in seen, f"an attempt of {slot} has no end: {seen}"
+        attempts[slot].append(seen)
+    for slot, runs in attempts.items():
+        runs.sort(key=lambda seen: seen["start"])
+        for before, after in itertools.pairwise(runs):
+            assert after["start"] >= before["end"], f"two attempts of slot {slot} overlapped"
+    said = outcomes(db)
+    fenced = [o for o in said.values() if o[2] == "INTERRUPTED" and "fenced" in (o[3] or "")]
+    assert fenced, said
+    gone = f"engine {holder_owner} is gone; its run was fenced (its lease ran out)"
+    assert all(o[3] == gone for o in fenced), "a run of the standby was fenced"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("freeze_at", ["first-spawn", "first-start"])
+def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
+    """Six slots due at once; the holder is frozen as it forks the first of their
+    supervisors (nothing has started yet) or as the first command starts. Within the misfire
+    grace, the standby runs each slot exactly once: those the holder never started go
+    back to their tasks, those that ran during the freeze keep their real exit codes."""
+    db, out = tmp_path / "t.db", tmp_path / "marks.txt"
+    cfg = config(tmp_path, lease_ttl=f"{TTL:g}s", misfire_grace="60s")
+    anchor = iso_second(time.time() + 4)
+    codes = {f"t{k}": k for k in range(6)}
+    for name, code in codes.items():
+        add(db, name, out, f"sleep 0.5; exit {code}", "--every", "1h", "--anchor", anchor)
+    holder, standby = engines(tmp_path, db, cfg)
+    thaw = None
+    try:
+        first = (lambda: children(holder)) if freeze_at == "first-spawn" else (lambda: marks(out))
+        wait_for(first, 20, "the burst to start", step=0.001)
+        thaw = frozen(holder)
+        wait_for(lambda: standby.owns(lease_owner(db)), TTL + 10, "the standby to take over")
+        wait_for(
+            lambda: (
+                len(marks(out)) == len(codes)
+                and all(
+                    o[0] not in ("claimed", "accepted", "running") for o in outcomes(db).values()
+                )
+            ),
+            20,
+            "every slot to run and be recorded",
+        )
+        assert standby.stop() == 0, standby.stderr()
+    finally:
+        if thaw is not None:
+            thaw()
+        holder.kill()
+        standby.kill()
+    seen = marks(out)
+    assert len(seen) == len(codes), seen  # one attempt each: none ran twice
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = conn.execute(
+            "SELECT task, state, exit_code, owner, detail FROM occurrences"
+            " WHERE state NOT IN ('skipped')"
+        ).fetchall()
+        skipped = conn.execute(
+            "SELECT task, detail FROM occurrences WHERE state = 'skipped'"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert sorted(task for task, *_ in rows) == sorted(codes), (rows, skipped)
+    for task, state, exit_code, _owner, detail in rows:
+        assert exit_code == codes[task], (task, state, exit_code, detail)
+        assert state == ("succeeded" if codes[task] == 0 else "failed"), (task, state, detail)
+    by_holder = [task for task, _, _, owner, _ in rows if holder.owns(owner)]
+    if freeze_at == "first-start":  # it ran during the freeze: the standby recorded it
+        assert by_holder, rows
+    else:  # the holder had started none: all handed back, run by the standby
+        assert skipped and not by_holder, (rows, skipped)
+    for _task, detail in skipped:  # never started by the frozen holder: handed back
+        assert "never started" in detail or "not_started" in detail, detail
