@@ -2,7 +2,8 @@
 
 Both sides are started as ProcessRunner starts a gated run (own session, stdin a pipe
 that gets the go line at once, output to a pipe), alternating, `--rounds` times:
-- baseline: ProcessRunner's gate (`sh -c 'read -r _ ...; exec "$@"'`) before the command;
+- baseline: the sh start gate ProcessRunner used before runs had supervisors
+  (`sh -c 'read -r _ ...; exec "$@"'`) before the command;
 - supervisor: `tickui.supervisor.launch.supervisor_argv` (python -I -S, setsid,
   subreaper, journal `waiting` and `running` fsynced, output into a bounded log).
 
@@ -12,7 +13,8 @@ also scans /proc for leftovers, closes the log and records the end). Memory is V
 RssAnon (its own, unshared pages) of the supervisor while it waits at the gate and
 while the command runs, against the gate's sh while it waits (once the gate opens, sh
 is the command). One journal record (write, fsync, rename, fsync of the directory) is
-timed on its own. The last line is one JSON object.
+timed on its own. Last, ProcessRunner itself (what both dispatchers use): spawn to
+outcome of `true` one at a time and `--burst` at once. The last line is one JSON object.
 
     .venv/bin/python benchmarks/run_supervisor.py [--rounds 30]
 """
@@ -32,10 +34,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tickui.dispatch.process import GATE
+from tickui.dispatch.process import ProcessRunner
 from tickui.supervisor.journal import JournalWriter, read_journal
 from tickui.supervisor.launch import supervisor_argv
 
+# The start gate ProcessRunner used before runs had supervisors: a tiny sh waits for the
+# go line, then execs the command (same pid and group).
+GATE = ("/bin/sh", "-c", 'read -r _ || exit 125; exec </dev/null; exec "$@"', "tickui-gate")
 OPEN_FIFO = ["sh", "-c", 'exec 3>"$1"; exec sleep 30', "sh"]
 
 
@@ -135,9 +140,48 @@ def journal_write(work: Path, times: int = 20) -> float:
     return statistics.median(spent)
 
 
+async def runner_runs(work: Path, rounds: int, burst: int) -> dict[str, float]:
+    """ProcessRunner as the dispatchers use it, spawn to outcome in hand, for `true`: one
+    at a time, then `burst` at once; against a bare asyncio spawn and wait of `true`."""
+    import asyncio
+
+    runner = ProcessRunner(kill_grace=1.0)
+    env = dict(os.environ)
+
+    async def one(n: int) -> float:
+        began = time.perf_counter()
+        run = await runner.spawn(n, ["true"], cwd=None, env=env, log_path=work / f"r{n}.log")
+        timed_out = await runner.wait(run, None)
+        await runner.finish(run)
+        runner.outcome(run, None, timed_out)
+        return time.perf_counter() - began
+
+    async def bare() -> float:
+        began = time.perf_counter()
+        proc = await asyncio.create_subprocess_exec("true")
+        await proc.wait()
+        return time.perf_counter() - began
+
+    singles = [await one(n) for n in range(rounds)]
+    bares = [await bare() for _ in range(rounds)]
+    began = time.perf_counter()
+    await asyncio.gather(*(one(10_000 + n) for n in range(burst)))
+    burst_s = time.perf_counter() - began
+    await runner.shutdown()
+    return {
+        "runner_true_ms": statistics.median(singles) * 1000,
+        "runner_true_p90_ms": statistics.quantiles(singles, n=10)[8] * 1000,
+        "bare_true_ms": statistics.median(bares) * 1000,
+        "burst": burst,
+        "burst_s": burst_s,
+        "burst_runs_per_s": burst / burst_s,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--burst", type=int, default=20, help="runs started at once")
     args = parser.parse_args()
     ms = 1000.0
     with tempfile.TemporaryDirectory(prefix="tickui-sup-") as tmp:
@@ -155,6 +199,9 @@ def main() -> None:
         gate_sup = [gate_memory(work, True, n) for n in range(5)]
         gate_sh = [gate_memory(work, False, n) for n in range(5)]
         record = journal_write(work)
+        import asyncio
+
+        runs = asyncio.run(runner_runs(work, args.rounds, args.burst))
 
     def med(values: list[float]) -> float:
         return round(statistics.median(values) * ms, 2)
@@ -171,6 +218,7 @@ def main() -> None:
         "run_true_ms": {"supervisor": med(run[True]), "sh_gate": med(run[False])},
         "run_ratio": round(statistics.median(run[True]) / statistics.median(run[False]), 1),
         "journal_record_ms": round(record * ms, 2),
+        "process_runner": {k: round(v, 2) for k, v in runs.items()},
         "rss_kib": {
             "supervisor_running": statistics.median(m[0] for m in running_mem),
             "supervisor_at_gate": statistics.median(m[0] for m in gate_sup),
@@ -199,6 +247,13 @@ def main() -> None:
         f"({anon['supervisor_running']}), at the gate {rss['supervisor_at_gate']} KiB "
         f"({anon['supervisor_at_gate']}); sh at the gate {rss['sh_at_gate']} KiB "
         f"({anon['sh_at_gate']})"
+    )
+    pr = s["process_runner"]
+    print(
+        f"ProcessRunner, spawn to outcome of `true`, median: {pr['runner_true_ms']} ms "
+        f"(p90 {pr['runner_true_p90_ms']} ms; a bare asyncio spawn and wait: "
+        f"{pr['bare_true_ms']} ms); {pr['burst']} at once: {pr['burst_s']} s "
+        f"({pr['burst_runs_per_s']} runs/s)"
     )
     print(json.dumps(summary))
 

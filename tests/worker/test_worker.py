@@ -287,7 +287,8 @@ async def test_redelivered_command_is_not_run_twice(env):
     worker.proc.send_signal(signal.SIGKILL)
     worker.proc.wait(5)
     # the offset may be committed already (then nothing comes again); uncommitted, the same
-    # record comes to the restarted worker, which answers "worker restarted". A copy of the
+    # record comes to the restarted worker, which stops the run (its supervisor outlived the
+    # old worker) and answers with what its journal says. A copy of the
     # command in a new record is a replay: refused, counted in the heartbeat, never run.
     again = await start("wk").ready()
     await bus.send(cmd)
@@ -301,7 +302,7 @@ async def test_redelivered_command_is_not_run_twice(env):
     outcomes = [e for e in bus.of(cmd.command_id) if e.type in m.OUTCOMES]
     assert [(e.type, e.payload["detail"]) for e in outcomes] in (
         [],
-        [("run.interrupted", "worker restarted")],
+        [("run.interrupted", "worker restarted; its run was stopped")],
     )
     del again, other
 

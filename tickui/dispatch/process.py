@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ FENCE_SLACK = 1.0  # seconds for SIGKILL to land, the last scan and the journal'
 RENEWED_BY = 0.6  # of a hold's length: renewed at half of it, plus time for the renewal
 SAID = "tickui supervisor: "
 NOTES_MAX = 64 * 1024  # of a supervisor's stderr kept for its lines (it says little)
+JOURNAL_POLL = 0.1  # seconds between looks at a journal whose run is being ended
 GATE_WAIT = 10.0  # seconds a supervisor gets to end after its gate was closed
 
 
@@ -176,24 +178,59 @@ def journal_outcome(
     return RUN_FAILED, payload
 
 
+async def last_word(path: Path, by_lease: bool) -> tuple[str, dict[str, Any] | None]:
+    """A run's verdict and journal (see journal.verdict) once its supervisor has ended or
+    is gone, for whoever takes over from the process that started it, which is gone and
+    watches nothing. A run still waiting or going is ended now: `by_lease`, its lease file
+    is set to 0 (the lease was only the gone process's); else (or without one) its
+    supervisor is told to stop. Waited for as long as ending a tree takes."""
+    record = await asyncio.to_thread(j.read_journal, str(path))
+    verdict = j.verdict(record)
+    if verdict not in (j.WAITING, j.RUNNING) or record is None:
+        return verdict, record
+    lease, grace = record.get("lease"), record.get("grace")
+    if by_lease and isinstance(lease, str):
+        with contextlib.suppress(OSError):
+            write_lease(lease, 0.0)
+    else:
+        sup = record.get("supervisor")
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            if isinstance(sup, dict) and j.supervisor_alive(record):
+                os.kill(int(sup["pid"]), signal.SIGTERM)
+    grace = float(grace) if isinstance(grace, int | float) else 3.0
+    limit = time.monotonic() + LEASE_CHECK + grace + KILL_WAIT + FENCE_SLACK
+    while time.monotonic() < limit:
+        await asyncio.sleep(JOURNAL_POLL)
+        record = await asyncio.to_thread(j.read_journal, str(path))
+        verdict = j.verdict(record)
+        if verdict not in (j.WAITING, j.RUNNING):
+            break
+    return verdict, record
+
+
 def fence_lead(grace: float) -> float:
     """How long before a hold ends its runs are fenced: SIGTERM after at most one look
     at the lease (LEASE_CHECK), SIGKILL after the grace, then FENCE_SLACK to be over."""
     return grace + LEASE_CHECK + FENCE_SLACK
 
 
-def fence_deadline(asked: float, ttl: float, grace: float) -> float:
+def fence_deadline(
+    asked: float, ttl: float, grace: float, renewed_by: float | None = None
+) -> float:
     """The deadline (time.monotonic()) for runs under a hold granted for `ttl` seconds
     from `asked`: early enough that a run fenced then is over before the hold ends. Never
-    before RENEWED_BY of the hold: holds are renewed at half their length, and a TTL too
-    short for the grace must not fence every run between two renewals (it then breaks
-    the bound instead: `fence_fits` says whether it holds)."""
-    return asked + max(ttl * RENEWED_BY, ttl - fence_lead(grace))
+    before `renewed_by` seconds (default RENEWED_BY of the hold: the engine renews at
+    half of it), by when the next renewal comes: a TTL too short for the grace must not
+    fence every run between two renewals (it then breaks the bound instead: `fence_fits`
+    says whether it holds)."""
+    floor = ttl * RENEWED_BY if renewed_by is None else renewed_by
+    return asked + max(floor, ttl - fence_lead(grace))
 
 
-def fence_fits(ttl: float, grace: float) -> bool:
+def fence_fits(ttl: float, grace: float, renewed_by: float | None = None) -> bool:
     """Whether runs fenced under a `ttl` hold are surely over before it ends."""
-    return ttl - fence_lead(grace) >= ttl * RENEWED_BY
+    floor = ttl * RENEWED_BY if renewed_by is None else renewed_by
+    return ttl - fence_lead(grace) >= floor
 
 
 def open_gate(run: ProcessRun) -> None:

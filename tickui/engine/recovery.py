@@ -7,8 +7,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import signal
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,17 +14,13 @@ from typing import Any
 from tickui.common import procs
 from tickui.dispatch import Dispatcher
 from tickui.dispatch.containment import end_orphaned_run
-from tickui.dispatch.process import FENCE_SLACK, journal_outcome
+from tickui.dispatch.process import journal_outcome, last_word
 from tickui.model.occurrence import RUN_INTERRUPTED, RUN_TRANSITION
 from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store
 from tickui.supervisor import journal as j
-from tickui.supervisor.lease import write_lease
-from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK
 
 log = logging.getLogger("tickui.engine")
-
-JOURNAL_POLL = 0.1  # seconds between looks at a journal whose run is being ended
 
 
 class Recovery:
@@ -59,7 +53,7 @@ class Recovery:
         ]
         journals = {occ.id: self._journal_of(occ) for occ in orphans}
         read = await asyncio.gather(
-            *(last_word(path) for path in journals.values() if path is not None)
+            *(last_word(path, by_lease=True) for path in journals.values() if path is not None)
         )
         words = dict(zip([i for i, p in journals.items() if p is not None], read, strict=True))
         failed: list[tuple[int, str, str]] = []
@@ -172,35 +166,6 @@ async def _kill_orphan(occ: Occurrence) -> bool:
     if (occ.owner or "").split(":", 1)[0] != procs.host():
         return False
     return await end_orphaned_run(occ) > 0
-
-
-async def last_word(path: Path) -> tuple[str, dict[str, Any] | None]:
-    """A run's journal once its supervisor has ended or is gone (see journal.verdict).
-    Its engine is gone and renews nothing: a run still waiting or going is fenced now
-    (its lease file set to 0; without one, its supervisor is told to stop), and waited
-    for as long as fencing takes."""
-    record = await asyncio.to_thread(j.read_journal, str(path))
-    verdict = j.verdict(record)
-    if verdict not in (j.WAITING, j.RUNNING) or record is None:
-        return verdict, record
-    lease, grace = record.get("lease"), record.get("grace")
-    if isinstance(lease, str):
-        with contextlib.suppress(OSError):
-            write_lease(lease, 0.0)
-    else:
-        sup = record.get("supervisor") or {}
-        with contextlib.suppress(OSError):
-            if j.supervisor_alive(record):
-                os.kill(int(sup["pid"]), signal.SIGTERM)
-    grace = float(grace) if isinstance(grace, int | float) else 3.0
-    limit = time.monotonic() + LEASE_CHECK + grace + KILL_WAIT + FENCE_SLACK
-    while time.monotonic() < limit:
-        await asyncio.sleep(JOURNAL_POLL)
-        record = await asyncio.to_thread(j.read_journal, str(path))
-        verdict = j.verdict(record)
-        if verdict not in (j.WAITING, j.RUNNING):
-            break
-    return verdict, record
 
 
 def _with_supervisor(occ: Occurrence, record: dict[str, Any]) -> Occurrence:

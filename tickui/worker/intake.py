@@ -246,7 +246,7 @@ class CommandIntake:
         if cid in self.runs.running or cid in self.view.finished or self.reports.has_outcome(cid):
             pass  # running here now, or over: nothing to say
         elif cid in self.runs.journal or started_by == self.worker_id:
-            answer = event(RUN_INTERRUPTED, cid, None, detail="worker restarted")
+            answer = await self.runs.restarted(cid, self.opts.log_dir / f"{file_name(cid)}.log")
         elif started_by is not None:
             pass  # another worker has it
         elif (cancelled := self.runs.take_cancel(cid)) is not None:

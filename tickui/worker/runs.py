@@ -18,8 +18,16 @@ from tickui.common.timeutil import MICROS
 from tickui.dispatch import messages as m
 from tickui.dispatch.bounded import Bounded
 from tickui.dispatch.output import read_tail
-from tickui.dispatch.process import ProcessRun, ProcessRunner, fence_deadline, open_gate
-from tickui.model.occurrence import RUN_FAILED, bound
+from tickui.dispatch.process import (
+    ProcessRun,
+    ProcessRunner,
+    fence_deadline,
+    journal_outcome,
+    last_word,
+    open_gate,
+)
+from tickui.model.occurrence import RUN_FAILED, RUN_INTERRUPTED, bound
+from tickui.supervisor import journal as j
 from tickui.worker.reports import RunReports
 from tickui.worker.state import Journal
 
@@ -113,7 +121,30 @@ class RunSupervisor:
     def heard(self, asked: float) -> None:
         """The broker took a heartbeat sent at `asked` (time.monotonic()): the runs may go
         on until the engine could give up on this worker, less the time to end them."""
-        self.runner.renew(fence_deadline(asked, self.engine_timeout, self.runner.kill_grace))
+        grace, every = self.runner.kill_grace, m.HEARTBEAT_EVERY_S
+        self.runner.renew(fence_deadline(asked, self.engine_timeout, grace, every * 1.5))
+
+    async def restarted(self, command_id: str, log_path: Path) -> m.RunEvent:
+        """What a run this worker started before it restarted did, from its journal. A
+        run its supervisor still keeps going (it outlived the old worker process) is
+        stopped first: no one here watches it."""
+        verdict, record = await last_word(log_path.with_suffix(".journal"), by_lease=False)
+        if record is not None and verdict in (j.ENDED, j.START_FAILED):
+            kind, payload = journal_outcome(record, None, log_path)
+            if record.get("fenced") or record.get("cancelled"):
+                how = "fenced (its lease ran out)" if record.get("fenced") else "stopped"
+                kind = RUN_INTERRUPTED
+                payload.update(
+                    error_code="INTERRUPTED", detail=f"worker restarted; its run was {how}"
+                )
+            payload["tail"] = redact(read_tail(log_path, m.TAIL_MAX_BYTES))[-m.TAIL_MAX_BYTES :]
+            payload["log_path"] = str(log_path)
+            return self.reports.event(kind, command_id, None, **payload)
+        if verdict in (j.NEVER_STARTED, j.NOT_STARTED):
+            detail = "worker restarted; its run never started"
+        else:
+            detail = "worker restarted; its run supervisor vanished without recording the end"
+        return self.reports.event(RUN_INTERRUPTED, command_id, None, detail=detail)
 
     # ---- slots ---------------------------------------------------------------------------
 
