@@ -186,3 +186,50 @@ def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
         assert skipped and not by_holder, (rows, skipped)
     for _task, detail in skipped:  # never started by the frozen holder: handed back
         assert "never started" in detail or "not_started" in detail, detail
+
+
+@pytest.mark.slow
+def test_a_run_whose_supervisor_was_killed_is_ended_and_interrupted(tmp_path):
+    """The holder frozen and its run's supervisor SIGKILLed: nothing fences the command
+    and its journal says `running` with no end. The standby ends what is left of it (found
+    by its session and its TICKUI_* marks) and records it INTERRUPTED, not a made-up end."""
+    db, out = tmp_path / "t.db", tmp_path / "marks.txt"
+    cfg = config(tmp_path, lease_ttl=f"{TTL:g}s")
+    add(db, "long", out, "sleep 60", "--every", "1h", "--anchor", iso_second(time.time() + 2))
+    holder, standby = engines(tmp_path, db, cfg)
+    thaw = None
+    try:
+        wait_for(lambda: marks(out), 20, "the run to start")
+        (supervisor,) = _children(holder.pid)
+        (command,) = _children(supervisor)
+        thaw = frozen(holder)
+        os.kill(supervisor, signal.SIGKILL)
+        wait_for(lambda: standby.owns(lease_owner(db)), TTL + 10, "the standby to take over")
+        wait_for(lambda: not _running(command), 20, "the command to be ended")
+        wait_for(
+            lambda: all(o[0] == "failed" for o in outcomes(db).values()), 10, "the run recorded"
+        )
+        assert standby.stop() == 0, standby.stderr()
+    finally:
+        if thaw is not None:
+            thaw()
+        holder.kill()
+        standby.kill()
+    ((state, exit_code, error_code, detail),) = outcomes(db).values()
+    assert (state, exit_code, error_code) == ("failed", None, "INTERRUPTED"), detail
+    assert "its run supervisor vanished without recording the end" in detail, detail
+    assert "what was left was killed" in detail, detail
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as handle:
+        return [int(p) for p in handle.read().split()]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (the frozen holder, its subreaper, cannot reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
