@@ -196,6 +196,7 @@ class KafkaDispatcher(Dispatcher):
             owner=occ.owner or f"tickui-{procs.host()}",
             lease_token=occ.lease_token or 0,
             kind=occ.kind,
+            worker_timeout_s=self.worker_timeout / MICROS,
         )
 
     # ---- cancel --------------------------------------------------------------------------

@@ -135,6 +135,8 @@ class RunCommand:
     owner: str  # the engine that claimed it
     lease_token: int
     kind: str = "scheduled"
+    # the engine's worker_timeout: a worker fences its runs before it runs out
+    worker_timeout_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -150,7 +152,11 @@ class RunCommand:
             "scheduled_for": _when(self.scheduled_for),
             "attempt": self.attempt,
             "deadline": _when(self.deadline),
-            "engine": {"owner": self.owner, "lease_token": self.lease_token},
+            "engine": {
+                "owner": self.owner,
+                "lease_token": self.lease_token,
+                **({"worker_timeout_s": self.worker_timeout_s} if self.worker_timeout_s else {}),
+            },
         }
 
     def encode(self) -> bytes:
@@ -179,6 +185,11 @@ class RunCommand:
         cwd = data.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
             raise BadMessage(f"{what}: 'cwd' must be a string or null")
+        silent = engine.get("worker_timeout_s")
+        if silent is not None and (
+            isinstance(silent, bool) or not isinstance(silent, int | float) or silent <= 0
+        ):
+            raise BadMessage(f"{what}: 'worker_timeout_s' must be a positive number")
         return cls(
             command_id=_str(data, "command_id", what) or "",
             occurrence_id=_int(data, "occurrence_id", what) or 0,
@@ -193,6 +204,7 @@ class RunCommand:
             owner=_str(engine, "owner", what) or "",
             lease_token=_int(engine, "lease_token", what) or 0,
             kind=_str(data, "kind", what, optional=True) or "scheduled",
+            worker_timeout_s=float(silent) if silent is not None else None,
         )
 
 

@@ -52,6 +52,7 @@ class RunSupervisor:
         # the engine gives up on a silent worker (and may start its runs again elsewhere)
         # after this many seconds: runs are fenced before that
         self.engine_timeout = engine_timeout
+        self._heard: float | None = None  # when the last heartbeat the broker took was sent
         self.journal = Journal(journal_path)
         self.reports = reports
         self.spawn = spawn
@@ -70,6 +71,7 @@ class RunSupervisor:
         marker: dict[str, str],
     ) -> ProcessRun:
         """Spawn the command's process behind its start gate (`release` opens it)."""
+        self.engine_says(command)
         run = await self.runner.spawn(
             next(self._keys), argv, cwd=command.cwd, env=env, log_path=log_path,
             gated=True, tag=command, marker=marker,
@@ -121,8 +123,19 @@ class RunSupervisor:
     def heard(self, asked: float) -> None:
         """The broker took a heartbeat sent at `asked` (time.monotonic()): the runs may go
         on until the engine could give up on this worker, less the time to end them."""
+        self._heard = asked
         grace, every = self.runner.kill_grace, m.HEARTBEAT_EVERY_S
         self.runner.renew(fence_deadline(asked, self.engine_timeout, grace, every * 1.5))
+
+    def engine_says(self, command: m.RunCommand) -> None:
+        """A command names its engine's worker_timeout: the runs' fence follows it (at
+        once, before the command starts)."""
+        seconds = command.worker_timeout_s
+        if seconds is None or seconds == self.engine_timeout:
+            return
+        self.engine_timeout = seconds
+        if self._heard is not None:
+            self.heard(self._heard)
 
     async def restarted(self, command_id: str, log_path: Path) -> m.RunEvent:
         """What a run this worker started before it restarted did, from its journal. A
