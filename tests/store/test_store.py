@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from helpers import T0
+from helpers import T0, write_schema_1_file
 from tickui.common.errors import StoreError
 from tickui.model.spec import build_spec
 from tickui.store import Store, schema
@@ -58,30 +58,9 @@ async def test_times_are_stored_as_integers(tmp_path):
         await store.close()
 
 
-def _write_v1(path) -> None:
-    conn = sqlite3.connect(path)
-    for statement in schema.MIGRATIONS[0]:
-        conn.execute(statement)
-    spec = build_spec({"name": "old", "every": "1m", "command": ["true"]}, T0)
-    conn.execute(
-        "INSERT INTO tasks (name, spec, definition_hash, created_at, updated_at, anchor,"
-        " next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?)",
-        ("old", spec.to_json(), spec.definition_hash(), T0, T0, T0, T0, T0),
-    )
-    conn.execute(
-        "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at)"
-        " VALUES (1, 'old', 'scheduled', ?, 'succeeded', ?)",
-        (T0, T0),
-    )
-    conn.execute("PRAGMA user_version = 1")
-    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
-    conn.commit()
-    conn.close()
-
-
 async def test_an_older_file_is_migrated_and_keeps_its_data(tmp_path):
     db = tmp_path / "old.db"
-    _write_v1(db)
+    write_schema_1_file(db)
     store = await Store.open(db)
     try:
         assert (await store._one("PRAGMA user_version"))[0] == schema.VERSION
@@ -119,7 +98,7 @@ def _garbage(path) -> None:
 
 
 def _damaged(path) -> None:
-    _write_v1(path)
+    write_schema_1_file(path)
     data = bytearray(path.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)
     path.write_bytes(bytes(data))
