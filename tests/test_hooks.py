@@ -4,6 +4,7 @@ HTTP server on a loopback port and to real commands; bad config refused by the r
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 import sys
@@ -800,3 +801,97 @@ async def test_a_real_tickers_breaker_opening_and_closing_reach_the_hook(tmp_pat
     assert "simulated publish failure" in opened["detail"]
     assert (closed["event"], closed["state"]) == ("breaker_closed", "CLOSED")
     assert opened["task"] is None and set(opened) == FIELDS
+
+
+# ---- the README's figures, at their defaults -----------------------------------------------
+
+
+def _event(name: str = "failed", n: int = 1) -> HookEvent:
+    base = dict.fromkeys(FIELDS - {"event", "host", "occurrence_id"})
+    return HookEvent(event=name, host="h", occurrence_id=n, **base)
+
+
+async def test_a_failing_delivery_has_3_attempts_half_a_second_then_a_second_apart(tmp_path):
+    """README: up to 3 attempts, 0.5 s then 1 s apart, with the service's own defaults.
+    Each gap is measured between the attempts' own starts (a real command each), so it
+    may run over by process start-up: allowed 0.4 s over, never under."""
+    stamps = tmp_path / "attempts"
+    failing = parse_hook(
+        {"name": "down", "on": ["failed"],
+         "command": ["sh", "-c", f"date +%s.%N >> {stamps}; exit 1"]}, 0
+    )  # fmt: skip
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([failing], r.store, r.clock)
+        outcome, attempts, detail = await svc.deliver(failing, _event())
+        await svc.close()
+    assert (outcome, attempts, detail) == ("failed", 3, "exit 1")
+    times = [float(line) for line in stamps.read_text().split()]
+    assert len(times) == 3
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert 0.5 <= gaps[0] <= 0.5 + 0.4, f"the 2nd attempt came {gaps[0]:.3f} s after the 1st"
+    assert 1.0 <= gaps[1] <= 1.0 + 0.4, f"the 3rd attempt came {gaps[1]:.3f} s after the 2nd"
+
+
+async def test_a_hook_has_2_senders_and_a_queue_of_256(tmp_path):
+    """README: events wait in a bounded queue (256) for 2 background senders per hook; a
+    full queue drops events and counts them. With both senders stuck on a hanging
+    command, exactly 256 more wait and the next one is dropped."""
+    hang = parse_hook(
+        {"name": "hang", "on": ["failed"], "command": ["sleep", "30"], "timeout": "30s"}, 0
+    )
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([hang], r.store, r.clock, attempts=1)
+        for n in range(4):
+            svc.emit(_event(n=n))
+        await wait_for(lambda: svc.status()["sending"] >= 2, 5, "both senders sending")
+        await asyncio.sleep(0.2)  # a third sender, were there one, would take the next
+        assert svc.status()["sending"] == 2 and svc.status()["waiting"] == 2
+        for n in range(4, 258):
+            svc.emit(_event(n=n))
+        assert svc.status()["waiting"] == 256 and svc.counts["dropped"] == 0
+        svc.emit(_event(n=258))
+        assert svc.status()["waiting"] == 256 and svc.counts["dropped"] == 1
+        await svc.close(grace=0.1)
+
+
+async def test_refused_is_told_at_once_then_once_a_minute_per_sender_and_kind(tmp_path):
+    """README: `refused` is told at once, then at most once a minute per sender and kind,
+    on the engine's clock (a manual one here, moved to just under and to the minute)."""
+    told = tmp_path / "told.jsonl"
+    h = parse_hook(
+        {"name": "alarm", "on": ["refused"],
+         "command": ["sh", "-c", f"cat >> {told}; echo >> {told}"]}, 0
+    )  # fmt: skip
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([h], r.store, r.clock)
+        svc.on_refused("engine", "forged_event", 1, "bad signature")  # told
+        svc.on_refused("engine", "forged_event", 2, "bad signature")  # within the minute
+        svc.on_refused("engine", "foreign_event", 1, "from w2")  # another kind: told
+        svc.on_refused("worker w1", "forged_event", 1, "bad signature")  # another sender: told
+        r.clock.advance(59.9)
+        svc.on_refused("engine", "forged_event", 3, "bad signature")  # 59.9 s: not yet
+        r.clock.advance(0.1)
+        svc.on_refused("engine", "forged_event", 4, "bad signature")  # 60 s: told
+        r.clock.advance(30)
+        svc.on_refused("engine", "forged_event", 5, "bad signature")  # 30 s since: not
+        await deliveries(r.store, 4)
+        await svc.close()
+    events = [json.loads(line) for line in told.read_text().split("\n") if line.strip()]
+    assert [(e["error_code"], e["detail"].split(" refused")[0]) for e in events] == [
+        ("FORGED_EVENT", "engine: 1"),
+        ("FOREIGN_EVENT", "engine: 1"),
+        ("FORGED_EVENT", "worker w1: 1"),
+        ("FORGED_EVENT", "engine: 4"),
+    ]
+
+
+async def test_the_newest_1000_deliveries_are_kept(tmp_path):
+    """README: each delivery is recorded; the newest 1000 are kept."""
+    async with rig(tmp_path / "t.db") as r:
+        ids = [
+            await r.store.start_delivery("ops", "failed", "t", n, r.clock.now())
+            for n in range(1005)
+        ]
+        kept = await r.store.recent_deliveries(5000)
+    assert len(kept) == 1000
+    assert sorted(d.id for d in kept) == ids[5:]
