@@ -420,3 +420,17 @@ async def test_two_workers_share_the_work_and_run_each_command_once(env):
     assert {e.type for e in outcomes} == {"run.completed"}
     assert {e.worker for e in outcomes} == {"wa", "wb"}
     assert sorted((tmp / "runs").read_text().split(), key=int) == [str(i) for i in range(16)]
+
+
+async def test_an_outcomes_tail_is_the_last_4_kib_of_output(env):
+    """README: an outcome event's `tail` is the redacted last 4 KiB of the run's output:
+    10 KiB written, exactly the last 4096 bytes come back, the last line with them."""
+    bus, start, _tmp = env
+    await start("w1").ready()
+    big = command(["sh", "-c", "head -c 10240 /dev/zero | tr '\\0' a; echo; echo the-end"])
+    await bus.send(big)
+    done = await bus.wait(big.command_id)
+    assert done.type == "run.completed"
+    tail = done.payload["tail"]
+    assert len(tail.encode()) == 4096, len(tail.encode())
+    assert tail == "a" * (4096 - len("\nthe-end\n")) + "\nthe-end\n"
