@@ -895,3 +895,12 @@ async def test_the_newest_1000_deliveries_are_kept(tmp_path):
         kept = await r.store.recent_deliveries(5000)
     assert len(kept) == 1000
     assert sorted(d.id for d in kept) == ids[5:]
+
+
+def test_tickui_hooks_limit_goes_up_to_the_1000_deliveries_kept(tmp_path):
+    """README: `tickui hooks --limit` is 1 to 1000 (no more deliveries are kept)."""
+    db = tmp_path / "t.db"
+    assert cli("task", "add", "a", "--every", "1h", "--", "true", db=db).returncode == 0
+    assert cli("hooks", "--limit", "1000", db=db).returncode == 0
+    over = cli("hooks", "--limit", "1001", db=db)
+    assert over.returncode == 2 and "1 to 1000" in over.stderr, over.stderr

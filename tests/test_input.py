@@ -12,7 +12,7 @@ import pytest
 from helpers import cli
 from tickui.common import checks
 from tickui.common.errors import BadInput
-from tickui.common.timeutil import MICROS, parse_duration
+from tickui.common.timeutil import MICROS, parse_duration, parse_instant
 from tickui.runtime import settings as config
 
 ADD = ["task", "add", "job"]
@@ -274,3 +274,24 @@ def test_a_reader_that_goes_away_ends_tickui_quietly(tmp_path):
         os.close(write)
     assert proc.returncode == 141, proc.stderr
     assert proc.stderr == ""
+
+
+def test_a_duration_goes_up_to_ten_years() -> None:
+    """README: durations go up to ten years (3660 days: ten years and their leap days,
+    with room), whatever the unit; longer is refused as such."""
+    assert parse_duration("3650d") == 3650 * 86400 * MICROS
+    assert parse_duration("87840h") == 3660 * 86400 * MICROS
+    for longer in ("3661d", "87841h", "5270401m", "316224001s"):
+        with pytest.raises(BadInput, match="longer than ten years"):
+            parse_duration(longer)
+
+
+def test_an_instant_goes_from_1970_to_9999() -> None:
+    """README: instants are ISO 8601 with an offset, 1970 to 9999, both ends included."""
+    assert parse_instant("1970-01-01T00:00:00Z") == 0
+    assert parse_instant("9999-12-31T23:59:59Z") == 253_402_300_799 * MICROS
+    assert parse_instant("9999-12-31T23:59:59+00:00") == 253_402_300_799 * MICROS
+    for outside in ("1969-12-31T23:59:59Z", "1970-01-01T00:59:59+01:00",
+                    "9999-12-31T23:59:59-00:01"):  # fmt: skip
+        with pytest.raises(BadInput, match="outside 1970 to 9999"):
+            parse_instant(outside)
