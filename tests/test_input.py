@@ -295,3 +295,15 @@ def test_an_instant_goes_from_1970_to_9999() -> None:
                     "9999-12-31T23:59:59-00:01"):  # fmt: skip
         with pytest.raises(BadInput, match="outside 1970 to 9999"):
             parse_instant(outside)
+
+
+def test_for_goes_up_to_366_days_on_run_ticks_and_worker(tmp_path) -> None:
+    """README: `--for` up to 366 days (a year and its leap day), on every command that
+    takes it; a second more is refused naming the flag."""
+    from tickui.cli.main import build_parser
+
+    year = str(366 * 86400)
+    for command in (["run"], ["ticks", "--kafka", "127.0.0.1:1"], ["worker"]):
+        assert build_parser().parse_args([*command, "--for", year]).duration == float(year)
+        result = cli(*command, "--for", str(366 * 86400 + 1), db=tmp_path / "t.db", timeout=20)
+        assert result.returncode == 2 and "--for" in result.stderr, (command, result.stderr)
