@@ -307,3 +307,14 @@ def test_for_goes_up_to_366_days_on_run_ticks_and_worker(tmp_path) -> None:
         assert build_parser().parse_args([*command, "--for", year]).duration == float(year)
         result = cli(*command, "--for", str(366 * 86400 + 1), db=tmp_path / "t.db", timeout=20)
         assert result.returncode == 2 and "--for" in result.stderr, (command, result.stderr)
+
+
+def test_time_scale_goes_from_1_to_3600(tmp_path) -> None:
+    """README: `--time-scale` 1 to 3600, before or after the subcommand."""
+    from tickui.cli.main import build_parser
+
+    for argv in (["run", "--time-scale", "3600"], ["--time-scale", "1", "demo"]):
+        assert build_parser().parse_args(argv).time_scale in (1, 3600)
+    for value in ("3601", "0.999"):
+        result = cli("run", "--time-scale", value, "--for", "1", db=tmp_path / "t.db", timeout=20)
+        assert result.returncode == 2 and "--time-scale" in result.stderr, result.stderr
