@@ -905,3 +905,13 @@ def test_tickui_hooks_limit_goes_up_to_the_1000_deliveries_kept(tmp_path):
     assert cli("hooks", "--limit", "1000", db=db).returncode == 0
     over = cli("hooks", "--limit", "1001", db=db)
     assert over.returncode == 2 and "1 to 1000" in over.stderr, over.stderr
+
+
+def test_a_hooks_timeout_goes_from_100ms_to_60s():
+    """README: `timeout` per attempt, 100ms to 60s; one step past either end is refused."""
+    for ok, micros in (("100ms", MICROS // 10), ("60s", 60 * MICROS)):
+        assert hook(url="http://a/", timeout=ok).timeout == micros
+    for bad in ("99ms", "60001ms"):
+        with pytest.raises(BadInput) as caught:
+            hook(url="http://a/", timeout=bad)
+        assert caught.value.field == "timeout", bad

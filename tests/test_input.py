@@ -318,3 +318,16 @@ def test_time_scale_goes_from_1_to_3600(tmp_path) -> None:
     for value in ("3601", "0.999"):
         result = cli("run", "--time-scale", value, "--for", "1", db=tmp_path / "t.db", timeout=20)
         assert result.returncode == 2 and "--time-scale" in result.stderr, result.stderr
+
+
+def test_a_config_file_may_be_up_to_4_mib(tmp_path):
+    """README: a config file larger than 4 MiB is refused; one of 4 MiB is read."""
+    path = tmp_path / "tickui.toml"
+    head = b"[engine]\nkeep = 7\n"
+    path.write_bytes(head + b"#" * (4 * 1024 * 1024 - len(head) - 1) + b"\n")
+    assert path.stat().st_size == 4 * 1024 * 1024
+    assert config.load(path, 0, env={}).engine.keep == 7
+    with path.open("ab") as more:
+        more.write(b"\n")
+    with pytest.raises(BadInput, match="larger than 4 MiB"):
+        config.load(path, 0, env={})
