@@ -915,3 +915,19 @@ def test_a_hooks_timeout_goes_from_100ms_to_60s():
         with pytest.raises(BadInput) as caught:
             hook(url="http://a/", timeout=bad)
         assert caught.value.field == "timeout", bad
+
+
+async def test_stopping_waits_for_a_delivery_in_flight_within_its_5_s(tmp_path):
+    """README: when tickui stops it waits up to 5 s for queued deliveries: one that takes
+    3 s is waited for and delivered, not cut short."""
+    done = tmp_path / "done"
+    slow = parse_hook(
+        {"name": "slow", "on": ["failed"], "command": ["sh", "-c", f"sleep 3; touch {done}"]}, 0
+    )
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([slow], r.store, r.clock, attempts=1)
+        svc.emit(_event())
+        await wait_for(lambda: svc.status()["sending"] == 1, 5, "the delivery under way")
+        await svc.close()
+        [row] = await r.store.recent_deliveries()
+    assert done.exists() and row.outcome == "delivered", row
