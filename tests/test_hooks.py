@@ -931,3 +931,38 @@ async def test_stopping_waits_for_a_delivery_in_flight_within_its_5_s(tmp_path):
         await svc.close()
         [row] = await r.store.recent_deliveries()
     assert done.exists() and row.outcome == "delivered", row
+
+
+async def test_the_dashboard_waits_2_s_for_hook_deliveries_when_it_closes(tmp_path):
+    """README: the dashboard waits up to 2 s (not tickui run's 5 s) for deliveries when it
+    stops: one that takes 1 s is delivered, one that takes 4 s is recorded failed, and
+    closing takes about 2 s (allowed 0.8 s over for stopping engine and ticker)."""
+    from helpers import T0
+    from tickui.common.clock import ManualClock
+    from tickui.runtime.host import build_host
+    from tickui.runtime.settings import Settings
+    from tickui.store import Store
+
+    def slow(name: str, seconds: int) -> HookConfig:
+        command = ["sh", "-c", f"sleep {seconds}; touch {tmp_path / name}"]
+        return parse_hook({"name": name, "on": ["failed"], "command": command}, 0)
+
+    settings = Settings(hooks=(slow("quick", 1), slow("slow", 4)))
+    store = await Store.open(tmp_path / "t.db")
+    host = build_host(store, ManualClock(T0), settings, start_ticker=False)
+    assert host.hooks is not None
+    await host.start()
+    host.hooks.emit(_event())
+    await wait_for(lambda: host.hooks.status()["sending"] == 2, 5, "both deliveries under way")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await host.close(grace=0)
+    took = loop.time() - started
+    reader = await Store.open(tmp_path / "t.db")
+    try:
+        rows = {d.hook: d for d in await reader.recent_deliveries()}
+    finally:
+        await reader.close()
+    assert rows["quick"].outcome == "delivered" and (tmp_path / "quick").exists()
+    assert rows["slow"].outcome == "failed" and rows["slow"].detail == STOPPED
+    assert 2.0 <= took <= 2.0 + 0.8, f"closing took {took:.2f} s"
