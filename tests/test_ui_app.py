@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from textual.widgets import Sparkline
 
 from helpers import T0, cli
 from tickui.common.clock import ManualClock
@@ -724,3 +725,24 @@ def test_a_task_that_keeps_failing_is_told_once_a_minute_with_the_count_between(
     assert told(1, "beta", 1120.0) == (
         "beta failed (3): exit 3: broken (1 more failed since the last notice)"
     )
+
+
+async def test_side_panes_move_under_the_tables_below_110_columns_and_the_sparkline_below_30_rows(
+    tmp_db: Path,
+) -> None:
+    """README: below 110 columns the Ticks and breaker panes move under the tables; below
+    30 rows the sparkline goes. At 110 x 30 neither happens; one column or row less does."""
+    app = make_app(tmp_db, ManualClock(T0))
+    async with app.run_test(size=(110, 30)) as pilot:
+        await started(pilot)
+        side = app.dashboard.query_one("#side")
+        tables = app.dashboard.query_one("#tables")
+        spark = app.dashboard.query_one("#tick-spark", Sparkline)
+        assert side.region.x >= tables.region.right and spark.region.height > 0
+        await pilot.resize_terminal(109, 30)
+        await until(pilot, lambda: side.region.y >= tables.region.bottom)
+        assert spark.region.height > 0
+        await pilot.resize_terminal(109, 29)
+        await until(pilot, lambda: spark.region.height == 0)
+        await pilot.resize_terminal(110, 29)
+        await until(pilot, lambda: side.region.x >= tables.region.right)
