@@ -362,3 +362,34 @@ async def test_without_proc_the_process_group_is_still_ended(tmp_path):
         for pid in found.values():
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
+
+
+async def test_what_ignores_sigterm_is_killed_after_the_default_3_s_grace(tmp_path):
+    """README: SIGTERM, then SIGKILL after the grace (3 s) to what is left: with the
+    dispatcher's own default, a cancel that SIGTERM cannot end takes 3 s (up to 1 s more
+    for the kill, the reaping and a loaded machine), never less."""
+    from helpers import T0
+    from tickui.common.clock import ManualClock
+    from tickui.dispatch import SubprocessDispatcher
+    from tickui.engine import SchedulerEngine
+    from tickui.model.spec import build_spec
+    from tickui.store import Store
+
+    command, pids = script(tmp_path, "trap '' TERM\nnote main\nexec sleep 300")
+    store = await Store.open(tmp_path / "t.db")
+    clock = ManualClock(T0)
+    engine = SchedulerEngine(store, SubprocessDispatcher(store, clock), clock)
+    try:
+        await store.add_task(build_spec({"name": "stubborn", "every": "1h",
+                                         "command": command}, T0), T0)  # fmt: skip
+        await engine.start()
+        found = await wait_pids(pids, {"main"})
+        (run,) = await store.history()
+        began = time.monotonic()
+        assert await asyncio.wait_for(engine.cancel(run.id), 10), "cancel hung"
+        took = time.monotonic() - began
+        assert survivors(found) == {}
+        assert 3.0 <= took <= 3.0 + 1.0, f"the kill came {took:.2f} s after SIGTERM"
+    finally:
+        await engine.stop(grace=0)
+        await store.close()
