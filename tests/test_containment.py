@@ -393,3 +393,18 @@ async def test_what_ignores_sigterm_is_killed_after_the_default_3_s_grace(tmp_pa
     finally:
         await engine.stop(grace=0)
         await store.close()
+
+
+async def test_while_runs_are_active_proc_is_scanned_every_quarter_second(tmp_path):
+    """README: a scan of /proc every 0.25 s while runs are active. Four scans take 1 s,
+    with 0.4 s allowed for the scans themselves on a loaded machine, never less."""
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("sleeper", every="1h", command=["sleep", "5"])
+        tracker = r.engine.dispatcher.runner.containment
+        await r.engine.start()
+        await wait_for(lambda: tracker.scans >= 1, 5, "the first scan")
+        loop = asyncio.get_running_loop()
+        first, began = tracker.scans, loop.time()
+        await wait_for(lambda: tracker.scans >= first + 4, 5, "four more scans")
+        took = loop.time() - began
+        assert 1.0 - 0.05 <= took <= 1.0 + 0.4, f"four scans took {took:.2f} s"
