@@ -331,3 +331,14 @@ def test_a_config_file_may_be_up_to_4_mib(tmp_path):
         more.write(b"\n")
     with pytest.raises(BadInput, match="larger than 4 MiB"):
         config.load(path, 0, env={})
+
+
+def test_a_workers_slots_go_from_1_to_256(tmp_path) -> None:
+    """README: `tickui worker --slots N` (1 to 256, default 4)."""
+    from tickui.cli.main import build_parser
+
+    assert build_parser().parse_args(["worker"]).slots == 4
+    assert build_parser().parse_args(["worker", "--slots", "256"]).slots == 256
+    for value in ("0", "257"):
+        result = cli("worker", "--slots", value, "--kafka", "127.0.0.1:1", db=tmp_path / "t.db")
+        assert result.returncode == 2 and "--slots" in result.stderr, result.stderr
