@@ -966,3 +966,80 @@ async def test_the_dashboard_waits_2_s_for_hook_deliveries_when_it_closes(tmp_pa
     assert rows["quick"].outcome == "delivered" and (tmp_path / "quick").exists()
     assert rows["slow"].outcome == "failed" and rows["slow"].detail == STOPPED
     assert 2.0 <= took <= 2.0 + 0.8, f"closing took {took:.2f} s"
+
+
+class Redirect:
+    """A real HTTP server that answers every POST with a 307 to `to` (method kept)."""
+
+    def __init__(self, to: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(307)
+                self.send_header("Location", to)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/moved"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_url_hook_follows_no_redirect(tmp_path):
+    """README: a URL gets one HTTP POST, redirects not followed: a 307 is a failed attempt
+    and the place it points to hears nothing."""
+    with Receiver() as target:
+        moved = Redirect(target.url)
+        try:
+            h = hook(name="moved", url=moved.url, on=["failed"])
+            async with rig(tmp_path / "t.db") as r:
+                svc = HookService([h], r.store, r.clock, backoff=(0.01,))
+                outcome, attempts, detail = await svc.deliver(h, _event())
+                await svc.close()
+        finally:
+            moved.close()
+    assert (outcome, attempts) == ("failed", 3) and detail.startswith("HTTP 307"), detail
+    assert target.bodies == []
+
+
+async def test_a_url_hook_takes_no_proxy_from_the_environment(tmp_path, monkeypatch):
+    """README: a URL gets one HTTP POST, no proxy: with HTTP_PROXY set, the POST still goes
+    straight to the hook's URL."""
+    with Receiver() as target, Receiver() as proxy:
+        proxy_url = f"http://127.0.0.1:{proxy.server.server_address[1]}"
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.setenv(name, proxy_url)
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        h = hook(name="direct", url=target.url, on=["failed"])
+        async with rig(tmp_path / "t.db") as r:
+            svc = HookService([h], r.store, r.clock, backoff=(0.01,))
+            outcome, _, detail = await svc.deliver(h, _event())
+            await svc.close()
+    assert outcome == "delivered", detail
+    assert len(target.bodies) == 1 and proxy.bodies == []
+
+
+async def test_a_command_hook_runs_without_the_run_marks_of_tickuis_environment(
+    tmp_path, monkeypatch
+):
+    """README: a command runs without the run marks (`TICKUI_*`) of tickui's environment;
+    it gets the event in $TICKUI_EVENT."""
+    seen = tmp_path / "env"
+    monkeypatch.setenv("TICKUI_TASK", "not-this-run")
+    monkeypatch.setenv("TICKUI_OCCURRENCE_ID", "41")
+    h = parse_hook({"name": "env", "on": ["failed"], "command": ["sh", "-c", f"env > {seen}"]}, 0)
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([h], r.store, r.clock)
+        outcome, _, detail = await svc.deliver(h, _event())
+        await svc.close()
+    assert outcome == "delivered", detail
+    names = {line.split("=", 1)[0] for line in seen.read_text().splitlines() if "=" in line}
+    assert {n for n in names if n.startswith("TICKUI_")} == {"TICKUI_EVENT"}
