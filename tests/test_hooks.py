@@ -1043,3 +1043,35 @@ async def test_a_command_hook_runs_without_the_run_marks_of_tickuis_environment(
     assert outcome == "delivered", detail
     names = {line.split("=", 1)[0] for line in seen.read_text().splitlines() if "=" in line}
     assert {n for n in names if n.startswith("TICKUI_")} == {"TICKUI_EVENT"}
+
+
+async def test_a_url_hooks_path_never_shows_even_when_the_server_says_it(tmp_path):
+    """README: a delivery's detail never shows a URL's path (often a webhook's secret),
+    even when the server's answer repeats it, whole URL or path alone."""
+    path = "/services/T000/B000/SECRETxyz"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+            self.send_response(404, f"no hook at {path} ({url})")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        h = hook(name="secret", url=f"http://127.0.0.1:{server.server_address[1]}{path}")
+        async with rig(tmp_path / "t.db") as r:
+            svc = HookService([h], r.store, r.clock, attempts=1)
+            outcome, _, detail = await svc.deliver(h, _event())
+            await svc.close()
+            [row] = await r.store.recent_deliveries()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert outcome == "failed" and detail.startswith("HTTP 404 no hook at"), detail
+    assert "SECRET" not in detail and "SECRET" not in (row.detail or ""), detail
