@@ -342,3 +342,15 @@ def test_a_workers_slots_go_from_1_to_256(tmp_path) -> None:
     for value in ("0", "257"):
         result = cli("worker", "--slots", value, "--kafka", "127.0.0.1:1", db=tmp_path / "t.db")
         assert result.returncode == 2 and "--slots" in result.stderr, result.stderr
+
+
+def test_dispatch_partitions_go_from_1_to_1000(tmp_path) -> None:
+    """README: `[dispatch] partitions` of tickui.runs.v1, 1 to 1000."""
+    path = tmp_path / "tickui.toml"
+    for ok in (1, 1000):
+        path.write_text(f"[dispatch]\npartitions = {ok}\n")
+        assert config.load(path, 0, env={}).dispatch.partitions == ok
+    for bad in (0, 1001):
+        path.write_text(f"[dispatch]\npartitions = {bad}\n")
+        with pytest.raises(BadInput, match="partitions"):
+            config.load(path, 0, env={})
