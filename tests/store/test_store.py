@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import stat
+import threading
 
 import pytest
 
@@ -181,3 +182,31 @@ async def test_opening_a_current_file_for_writing_writes_nothing(tmp_path):
     await store.close()
     after = [p.read_bytes() if p.exists() else None for p in files]
     assert after == before
+
+
+async def test_a_locked_database_is_waited_for_5_seconds_by_writers_and_readers(tmp_path):
+    """README: a database is locked (exit 1) only when another writer held it over 5 s:
+    both the writing and the read-only connection wait 5000 ms, and a writer held for a
+    second and a half is waited out rather than failed."""
+    db = tmp_path / "t.db"
+    store = await Store.open(db)
+    try:
+        await store.add_task(build_spec({"name": "a", "every": "1m", "command": ["true"]}, T0), T0)
+        assert (await store._one("PRAGMA busy_timeout"))[0] == 5000
+        reader = await Store.open(db, readonly=True)
+        try:
+            assert (await reader._one("PRAGMA busy_timeout"))[0] == 5000
+        finally:
+            await reader.close()
+        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        released = threading.Timer(1.5, holder.execute, ("ROLLBACK",))
+        released.start()
+        try:
+            await store.set_enabled("a", False, T0)  # waits the 1.5 s out, then writes
+        finally:
+            released.join()
+            holder.close()
+        assert not (await store.get_task("a")).enabled
+    finally:
+        await store.close()

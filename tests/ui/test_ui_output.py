@@ -331,3 +331,22 @@ async def test_a_pager_that_cannot_run_is_said_and_the_view_stays(
     await pilot.press("o")
     await until(pilot, lambda: any("pager" in n.lower() for n in notes(app)))
     assert app.screen is screen and app.is_running
+
+
+def test_the_log_index_keeps_one_newline_count_per_64_kib(tmp_path: Path) -> None:
+    """README: the run view reads a log through an index of one newline count per 64 KiB:
+    a log of 10 blocks and a bit has 10 counts past the first (zero), each the newlines
+    before its block's start."""
+    log = tmp_path / "run.log"
+    line = b"x" * 99 + b"\n"  # 100 bytes a line
+    log.write_bytes(line * (10 * 65536 // 100 + 7))
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        index = LineIndex(fd)
+        while (step := index.scan()) is not None:
+            index.apply(step)
+        assert len(index.before) == 1 + 10
+        assert list(index.before) == [block * 65536 // 100 for block in range(11)]
+        assert index.lines == 10 * 65536 // 100 + 7
+    finally:
+        os.close(fd)

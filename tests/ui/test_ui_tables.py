@@ -561,3 +561,13 @@ async def test_the_sorted_column_shows_its_arrow_and_a_resort_keeps_the_selectio
     assert "NAME▼" in table.render_line(0).text and "NEXT▲" not in table.render_line(0).text
     assert table.selected_key == 18 and table.cursor == rows.index_of(18) == 2
     assert rows.at(0).name == "t20"
+
+
+def test_the_occurrences_pane_keeps_the_newest_500_that_pass_its_filter() -> None:
+    """README: Occurrences shows the newest 500 that pass the pane's filters, newest first."""
+    rows = OccurrenceRows()
+    rows.set_filter(state="failed")
+    for n in range(1, 1201):  # every other one failed: 600 pass the filter
+        rows.upsert(occ(n, state="failed" if n % 2 else "succeeded"))
+    assert len(rows) == 500
+    assert rows.key_at(0) == 1199 and rows.key_at(499) == 1199 - 2 * 499
