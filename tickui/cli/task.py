@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
+import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,29 @@ from tickui.model.retries import attempt_text, wait_text
 from tickui.model.spec import build_spec, check_name
 from tickui.schedules.triggers import preview
 from tickui.store import Store, lookup
+
+
+# What only a shell reads in a command line: && || | ; < > & $( ${ $NAME and backquotes.
+_SHELL_SYNTAX = re.compile(r"&&|\|\||[|;<>&`]|\$[({A-Za-z_]")
+
+
+def check_not_shell_line(command: list[str]) -> None:
+    """Refuse a command given as one argument that is a shell line (`-- "echo hi && date"`):
+    tickui runs it without a shell, so it would fail at every run as a missing program.
+    A program whose path has spaces and exists (or is on PATH) is taken as it is."""
+    if len(command) != 1:
+        return
+    line = command[0]
+    if not any(c.isspace() for c in line) or not _SHELL_SYNTAX.search(line):
+        return
+    if os.path.exists(line) or shutil.which(line):
+        return
+    shown = shlex.quote(line)
+    raise BadInput(
+        "command",
+        f"{safe_text(shown)} is a shell line given as one program name; tickui runs "
+        f"commands without a shell: write -- sh -c {safe_text(shown)}",
+    )
 
 
 def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
@@ -108,6 +134,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     from tickui.cli import changes as commands
 
     clock = SystemClock()
+    if command:
+        check_not_shell_line(command)
     if args.action == "add":
         if not command:
             raise BadInput("command", "give the command to run after --")
