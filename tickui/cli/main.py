@@ -7,9 +7,9 @@ import asyncio
 import contextlib
 import dataclasses
 import difflib
-import re
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,7 +58,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def did_you_mean(message: str) -> str:
-    """" (did you mean 'list'?)" for argparse's complaint about an unknown choice."""
+    """ " (did you mean 'list'?)" for argparse's complaint about an unknown choice."""
     found = _INVALID_CHOICE.search(message)
     if found is None:
         return ""
@@ -159,9 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("name", help="the task's name (letters, digits, . _ -)")
     task_options(add)
     _with_argv(add, "-- ARGV...")
-    edit = tsub.add_parser(
-        "edit", parents=[shared], help="change a task: add's options [-- ARGV]"
-    )
+    edit = tsub.add_parser("edit", parents=[shared], help="change a task: add's options [-- ARGV]")
     edit.add_argument("name", help="the task to change")
     edit.add_argument(
         "--rename", type=arg(check_name, "--rename"), metavar="NAME", help="its new name"

@@ -23,7 +23,6 @@ from tickui.model.spec import build_spec, check_name
 from tickui.schedules.triggers import preview
 from tickui.store import Store, lookup
 
-
 # What only a shell reads in a command line: && || | ; < > & $( ${ $NAME and backquotes.
 _SHELL_SYNTAX = re.compile(r"&&|\|\||[|;<>&`]|\$[({A-Za-z_]")
 
