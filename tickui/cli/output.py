@@ -4,8 +4,10 @@ redacted, read-only opens that create nothing."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,27 @@ def shown_time(value: int | None) -> str:
     if value is None:
         return "-"
     return from_micros(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+_ISO_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
+
+
+def shown_value(key: str, value: Any) -> str:
+    """A field of a record's JSON as the human output shows it: times to the second with
+    their zone, yes/no, commands as a shell would write them, lists joined by commas."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "command" and isinstance(value, list):
+        return shlex.join(str(word) for word in value)
+    if isinstance(value, list):
+        return ", ".join(shown_value(key, item) for item in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={shown_value(k, v)}" for k, v in value.items()) or "-"
+    if isinstance(value, str) and _ISO_INSTANT.fullmatch(value):
+        return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(value)
 
 
 def shown_command(argv: list[str]) -> str:

@@ -12,7 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tickui.cli.output import UsageError, print_json, say, table, task_line, with_store
+from tickui.cli.output import (
+    UsageError,
+    print_json,
+    say,
+    shown_time,
+    shown_value,
+    table,
+    task_line,
+    with_store,
+)
 from tickui.common import checks
 from tickui.common.clock import SystemClock
 from tickui.common.errors import BadInput, NotFound
@@ -98,7 +107,7 @@ def started_text(occ: Any, now: int) -> str:
     """When a run started; for a queued one, when it may ("next in 40s")."""
     if occ.state == "queued":
         return wait_text(occ.retry_at if occ.retry_at is not None else occ.scheduled_for, now)
-    return iso(occ.started_at) or "-"
+    return shown_time(occ.started_at)
 
 
 async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
@@ -177,7 +186,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             return 0
         if args.action == "add":
             task = await store.add_task(spec, clock.now())
-            nxt = iso(task.next_run_at) or "none"
+            nxt = shown_time(task.next_run_at) if task.next_run_at is not None else "none"
             say(task_line("added", task.name, task.spec.schedule_text(), nxt), redacted=True)
             return 0
         if args.action == "list":
@@ -189,7 +198,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                     [
                         t.name,
                         t.spec.schedule_text(),
-                        (iso(t.next_run_at) or "-") if t.enabled else "-",
+                        shown_time(t.next_run_at) if t.enabled else "-",
                         "yes" if t.enabled else f"no {t.note or ''}".strip(),
                         t.spec.misfire,
                         t.spec.concurrency,
@@ -213,10 +222,10 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                 # Redacted item by item, then joined: redacting the joined text again would
                 # let one argument's secret swallow the arguments after it.
                 for key, value in redact_data(data).items():
-                    shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+                    shown = shown_value(key, value)
                     if key == "pending" and isinstance(value, dict):
                         shown = value["text"]
-                    say(f"{key:>18}: {'-' if shown is None else shown}", redacted=True)
+                    say(f"{key:>18}: {shown}", redacted=True)
             return 0
         return await commands.change_task(store, args, clock)
 
@@ -254,7 +263,7 @@ async def cmd_history(args: argparse.Namespace, path: Path) -> int:
                 str(o.id),
                 o.task,
                 o.kind,
-                iso(o.scheduled_for),
+                shown_time(o.scheduled_for),
                 o.state,
                 started_text(o, now),
                 attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
