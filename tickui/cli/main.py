@@ -401,7 +401,7 @@ def run(argv: Sequence[str]) -> int:
     if command is not None:
         raise UsageError("", "'--' and a command only go with 'task add'")
     if args.command == "logs":
-        from tickui.cli.logs import cmd_logs
+        from tickui.cli.follow import cmd_logs
 
         return asyncio.run(cmd_logs(args, path))
     return asyncio.run(cmd_history(args, path))

@@ -84,12 +84,10 @@ class RunReport:
         if self.mode == JSON:
             self._json(event="started", **_facts(occ), at=iso(occ.started_at))
         elif self.mode == LINES:
-            say(f"started    {_what(occ)}")
+            say(start_text(occ), redacted=True)
 
     def _say_ended(self, occ: Occurrence, outcome: str) -> None:
-        took = None
-        if occ.started_at is not None and occ.finished_at is not None:
-            took = max(0, occ.finished_at - occ.started_at)
+        took = _took(occ)
         if self.mode == JSON:
             self._json(
                 event="ended",
@@ -102,21 +100,7 @@ class RunReport:
                 detail=occ.detail,
             )
         elif self.mode == LINES:
-            why = " ".join(
-                part
-                for part in (
-                    occ.error_code or "",
-                    f"exit {occ.exit_code}" if occ.exit_code not in (None, 0) else "",
-                    _detail(occ) if outcome != "succeeded" else "",
-                )
-                if part
-            )
-            parts = [f"{outcome:<10} {_what(occ)}"]
-            if took is not None:
-                parts.append(f"in {shown_seconds(took)}")
-            if why:
-                parts.append(f"({why})")
-            say("  ".join(parts))
+            say(end_text(occ, outcome), redacted=True)
 
     def _json(self, **fields: Any) -> None:
         print(json.dumps(redact_data(fields)), flush=True)
@@ -127,6 +111,38 @@ class RunReport:
         out: dict[str, Any] = {key: self.counts[key] for key in keys}
         out["cancelled_at_stop"] = len(self.cancelled_at_stop)
         return out
+
+
+def _took(occ: Occurrence) -> int | None:
+    if occ.started_at is None or occ.finished_at is None:
+        return None
+    return max(0, occ.finished_at - occ.started_at)
+
+
+def start_text(occ: Occurrence) -> str:
+    """`started    backup  slot 2026-12-05 02:30:00 UTC  run 12`, redacted."""
+    return f"started    {_what(occ)}"
+
+
+def end_text(occ: Occurrence, outcome: str | None = None) -> str:
+    """`failed     backup  slot ...  run 12  in 1.20s  (EXIT_NONZERO exit 4)`, redacted."""
+    outcome = outcome or occ.state
+    why = " ".join(
+        part
+        for part in (
+            occ.error_code or "",
+            f"exit {occ.exit_code}" if occ.exit_code not in (None, 0) else "",
+            _detail(occ) if outcome != "succeeded" else "",
+        )
+        if part
+    )
+    parts = [f"{outcome:<10} {_what(occ)}"]
+    took = _took(occ)
+    if took is not None:
+        parts.append(f"in {shown_seconds(took)}")
+    if why:
+        parts.append(f"({why})")
+    return "  ".join(parts)
 
 
 def _detail(occ: Occurrence) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import re
 import shlex
@@ -241,6 +242,34 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     return await with_store(path, action, readonly=readonly, name=named, empty=empty)
 
 
+def _history_table(occs: list[Any], tasks: list[Any]) -> str:
+    """`tickui history`'s table, newest first."""
+    now = SystemClock().now()
+    tries = {t.name: t.spec.retries for t in tasks}
+    rows = [
+        [
+            str(o.id),
+            o.task,
+            o.kind,
+            shown_time(o.scheduled_for),
+            o.state,
+            started_text(o, now),
+            attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
+            o.error_code or "",
+            safe_text(o.detail or "")[:60],
+        ]
+        for o in occs
+    ]
+    headers = [
+        "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
+    ]  # fmt: skip
+    if any(o.worker for o in occs):  # runs on workers (Kafka dispatch): which one
+        headers.insert(6, "WORKER")
+        for row, o in zip(rows, occs, strict=True):
+            row.insert(6, o.worker or "-")
+    return table(rows, headers) if rows else "no occurrences"
+
+
 async def cmd_history(args: argparse.Namespace, path: Path) -> int:
     if args.name:
         check_name(args.name)
@@ -253,33 +282,22 @@ async def cmd_history(args: argparse.Namespace, path: Path) -> int:
         ):
             raise NotFound(f"no task named {args.name!r}")
         occs = await store.history(args.name, args.limit)
+        if args.follow:
+            from tickui.cli.follow import follow_history
+
+            if args.json:  # JSON lines, oldest first, as the followed ones come
+                for occ in reversed(occs):
+                    print(json.dumps(redact_data(occ.to_json())))
+            else:
+                say(_history_table(occs, await store.list_tasks(with_stats=False)))
+            sys.stdout.flush()
+            task = await store.find_task(args.name) if args.name else None
+            await follow_history(store, args.name, task.id if task else None, occs, args.json)
+            return 0
         if args.json:
             print_json([o.to_json() for o in occs])
             return 0
-        now = SystemClock().now()
-        tries = {t.name: t.spec.retries for t in await store.list_tasks(with_stats=False)}
-        rows = [
-            [
-                str(o.id),
-                o.task,
-                o.kind,
-                shown_time(o.scheduled_for),
-                o.state,
-                started_text(o, now),
-                attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
-                o.error_code or "",
-                safe_text(o.detail or "")[:60],
-            ]
-            for o in occs
-        ]
-        headers = [
-            "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
-        ]  # fmt: skip
-        if any(o.worker for o in occs):  # runs on workers (Kafka dispatch): which one
-            headers.insert(6, "WORKER")
-            for row, o in zip(rows, occs, strict=True):
-                row.insert(6, o.worker or "-")
-        say(table(rows, headers) if rows else "no occurrences")
+        say(_history_table(occs, await store.list_tasks(with_stats=False)))
         return 0
 
     empty = (
