@@ -323,11 +323,9 @@ def test_every_subcommand_and_flag_has_help_text():
                 unlisted.extend(f"{named}: {c}" for c in action.choices if str(c) not in shown)
 
     walk(build_parser(), "tickui")
-    for opt in OPTIONS:  # the settings' flags whose values are checked later, not by argparse
-        if opt.flag and opt.choices:
-            shown = f"{opt.metavar or ''} {opt.help}" if opt.kind != "choice" else "|".join(
-                opt.choices
-            )
+    for opt in OPTIONS:  # flags of a few values that argparse leaves to the settings' check
+        if opt.flag and opt.choices and opt.kind != "choice":
+            shown = f"{opt.metavar or ''} {opt.help}"
             unlisted += [f"{opt.flag}: {c}" for c in opt.choices if c not in shown]
     assert not missing, missing
     assert not unlisted, unlisted

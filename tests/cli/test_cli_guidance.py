@@ -56,7 +56,8 @@ def test_a_program_whose_path_looks_like_a_shell_line_but_exists_is_taken(tmp_pa
     db = tmp_path / "t.db"
     added = cli("task", "add", "x", "--every", "1h", "--", str(program), db=db)
     assert added.returncode == 0, added.stderr
-    assert cli("task", "add", "y", "--every", "1h", "--", "sh", "-c", "a && b", db=db).returncode == 0
+    shell = cli("task", "add", "y", "--every", "1h", "--", "sh", "-c", "a && b", db=db)
+    assert shell.returncode == 0, shell.stderr
 
 
 @pytest.mark.parametrize(
@@ -74,7 +75,8 @@ def test_a_misspelt_command_or_choice_names_the_closest(tmp_path, args, close):
 
 def test_task_show_quotes_the_command_as_a_shell_would_and_says_yes(tmp_path):
     db = tmp_path / "t.db"
-    assert cli("task", "add", "e", "--every", "1h", "--", "sh", "-c", "echo try", db=db).returncode == 0
+    added = cli("task", "add", "e", "--every", "1h", "--", "sh", "-c", "echo try", db=db)
+    assert added.returncode == 0, added.stderr
     shown = cli("task", "show", "e", db=db).stdout
     assert "command: sh -c 'echo try'" in shown, shown
     assert "enabled: yes" in shown
