@@ -136,3 +136,32 @@ def test_logs_prints_a_runs_output_and_follows_a_running_one(tmp_path):
     assert again.returncode == 0 and again.stdout.split() == followed.stdout.split()
     missing = cli("logs", "999", db=db)
     assert missing.returncode == 2 and "no run 999" in missing.stderr
+
+
+class _RemoteRun:
+    """The two reads `logs` makes of a run a worker ran (the store's contract)."""
+
+    def __init__(self) -> None:
+        from tickui.model.records import Occurrence, RemoteOutput
+
+        self.occ = Occurrence(
+            id=7, task_id=1, task="remote", kind="scheduled", scheduled_for=0,
+            state="succeeded", claimed_at=0, started_at=0, finished_at=2_000_000,
+        )  # fmt: skip
+        self.out = RemoteOutput("first\ntoken=s3cr3tvalue\nlast\n", "w-1", "/var/log/7.log")
+
+    async def get_occurrence(self, occ_id: int):
+        return self.occ
+
+    async def remote_output(self, occ_id: int):
+        return self.out
+
+
+async def test_logs_of_a_remote_run_print_the_workers_tail(capsys):
+    from tickui.cli.follow import show_logs
+
+    assert await show_logs(_RemoteRun(), 7, follow=False) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == "first" and out.splitlines()[-1] == "last"
+    assert "s3cr3tvalue" not in out
+    assert "worker w-1" in err and "/var/log/7.log" in err and "succeeded" in err

@@ -52,8 +52,10 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = did_you_mean(message)
-        for dest in ("command", "action"):  # the subparsers' dests: an unknown command
-            message = message.replace(f"argument {dest}: invalid choice", "unknown command")
+        for action in self._actions:  # a subcommand not among the choices: an unknown command
+            if isinstance(action, argparse._SubParsersAction):
+                named = argparse._get_action_name(action)
+                message = message.replace(f"argument {named}: invalid choice", "unknown command")
         raise UsageError("", message + hint)
 
 

@@ -199,7 +199,7 @@ async def _say_stopping(
     store: Store, owner: str, why: str, grace: int, log: logging.Logger
 ) -> None:
     """At the stop: which of this engine's runs it waits for, and for how long."""
-    mine = [o for o in await store.active_occurrences() if o.owner in (None, owner)]
+    mine = [o for o in await store.active_occurrences() if o.owner == owner]
     if not mine:
         log.info("%s: stopping", why)
         return
