@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     ticks.add_argument("--json", action="store_true", help="one JSON object per line")
     ticks.add_argument(
         "--for", dest="duration", type=seconds, metavar="SECONDS", help="stop after this long"
-    )  # fmt: skip
+    )
     ticks.add_argument(
         "--count",
         type=arg_number("--count", 1, 10**9, integer=True),

@@ -103,12 +103,6 @@ def shown_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def shown_command(argv: list[str]) -> str:
-    """A command as a shell would read it back (`sh -c 'echo hi'`), each word redacted
-    on its own first."""
-    return shlex.join(redact_data(list(argv)))
-
-
 def shown_seconds(micros: int) -> str:
     """A duration for people: `35ms`, `1.35s`, `12s`, `3m 05s`, `2h 01m`."""
     seconds = micros / 1_000_000

@@ -23,7 +23,7 @@ from tickui.engine import EngineChange
 from tickui.runtime.assembly import assemble, check_dispatch
 from tickui.runtime.settings import DispatchSettings, Settings
 from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
-from tickui.store import Store
+from tickui.store import DATABASE_ERRORS, Store
 from tickui.ticks.config import TickerConfig, kafka_access, ticker_flags
 from tickui.ticks.config import build as build_ticker
 
@@ -131,7 +131,9 @@ async def _run(
 
         def engine_fault(change: EngineChange) -> None:
             status = engine.status()
-            if change.status and status.result == "error" and status.detail not in faults:
+            # the first few faults name the trouble; the rest repeat it
+            fault = change.status and status.result == "error" and status.detail not in faults
+            if fault and len(faults) < 5:
                 faults.append(status.detail or "error")
 
         engine.subscribe(engine_fault)
@@ -176,12 +178,15 @@ async def _run(
         problems = []
         if session["failed"]:
             problems.append(f"{session['failed']} run(s) failed")
+        ended = engine.status()
+        if ended.result == "error" and ended.detail not in faults:
+            faults.append(ended.detail or "error")
         problems += [f"engine: {fault}" for fault in faults]
         if running.ticks_failed:
             problems.append(f"{running.ticks_failed} tick(s) failed to publish")
         session["healthy"] = not problems
         session["problems"] = "; ".join(problems) or None
-        final = {"session": session, "engine": engine.status().to_json(), "ticker": ticking}
+        final = {"session": session, "engine": ended.to_json(), "ticker": ticking}
         if hooks is not None:  # H: deliveries by outcome, and events dropped
             final["hooks"] = hooks.status()
     finally:
@@ -199,7 +204,10 @@ async def _say_stopping(
     store: Store, owner: str, why: str, grace: int, log: logging.Logger
 ) -> None:
     """At the stop: which of this engine's runs it waits for, and for how long."""
-    mine = [o for o in await store.active_occurrences() if o.owner == owner]
+    try:
+        mine = [o for o in await store.active_occurrences() if o.owner == owner]
+    except DATABASE_ERRORS:  # the stop goes on; the engine reports the database itself
+        mine = []
     if not mine:
         log.info("%s: stopping", why)
         return
