@@ -48,6 +48,13 @@ def test_a_shell_line_given_as_one_program_is_refused_with_its_sh_c_form(tmp_pat
     assert cli_json("task", "list", db=db) == []
 
 
+def test_several_words_given_as_one_program_are_refused_with_the_words_apart(tmp_path):
+    db = tmp_path / "t.db"
+    said = _one_line_exit_2(cli("task", "add", "x", "--every", "1h", "--", "echo hi", db=db))
+    assert "-- echo hi" in said and "sh -c 'echo hi'" in said
+    assert cli_json("task", "list", db=db) == []
+
+
 def test_a_program_whose_path_looks_like_a_shell_line_but_exists_is_taken(tmp_path):
     program = tmp_path / "my tools" / "run; v2.sh"
     program.parent.mkdir()
@@ -58,6 +65,8 @@ def test_a_program_whose_path_looks_like_a_shell_line_but_exists_is_taken(tmp_pa
     assert added.returncode == 0, added.stderr
     shell = cli("task", "add", "y", "--every", "1h", "--", "sh", "-c", "a && b", db=db)
     assert shell.returncode == 0, shell.stderr
+    unknown = cli("task", "add", "z", "--every", "1h", "--", "/opt/My App/run", db=db)
+    assert unknown.returncode == 0, unknown.stderr  # maybe on the machine that runs it
 
 
 @pytest.mark.parametrize(

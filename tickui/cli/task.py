@@ -38,22 +38,32 @@ _SHELL_SYNTAX = re.compile(r"&&|\|\||[|;<>&`]|\$[({A-Za-z_]")
 
 
 def check_not_shell_line(command: list[str]) -> None:
-    """Refuse a command given as one argument that is a shell line (`-- "echo hi && date"`):
-    tickui runs it without a shell, so it would fail at every run as a missing program.
-    A program whose path has spaces and exists (or is on PATH) is taken as it is."""
+    """Refuse a command given as one argument that is a shell line (`-- "echo hi && date"`)
+    or several words (`-- "echo hi"`, its first word a program on PATH): tickui runs it
+    without a shell, so it would fail at every run as a missing program. A program whose
+    path has spaces and exists (or is on PATH) is taken as it is."""
     if len(command) != 1:
         return
     line = command[0]
-    if not any(c.isspace() for c in line) or not _SHELL_SYNTAX.search(line):
+    if not any(c.isspace() for c in line) or os.path.exists(line) or shutil.which(line):
         return
-    if os.path.exists(line) or shutil.which(line):
-        return
-    shown = shlex.quote(line)
-    raise BadInput(
-        "command",
-        f"{safe_text(shown)} is a shell line given as one program name; tickui runs "
-        f"commands without a shell: write -- sh -c {safe_text(shown)}",
-    )
+    shown = safe_text(shlex.quote(line))
+    if _SHELL_SYNTAX.search(line):
+        raise BadInput(
+            "command",
+            f"{shown} is a shell line given as one program name; tickui runs commands "
+            f"without a shell: write -- sh -c {shown}",
+        )
+    try:
+        words = shlex.split(line)
+    except ValueError:  # unbalanced quotes: only a shell can read it
+        words = []
+    if words and shutil.which(words[0]):
+        raise BadInput(
+            "command",
+            f"{shown} is several words given as one program name: write -- "
+            f"{safe_text(shlex.join(words))} (or -- sh -c {shown})",
+        )
 
 
 def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
