@@ -85,6 +85,7 @@ class RunReport:
             self._json(event="started", **_facts(occ), at=iso(occ.started_at))
         elif self.mode == LINES:
             say(start_text(occ), redacted=True)
+            sys.stdout.flush()  # a line as it happens, also through a pipe
 
     def _say_ended(self, occ: Occurrence, outcome: str) -> None:
         took = _took(occ)
@@ -101,6 +102,7 @@ class RunReport:
             )
         elif self.mode == LINES:
             say(end_text(occ, outcome), redacted=True)
+            sys.stdout.flush()
 
     def _json(self, **fields: Any) -> None:
         print(json.dumps(redact_data(fields)), flush=True)
