@@ -348,7 +348,7 @@ async def test_overridden_is_shown_in_list_and_show(tmp_path: Path) -> None:
     listed = cli("task", "list", db=db).stdout
     assert "config (overridden)" in listed
     shown = cli("task", "show", "s", db=db).stdout
-    assert "overridden: True" in shown
+    assert "overridden: yes" in shown
     assert json.loads(cli("task", "list", "--json", db=db).stdout)[0]["source"] == "config"
 
 

@@ -178,7 +178,7 @@ def test_task_show_hides_a_secret_argument_and_keeps_the_arguments_after_it(tmp_
     shown = cli("task", "show", "s", db=db).stdout
     line = next(line for line in shown.splitlines() if "command:" in line)
     assert "abcdefghijkl" not in line and "hunter2" not in line
-    assert line.split("command: ", 1)[1] == ("curl, -H, Authorization: ***, --password=***, -u, x")
+    assert line.split("command: ", 1)[1] == "curl -H 'Authorization: ***' '--password=***' -u x"
 
 
 def test_a_long_word_is_redacted_whole_and_its_secret_still_found() -> None:
