@@ -137,13 +137,21 @@ class LogView(ScrollView, can_focus=True):
     def action_bottom(self) -> None:
         self.set_follow(True)  # as `less`'s F: the end, and what comes after it
 
+    # moves are not animated: the lines a key leaves in view are there at once, as in less
+
     def action_scroll_up(self) -> None:
         self.set_follow(False)
-        super().action_scroll_up()
+        self.scroll_up(animate=False, immediate=True)
+
+    def action_scroll_down(self) -> None:
+        self.scroll_down(animate=False, immediate=True)
 
     def action_page_up(self) -> None:
         self.set_follow(False)
-        super().action_page_up()
+        self.scroll_page_up(animate=False)
+
+    def action_page_down(self) -> None:
+        self.scroll_page_down(animate=False)
 
     def show_line(self, line: int) -> None:
         """Bring `line` into view a third of the way down (a search found it): the view
