@@ -160,9 +160,9 @@ class LineIndex:
 
     # -- search (runs in a thread; reads the file in chunks cut at line ends) --
 
-    def _chunks(self, start: int, end: int, line: int) -> Iterator[tuple[int, str, int]]:
-        """The text of bytes [start, end) in chunks of whole lines: (first line, text,
-        byte offset after it). `start` is where `line` starts."""
+    def _chunks(self, start: int, end: int, line: int) -> Iterator[tuple[int, bytes, int]]:
+        """Bytes [start, end) in chunks of whole lines: (first line, bytes, byte offset
+        after them). `start` is where `line` starts."""
         pos = start
         while pos < end:
             data = os.pread(self.fd, min(READ_CHUNK, end - pos), pos)
@@ -174,47 +174,56 @@ class LineIndex:
                     data = data[:cut]
                 elif len(data) < READ_CHUNK:
                     return  # the range ends inside a line: the next slice reads it whole
-            yield line, data.decode("utf-8", "replace"), pos + len(data)
+            yield line, data, pos + len(data)
             line += data.count(b"\n")
             pos += len(data)
 
-    def _hits(self, search: Search, start: int, end: int, line: int) -> Iterator[int]:
-        """Lines in bytes [start, end) whose shown text matches, in order."""
-        for first, text, _ in self._chunks(start, end, line):
-            yield from _lines_matching(search, text, first)
-
-    def find(self, search: Search, line: int, forward: bool) -> int | None:
-        """The next matching line after `line` (or the last one before it), without
-        wrapping. Runs in a thread."""
-        size = self.size
-        if forward:
-            start = self.start_of(line + 1, Blocks(2))
-            return next(self._hits(search, start, size, max(0, line + 1)), None)
+    def find(self, search: Search, line: int, forward: bool, stop: int | None = None) -> int | None:
+        """The next matching line after `line` (or the last one before it), not past line
+        `stop` (forward: up to and with it; backward: down to it), without wrapping. Runs
+        in a thread."""
         blocks = Blocks(2)
+        if forward:
+            first = max(0, line + 1)
+            end = self.start_of(stop + 1, blocks) if stop is not None else self.size
+            for at, data, _ in self._chunks(self.start_of(first, blocks), end, first):
+                found = next(_lines_matching(search, data, at), None)
+                if found is not None:
+                    return found
+            return None
+        floor = self.start_of(stop, blocks) if stop is not None else 0
         end = self.start_of(line, blocks)
-        while end > 0:
-            begin = max(0, end - READ_CHUNK)
-            if begin > 0:  # from the start of a line
+        while end > floor:
+            begin = max(floor, end - READ_CHUNK)
+            if begin > floor:  # from the start of a line
                 head = os.pread(self.fd, min(MAX_LINE_BYTES, end - begin), begin)
                 cut = head.find(b"\n") + 1
                 begin = begin + cut if cut else begin
-            first = self.line_at(begin, blocks) if begin else 0
-            found = list(self._hits(search, begin, end, first))
-            if found:
-                return found[-1]
+            at = self.line_at(begin, blocks) if begin else 0
+            hits = [hit for _, data, _ in self._chunks(begin, end, at)
+                    for hit in _raw_hits(search, data, at)]  # fmt: skip
+            for found, raw in reversed(hits):  # the last first: most are never made safe
+                if _shown_match(search, raw):
+                    return found
             end = begin
         return None
 
-    def count(self, search: Search, line: int, limit: int = SEARCH_SLICE) -> Counted:
-        """The matching lines from `line` on, up to about `limit` bytes of the indexed file.
-        Runs in a thread, one slice at a time (as the index is built)."""
+    def count(
+        self, search: Search, line: int, limit: int = SEARCH_SLICE, most: int | None = None
+    ) -> Counted:
+        """The matching lines from `line` on, up to about `limit` bytes of the indexed file
+        or `most` lines found. Runs in a thread, one slice at a time (as the index is
+        built)."""
         start = self.start_of(line, Blocks(2))
         end = min(self.size, start + limit)
         found: list[int] = []
         reached = start
-        for first, text, after in self._chunks(start, end, line):
-            found.extend(_lines_matching(search, text, first))
-            line, reached = first + text.count("\n"), after
+        for first, data, after in self._chunks(start, end, line):
+            for hit in _lines_matching(search, data, first):
+                found.append(hit)
+                if most is not None and len(found) >= most:
+                    return Counted(found, hit + 1, False)
+            line, reached = first + data.count(b"\n"), after
         return Counted(found, line, reached >= self.size)
 
 
@@ -240,6 +249,18 @@ class Search:
 
     typed: str
     regex: re.Pattern[str]
+
+    @property
+    def needle(self) -> bytes | None:
+        """Plain text as bytes, looked for with bytes.find (lowercased when case is
+        ignored): many times faster than the expression over decoded text. None for a
+        regular expression, or text whose case ASCII cannot fold."""
+        if self.typed.startswith(REGEX_PREFIX):
+            return None
+        text = self.typed
+        if self.case_sensitive:
+            return text.encode()
+        return text.lower().encode() if text.isascii() else None
 
     @classmethod
     def parse(cls, typed: str) -> Search:
@@ -269,19 +290,45 @@ class Search:
         return self.regex.search(shown) is not None
 
 
-def _lines_matching(search: Search, text: str, first: int) -> Iterator[int]:
-    """Lines of `text` (which starts at line `first`) matching as the view shows them:
-    a hit in the raw text is checked against the line made safe (a redacted secret
-    is not found)."""
+def _lines_matching(search: Search, data: bytes, first: int) -> Iterator[int]:
+    """Lines of `data` (whole lines from line `first`) matching as the view shows them."""
+    for line, raw in _raw_hits(search, data, first):
+        if _shown_match(search, raw):
+            yield line
+
+
+def _shown_match(search: Search, raw: str) -> bool:
+    """A hit in the raw text checked against the line as the view shows it: made safe (a
+    redacted secret is not found)."""
+    return search.matches(safe_text(raw.rstrip("\r").expandtabs(8)))
+
+
+def _raw_hits(search: Search, data: bytes, first: int) -> Iterator[tuple[int, str]]:
+    """The lines of `data` (whole lines from line `first`) where the raw text matches, with
+    that text: plain text is found in the bytes, an expression in the decoded text."""
+    needle = search.needle
+    if needle is None:
+        text = data.decode("utf-8", "replace")
+        hits = (hit.start() for hit in search.regex.finditer(text))
+    else:
+        text = data.lower() if not search.case_sensitive else data
+        hits = _finds(text, needle)
+    newline = "\n" if isinstance(text, str) else b"\n"
     line, counted, skip_to = first, 0, 0
-    for hit in search.regex.finditer(text):
-        at = hit.start()
+    for at in hits:
         if at < skip_to:
             continue
-        line += text.count("\n", counted, at)
-        begin = text.rfind("\n", 0, at) + 1
-        end = text.find("\n", at)
+        line += text.count(newline, counted, at)
+        begin = text.rfind(newline, 0, at) + 1
+        end = text.find(newline, at)
         end = len(text) if end < 0 else end
-        counted = skip_to = end  # one check per line
-        if search.matches(safe_text(text[begin:end].rstrip("\r").expandtabs(8))):
-            yield line
+        counted = skip_to = end  # one hit per line
+        raw = data[begin:end] if needle is not None else text[begin:end]
+        yield line, raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
+def _finds(data: bytes, needle: bytes) -> Iterator[int]:
+    at = data.find(needle)
+    while at >= 0:
+        yield at
+        at = data.find(needle, data.find(b"\n", at) + 1 or len(data))

@@ -43,6 +43,7 @@ from tickui.ui.widgets.log_view import LogView, Moved
 KIND_WORD = {"manual": "manual", "scheduled": "scheduled", "backfill": "backfill"}
 
 POLL = 0.25  # how often the file is looked at while the view is open
+MATCH_COUNT_CAP = 10_000  # counted no further (vim's search count stops at >99)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class RunScreen(Screen[None]):
         self.matched: list[int] = []  # the lines matching the search, counted so far
         self.counted_to = 0  # the line counting goes on from
         self.counted = False  # the whole indexed file is counted
+        self.capped = False  # counting stopped at MATCH_COUNT_CAP
         self.notice = ""  # the last search's wrap notice, on the status line
         self._ticks = 0
         self._top = -1
@@ -324,9 +326,11 @@ class RunScreen(Screen[None]):
         """`match 3/812` (`3/…` while counting), or why there is none."""
         view = self.view
         total = f"{len(self.matched):,}" if self.counted else "…"
+        if self.capped:
+            total = f">{MATCH_COUNT_CAP:,}"
         if view.match is None:
             return "no match" if self.counted and not self.matched else f"{total} matches"
-        if view.match < self.counted_to or self.counted:
+        if view.match < self.counted_to or (self.counted and not self.capped):
             return f"match {bisect_left(self.matched, view.match) + 1:,}/{total}"
         return f"line {view.match + 1:,}, matches {total}"
 
@@ -355,13 +359,18 @@ class RunScreen(Screen[None]):
                 view.forget(partial)
                 view.sync_size()  # holds the view still unless it follows
                 if step.reset:
-                    self.matched, self.counted_to = [], 0
-                if view.search is not None:
+                    self.recount()
+                elif view.search is not None:
                     self.count_matches()
                 self.render_facts()
         finally:
             self.indexing = False
         self.render_facts()
+
+    def recount(self) -> None:
+        """Count the search's matches from the first line (a new search, or a new file)."""
+        self.matched, self.counted_to, self.counted, self.capped = [], 0, False, False
+        self.count_matches()
 
     @work(exclusive=True, group="count")
     async def count_matches(self) -> None:
@@ -369,13 +378,15 @@ class RunScreen(Screen[None]):
         the last count stopped (the log grows while the run runs)."""
         view = self.view
         index, search = view.index, view.search
-        if index is None or search is None:
+        if index is None or search is None or self.capped:
             return
         self.counted = False
         while True:
             start = self.counted_to
             try:
-                step = await asyncio.to_thread(index.count, search, start)
+                step = await asyncio.to_thread(
+                    index.count, search, start, most=MATCH_COUNT_CAP + 1 - len(self.matched)
+                )
             except OSError:
                 break
             if view.search is not search:
@@ -383,7 +394,11 @@ class RunScreen(Screen[None]):
             # a last line read while partial is counted again, whole
             self.matched = [line for line in self.matched if line < start] + step.lines
             self.counted_to = step.next_line
-            if step.done:
+            if len(self.matched) > MATCH_COUNT_CAP:  # one past it: there are more
+                del self.matched[MATCH_COUNT_CAP:]
+                self.counted_to = self.matched[-1] + 1
+                self.capped = True
+            if step.done or self.capped:
                 self.counted = True
                 break
             self._title()
@@ -455,10 +470,9 @@ class RunScreen(Screen[None]):
             self.notify(safe_text(str(exc)), severity="error")
             return
         view.search, view.match = search, None
-        self.matched, self.counted_to, self.counted = [], 0, False
         event.input.display = False
         view.focus()
-        self.count_matches()
+        self.recount()
         top, _ = view.visible_range()
         self.find(top - 1, True)  # from the top of the view, as less does
         view.refresh()
@@ -496,8 +510,7 @@ class RunScreen(Screen[None]):
                 )
                 if found is not None and view.search is not None:
                     view.search = search
-                    self.matched, self.counted_to, self.counted = [], 0, False
-                    self.count_matches()
+                    self.recount()
         except OSError as exc:
             self.notify(safe_text(f"search failed: {exc}"), severity="error")
             return
@@ -591,7 +604,8 @@ def _find_wrapping(
     found = index.find(search, start, forward)
     if found is not None:
         return found, False
-    return index.find(search, -1 if forward else index.lines, forward), True
+    # the rest, from the other end back to `start` (a single match finds itself)
+    return index.find(search, -1 if forward else index.lines, forward, stop=start), True
 
 
 def _tail_file(tail: str) -> int:
