@@ -346,6 +346,18 @@ async def test_search_is_smart_case_and_takes_a_regular_expression(dashboard) ->
     assert screen.query_one("#run-search").display
 
 
+def test_a_search_is_smart_case_and_an_escape_is_no_capital() -> None:
+    assert Search.parse("done").matches("all DONE") and not Search.parse("done").case_sensitive
+    assert Search.parse("Done").case_sensitive and not Search.parse("Done").matches("done")
+    assert Search.parse("Done").ignoring_case().matches("DONE")
+    assert not Search.parse(r"re:\S+ok").case_sensitive  # \S is not a capital
+    assert Search.parse("re:a.c").matches("abc") and not Search.parse("a.c").matches("abc")
+    assert Search.parse("re:a.c").needle is None and Search.parse("a.c").needle == b"a.c"
+    for bad in ("", "re:", "re:("):
+        with pytest.raises(ValueError):
+            Search.parse(bad)
+
+
 def test_search_over_chunks_finds_matches_across_chunk_edges(tmp_path: Path) -> None:
     """A match near a read chunk's end is found, forward and backward, and counted once."""
     path = tmp_path / "log"
@@ -363,6 +375,8 @@ def test_search_over_chunks_finds_matches_across_chunk_edges(tmp_path: Path) -> 
         assert index.find(needle, -1, True) == target
         assert index.find(needle, index.lines - 1, False) == target
         assert index.find(needle, target, True) is None
+        assert index.find_wrapping(needle, target, True) == (target, True)  # finds itself
+        assert index.find_wrapping(needle, 0, False) == (target, True)
         counted, start = [], 0
         while True:  # in slices smaller than the file, as the screen counts
             step = index.count(needle, start, 300_000)

@@ -208,6 +208,14 @@ class LineIndex:
             end = begin
         return None
 
+    def find_wrapping(self, search: Search, line: int, forward: bool) -> tuple[int | None, bool]:
+        """The next match from `line`, else the first from the other end back to `line` (as
+        less does; a single match finds itself), and whether it wrapped. Runs in a thread."""
+        found = self.find(search, line, forward)
+        if found is not None:
+            return found, False
+        return self.find(search, -1 if forward else self.lines, forward, stop=line), True
+
     def count(
         self, search: Search, line: int, limit: int = SEARCH_SLICE, most: int | None = None
     ) -> Counted:

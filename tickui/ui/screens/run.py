@@ -446,7 +446,9 @@ class RunScreen(Screen[None]):
         self.view.set_follow(not self.follow)
 
     def on_moved(self, message: Moved) -> None:
-        """The status line says following or paused (a toast would cover it)."""
+        """The status line says following or paused (a toast would cover it); what the
+        last search said is done with."""
+        self.notice = ""
         self._title()
 
     def action_search(self) -> None:
@@ -501,12 +503,12 @@ class RunScreen(Screen[None]):
         if index is None or search is None:
             return
         try:
-            found, wrapped = await asyncio.to_thread(_find_wrapping, index, search, start, forward)
+            found, wrapped = await asyncio.to_thread(index.find_wrapping, search, start, forward)
             if found is None and search.case_sensitive:
                 # found nowhere as typed (`DONE` in a log that says "done"): ignoring case
                 search = search.ignoring_case()
                 found, wrapped = await asyncio.to_thread(
-                    _find_wrapping, index, search, start, forward
+                    index.find_wrapping, search, start, forward
                 )
                 if found is not None and view.search is not None:
                     view.search = search
@@ -523,11 +525,8 @@ class RunScreen(Screen[None]):
                     if forward
                     else "search hit TOP, continuing at BOTTOM"
                 )
-            was_following = view.follow
             view.match = view.marked = found
-            view.show_line(found)
-            if was_following:
-                view.post_message(Moved(following=False, changed=True))
+            view.show_line(found)  # and holds there: the status says paused
         view.refresh()
         self._title()
 
@@ -547,8 +546,8 @@ class RunScreen(Screen[None]):
     def action_copy(self) -> None:
         """The clicked line or the current match to the clipboard (OSC 52: the terminal
         must allow it; shift-drag selects text in most terminals instead)."""
-        text = self.view.marked_text()
-        if text is None:
+        line, text = self.view.marked, self.view.marked_text()
+        if line is None or text is None:
             self.notify(
                 "nothing to copy: click a line or search (/) first; shift-drag selects"
                 " text in most terminals",
@@ -556,8 +555,7 @@ class RunScreen(Screen[None]):
             )
             return
         self.app.copy_to_clipboard(text)
-        assert self.view.marked is not None
-        self.notify(f"copied line {self.view.marked + 1} to the clipboard")
+        self.notify(f"copied line {line + 1} to the clipboard")
 
     async def action_pager(self) -> None:
         """The log in `$PAGER` (default `less -R`), fed on its stdin as this view shows it:
@@ -594,18 +592,6 @@ class RunScreen(Screen[None]):
             await page(argv, path)  # tests: nothing to hand the terminal to
         except OSError as exc:
             self.notify(safe_text(f"pager {argv[0]} failed: {exc}"), severity="error")
-
-
-def _find_wrapping(
-    index: LineIndex, search: Search, start: int, forward: bool
-) -> tuple[int | None, bool]:
-    """The next match from line `start`, else the first from the other end (as less
-    does); whether it wrapped. Runs in a thread."""
-    found = index.find(search, start, forward)
-    if found is not None:
-        return found, False
-    # the rest, from the other end back to `start` (a single match finds itself)
-    return index.find(search, -1 if forward else index.lines, forward, stop=start), True
 
 
 def _tail_file(tail: str) -> int:

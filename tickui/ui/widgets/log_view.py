@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollTo, ScrollUp
 from textual.strip import Strip
 
 from tickui.common.redact import safe_text
@@ -124,11 +125,10 @@ class LogView(ScrollView, can_focus=True):
 
     def set_follow(self, follow: bool) -> None:
         """Follow new lines (from the last one) or hold still; the screen hears of it."""
-        changed = follow != self.follow
         self.follow = follow
         if follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
-        self.post_message(Moved(following=follow, changed=changed))
+        self.post_message(Moved(following=follow))
 
     def action_top(self) -> None:
         self.set_follow(False)
@@ -165,12 +165,12 @@ class LogView(ScrollView, can_focus=True):
             self.set_follow(False)
         super()._on_mouse_scroll_up(event)
 
-    def _on_scroll_to(self, message) -> None:  # the scrollbar dragged or clicked
+    def _on_scroll_to(self, message: ScrollTo) -> None:  # the scrollbar dragged or clicked
         if message.y is not None and message.y < self.scroll_offset.y:
             self.set_follow(False)
         super()._on_scroll_to(message)
 
-    def _on_scroll_up(self, event) -> None:  # a click on the scrollbar above its thumb
+    def _on_scroll_up(self, event: ScrollUp) -> None:  # a click on the scrollbar above its thumb
         self.set_follow(False)
         super()._on_scroll_up(event)
 
@@ -192,9 +192,8 @@ class LogView(ScrollView, can_focus=True):
 
 
 class Moved(Message):
-    """The view started or stopped following new lines (or was moved by a key)."""
+    """A key (or the wheel, or the scrollbar) moved the view: it follows or holds still."""
 
-    def __init__(self, following: bool, changed: bool) -> None:
+    def __init__(self, following: bool) -> None:
         super().__init__()
         self.following = following
-        self.changed = changed
