@@ -40,7 +40,7 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
             "Filter the focused pane by task name (enter keeps it, esc clears it)", 7),
         Key("F", "cycle_state", "State",
             "Occurrences: show all, failed, running or not skipped runs", 12),
-        Key("T", "follow_task", "Task's runs",
+        Key("T", "follow_task", "Only",
             "Occurrences: only the selected task's runs (again: every task's)", 13),
         Key("S", "cycle_sort", "Sort",
             "Tasks: sort by the next column; click a header to sort by it, again to reverse",
