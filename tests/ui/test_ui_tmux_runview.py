@@ -74,7 +74,8 @@ def test_a_running_runs_output_holds_still_when_scrolled_back(tmux, tmp_path: Pa
     pgup and g hold too; G follows again."""
     script = "seq -f 'row %g' 1 60; i=60; while :; do i=$((i+1)); echo row $i; sleep 0.5; done"
     screen = _open_run(tmux, tmp_path / "hold.db", script)
-    wait_for(screen, "following (f)")
+    footer = wait_for(screen, "following (f)").rstrip("\n").splitlines()[-1]
+    assert "c Cancel run" in footer and "? Help" in footer and "q Quit" in footer, footer
     poll(lambda: "row 61" in screen(), 20, "the run's lines to arrive")
     _keys(tmux, "k")
     wait_for(screen, "paused (G or f follows)")

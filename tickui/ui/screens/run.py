@@ -22,11 +22,12 @@ from textual import work
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from tickui.common.redact import safe_text
 from tickui.dispatch.output import human_bytes
 from tickui.model.records import Occurrence, RemoteOutput
+from tickui.ui.keys import rank
 from tickui.ui.log_index import LineIndex, Search
 from tickui.ui.pager import page
 from tickui.ui.view.cells import (
@@ -39,6 +40,20 @@ from tickui.ui.view.cells import (
     stamp_in,
 )
 from tickui.ui.widgets.log_view import LogView, Moved
+from tickui.ui.widgets.panes import KeyFooter
+
+# The run view's keys in its footer: when narrow the highest go first; the app's ? and q
+# (rank 0) always show.
+FOOTER_RANKS = {
+    "back": 1, "toggle_follow": 2, "search": 3, "cancel_run": 4, "next_match": 5,
+    "copy": 6, "pager": 7, "bottom": 8, "top": 9,
+}  # fmt: skip
+
+
+def _footer_rank(action: str) -> int:
+    bare = action.split("(", 1)[0]
+    return FOOTER_RANKS.get(bare, rank(bare))
+
 
 KIND_WORD = {"manual": "manual", "scheduled": "scheduled", "backfill": "backfill"}
 
@@ -129,7 +144,7 @@ class RunScreen(Screen[None]):
             " re:regex (enter finds, esc closes)",
             id="run-search",
         )
-        yield Footer()
+        yield KeyFooter(_footer_rank)
 
     @property
     def view(self) -> LogView:
