@@ -215,6 +215,7 @@ class RunScreen(Screen[None]):
         self.problem = None
         self.indexed = False
         self.view.set_index(LineIndex(fd))
+        self.recount()  # a search goes on over the new tail
         self.render_facts()
         self.index_more()
 
