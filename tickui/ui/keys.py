@@ -40,7 +40,7 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
             "Filter the focused pane by task name (enter keeps it, esc clears it)", 7),
         Key("F", "cycle_state", "State",
             "Occurrences: show all, failed, running or not skipped runs", 12),
-        Key("T", "follow_task", "Follow",
+        Key("T", "follow_task", "Only",
             "Occurrences: only the selected task's runs (again: every task's)", 13),
         Key("S", "cycle_sort", "Sort",
             "Tasks: sort by the next column; click a header to sort by it, again to reverse",
@@ -119,15 +119,20 @@ DETAIL_KEYS = [
     ("esc", "Back to the dashboard"),
 ]
 RUN_VIEW_KEYS = [
-    ("g home / G end", "First / last line"),
-    ("↑ ↓ k j pgup pgdn b space", "Scroll"),
+    ("g home / G end", "First line / last line and follow new lines (as less's F)"),
+    ("↑ ↓ k j pgup pgdn b space", "Scroll; any move up stops following, new lines never move"
+     " the view then"),
     ("← → h l", "Scroll sideways: a line cut at an edge of the view ends there in …"),
-    ("f", "Follow new lines (on while the run runs)"),
-    ("/", "Search the whole log (enter searches, esc closes the box)"),
-    ("n / N", "Next / previous match"),
+    ("f", "Follow new lines or stop (on while the run runs)"),
+    ("/", "Search the whole log from the view's top: lowercase ignores case, a capital makes"
+     " it case-sensitive, re:… is a regular expression; the status shows match 3/812"),
+    ("n / N", "Next / previous match from the view (wraps at the end, and says so)"),
+    ("y", "Copy the current match or the clicked line (OSC 52); shift-drag selects text in"
+     " most terminals"),
+    ("c", "Cancel this run while it runs (asks first)"),
     ("o", "Open the log in $PAGER (default less -R); the engine keeps running"),
     ("esc", "Back"),
-]
+]  # fmt: skip
 SCREENS = {"dashboard": "Dashboard", "detail": "Task detail", "run": "Run output view"}
 
 
