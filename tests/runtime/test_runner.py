@@ -17,7 +17,7 @@ from tickui.common.clock import ManualClock
 from tickui.common.redact import RedactingFilter, redact
 from tickui.common.timeutil import MICROS, iso
 from tickui.model.spec import build_spec
-from tickui.runtime.runner import build_engine
+from tickui.runtime.assembly import build_dispatcher, build_engine
 from tickui.runtime.settings import load
 from tickui.store import Store
 
@@ -133,7 +133,8 @@ async def test_without_settings_the_engine_has_the_readmes_defaults(tmp_path, mo
         assert (t.publish_timeout_s, t.valkey_timeout_s, t.valkey_retries) == (1.0, 1.0, 0)
         store = await Store.open(tmp_path / f"{n}.db")
         clock = ManualClock(T0)
-        engine = build_engine(store, clock, settings, MICROS)
+        dispatcher = build_dispatcher(store, clock, settings.engine, settings.dispatch, None)
+        engine = build_engine(store, clock, settings.engine, MICROS, dispatcher)
         try:
             c = engine.config
             assert (c.misfire_grace, c.lease_ttl, c.stop_grace, c.keep) == (
