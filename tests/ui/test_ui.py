@@ -80,9 +80,16 @@ async def test_e_disables_then_enables_the_selected_task(dashboard) -> None:
     assert (await app.host.store.get_task("alpha")).enabled
 
 
-async def test_s_stops_and_starts_the_engine(dashboard) -> None:
+async def test_s_asks_then_stops_and_starts_the_engine(dashboard) -> None:
     app, pilot = await dashboard()
     await pilot.press("s")
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("n")
+    await pilot.pause()
+    assert app.host.engine.running and not isinstance(app.screen, ConfirmScreen)
+    await pilot.press("s")
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("y")
     await until(pilot, lambda: not app.host.engine.running)
     await until(pilot, lambda: "engine stopped" in screen_text(app))
     # stopping releases the lease as its last step; the header can say so a moment before

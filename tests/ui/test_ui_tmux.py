@@ -37,6 +37,8 @@ def test_run_now_stop_engine_and_quit_in_a_real_terminal(tmux, tmp_path: Path) -
     assert occ["kind"] == "manual" and occ["state"] == "succeeded"
 
     tmux("send-keys", "-t", "ui", "s")
+    wait_for(screen, "Stop the engine?")
+    tmux("send-keys", "-t", "ui", "y")
     wait_for(screen, "engine stopped")
     tmux("send-keys", "-t", "ui", "q")
     deadline = time.monotonic() + 15

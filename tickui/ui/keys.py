@@ -55,7 +55,8 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
             show=False),
     ]),
     ("Engine", [
-        Key("s", "toggle_engine", "Start/stop engine", "Start or stop the engine", 8),
+        Key("s", "toggle_engine", "Start/stop engine",
+            "Start or stop the engine (stopping asks first, except on the demo's database)", 8),
         Key("t", "toggle_ticker", "Start/stop ticker", "Start or stop the tick emitter", 16),
         Key("f", "toggle_failures", "Fail publishes",
             "Simulate publish failures (watch the breaker; asks first on a real database)", 17),
@@ -63,6 +64,7 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
     ("App", [
         Key("question_mark", "help", "Help", "This help", 0),
         Key("q", "quit", "Quit", "Quit (asks about active runs)", 0),
+        Key("ctrl+c", "quit", "Quit", "Quit, as q does", 0, show=False),
     ]),
 ]  # fmt: skip
 KEYS = [(k.key, k.action, k.label, k.text) for _, keys in KEY_GROUPS for k in keys]
@@ -105,7 +107,11 @@ MOVING = [
     ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
     ("ctrl+p", "Command palette (all of the above, and themes)"),
 ]
-APP_KEYS = [("?", "This help"), ("q", "Quit (asks about active runs)")]
+APP_KEYS = [
+    ("?", "This help"),
+    ("q", "Quit (asks about active runs)"),
+    ("ctrl+c", "Quit, as q does"),
+]
 
 # The other screens' keys, for their help and README (tests check them against each
 # screen's bindings, so neither can drift).
