@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,22 @@ def test_each_size_gets_its_own_layout(tmux, tmp_path: Path) -> None:
         poll(laid_out, 20)
         assert max(len(line) for line in screen().splitlines()) <= width
     _keys(tmux, "q")
+
+
+def test_a_task_says_running_in_its_row_within_a_second_of_its_start(tmux, tmp_path: Path) -> None:
+    db = tmp_path / "busy.db"
+    _add(db, "busy", "--every", "1h", "--", "sleep", "20")
+    screen = _start(tmux, tmp_path, db)
+    wait_for(screen, "busy")
+    _keys(tmux, "r")
+    deadline = time.monotonic() + 15
+    while True:
+        row = next((line for line in screen().splitlines() if "│busy " in line), "")
+        if "running" in row.split("busy", 1)[1]:
+            seen = time.time()
+            break
+        assert time.monotonic() < deadline, screen()
+        time.sleep(0.05)
+    [run] = cli_json("history", "busy", db=db)
+    started = datetime.fromisoformat(run["started_at"].replace("Z", "+00:00")).timestamp()
+    assert seen - started < 1.0, (seen, run)

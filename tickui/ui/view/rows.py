@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Any
 
-from tickui.model.occurrence import ACTIVE
+from tickui.model.occurrence import ACTIVE, QUEUED
 from tickui.model.records import Occurrence, Task
 from tickui.schedules.triggers import CronSchedule, preview
 from tickui.store import ascii_lower
@@ -70,6 +70,16 @@ def _last_value(task: Task) -> int | None:
     return task.stats.last_started_at or task.stats.last_scheduled_for
 
 
+def _state_rank(task: Task) -> int:
+    """STATE sorts what is happening first: running, a retry waiting, on, off."""
+    stats = task.stats
+    if stats.active:
+        return 0
+    if stats.retry_attempt is not None:
+        return 1
+    return 2 if task.enabled else 3
+
+
 # What each sortable column sorts by: (kind, value of a task).
 _SORTS: dict[str, tuple[str, Callable[[Task], Any]]] = {
     "NAME": ("text", lambda t: t.name),
@@ -81,7 +91,7 @@ _SORTS: dict[str, tuple[str, Callable[[Task], Any]]] = {
     "RESULT": ("text?", lambda t: t.stats.last_result),
     "OK%": ("num", lambda t: t.stats.success_rate),
     "MED": ("num", lambda t: t.stats.median_duration_us),
-    "ENABLED": ("num", lambda t: 0 if t.enabled else 1),
+    "STATE": ("num", lambda t: _state_rank(t)),
     "POLICY": ("text", lambda t: f"{t.spec.misfire}/{t.spec.concurrency}"),
     "MISS/SKIP": ("num", lambda t: t.stats.missed + t.stats.skipped),
 }
@@ -217,6 +227,24 @@ class OccurrenceRows:
         self.state = "all"
         self.task_id: int | None = None
         self.task_name: str | None = None  # for the label only
+        self._pending: dict[int, dict[int, Occurrence]] = {}  # task id: its active or queued
+
+    def pending(self, task_id: int) -> list[Occurrence]:
+        """The task's runs held here that are active or wait to start (its Tasks row
+        says so), oldest first."""
+        held = self._pending.get(task_id)
+        return sorted(held.values(), key=lambda o: o.id) if held else []
+
+    def _note_pending(self, occ: Occurrence) -> None:
+        if occ.active or occ.state == QUEUED:
+            self._pending.setdefault(occ.task_id, {})[occ.id] = occ
+        else:
+            self._forget_pending(occ)
+
+    def _forget_pending(self, occ: Occurrence) -> None:
+        held = self._pending.get(occ.task_id)
+        if held is not None and held.pop(occ.id, None) is not None and not held:
+            del self._pending[occ.task_id]
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -277,6 +305,7 @@ class OccurrenceRows:
     def load(self, occurrences: Iterable[Occurrence]) -> None:
         self.by_id = {}
         self._ids = []
+        self._pending = {}
         for occ in occurrences:
             self.upsert(occ)
 
@@ -301,18 +330,22 @@ class OccurrenceRows:
             return False
         if occ.id in self.by_id:
             self.by_id[occ.id] = occ
+            self._note_pending(occ)
             return True
         if len(self._ids) >= self.window and -occ.id > self._ids[-1]:
             return False
         insort(self._ids, -occ.id)
         self.by_id[occ.id] = occ
+        self._note_pending(occ)
         while len(self._ids) > self.window:
-            del self.by_id[-self._ids.pop()]
+            self._forget_pending(self.by_id.pop(-self._ids.pop()))
         return True
 
     def _remove(self, occ_id: int) -> None:
-        if self.by_id.pop(occ_id, None) is not None:
+        occ = self.by_id.pop(occ_id, None)
+        if occ is not None:
             del self._ids[bisect_left(self._ids, -occ_id)]
+            self._forget_pending(occ)
 
     def active_ids(self) -> list[int]:
         return [occ.id for occ in self.by_id.values() if occ.active]
