@@ -51,3 +51,23 @@ async def test_the_palette_has_one_entry_for_the_keys(dashboard) -> None:
     titles = [c.title for c in app.get_system_commands(app.screen)]
     assert "Keys" not in titles
     assert sum(t.startswith("Help") for t in titles) == 1, titles
+
+
+async def test_at_120_columns_the_tables_keep_the_useful_columns(dashboard) -> None:
+    app, pilot = await dashboard(size=(120, 40))
+    await pilot.pause()
+    shown = app.board.tasks_table.shown_titles()
+    assert {"OK%", "MISS/SKIP", "STATE", "RESULT"} <= set(shown), shown
+    side, tables = app.dashboard.query_one("#side"), app.dashboard.query_one("#tables")
+    assert side.region.y >= tables.region.bottom and tables.region.width == 120
+
+
+async def test_S_steps_only_through_the_columns_on_screen(dashboard) -> None:
+    app, pilot = await dashboard(size=(80, 24))
+    await pilot.pause()
+    shown = app.board.tasks_table.shown_titles()
+    seen = set()
+    for _ in range(8):
+        await pilot.press("S")
+        seen.add(app.board.task_rows.sort[0])
+    assert seen <= set(shown) and len(seen) > 1, (seen, shown)

@@ -213,6 +213,10 @@ class RowTable(ScrollView, can_focus=True):
         self._painted = {}
         self.refresh()
 
+    def shown_titles(self) -> list[str]:
+        """The titles of the columns this width shows, left to right."""
+        return [self.columns[i].title for i, _ in self._columns_for(self._width)]
+
     def _columns_for(self, width: int) -> list[tuple[int, int]]:
         sort = self.source.sort
         sorted_title = sort[0] if sort else None
