@@ -105,6 +105,7 @@ def rank(action: str) -> int:
 
 MOVING = [
     ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
+    ("home end", "First / last row; off the first row the Tasks order holds, home resumes it"),
     ("ctrl+p", "Command palette (all of the above, and themes)"),
 ]
 APP_KEYS = [

@@ -211,7 +211,7 @@ class Dashboard(Screen[None]):
             await self._filter_occurrences(save=False, text=event.value)
         else:
             self.board.task_rows.set_filter(event.value)
-            self.tasks.sync_size()
+            self.tasks.show_top()
             self.show_titles()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -242,11 +242,10 @@ class Dashboard(Screen[None]):
         if save:
             board.remember(occ_text=current["text"], occ_state=current["state"])
         self.show_titles()
-        if board.host is not None:
-            keep = self.occurrences.selected_key
+        if board.host is not None:  # a new filter starts at the newest runs it shows
             await board.load_occurrences()
-            if keep is not None and keep in rows.by_id:
-                self.occurrences.select_key(keep)
+            self.occurrences.show_top()
+            self.show_titles()
 
     async def action_cycle_state(self) -> None:
         states = OccurrenceRows.STATES
@@ -328,6 +327,8 @@ class Dashboard(Screen[None]):
         rows = self.board.task_rows
         title, descending = rows.sort
         text = f"Tasks · by {title} {'▼' if descending else '▲'}"
+        if rows.held and rows.stale:  # the order waits for the cursor to go back up
+            text += " · order held (home resumes)"
         if rows.filter:
             text += f" · {len(rows)} of {rows.total} match {rows.filter!r}"
         if tasks.border_title != text:  # called each second: repaint on a change only

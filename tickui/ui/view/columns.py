@@ -81,3 +81,6 @@ class CellSource(RowSource):
 
     def index_of(self, key: Hashable) -> int | None:
         return self.rows.index_of(key)  # type: ignore[arg-type]
+
+    def hold(self, on: bool) -> bool:
+        return self.rows.hold(on) if isinstance(self.rows, TaskRows) else False

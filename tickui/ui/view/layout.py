@@ -120,3 +120,8 @@ class RowSource:
 
     def index_of(self, key: Hashable) -> int | None:  # pragma: no cover
         raise NotImplementedError
+
+    def hold(self, on: bool) -> bool:
+        """Hold the rows' order while the user's cursor is off the top row; True when
+        releasing it reordered them. Rows kept in a fixed order ignore it."""
+        return False

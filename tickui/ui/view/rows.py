@@ -114,6 +114,8 @@ class TaskRows:
         self._view: list[tuple] = []
         self.filter = ""
         self._sort = self.DEFAULT_SORT
+        self.held = False  # the order holds: a changed task keeps its place
+        self.stale = False  # held, and some task would have moved
 
     def __len__(self) -> int:
         return len(self._view)
@@ -144,7 +146,17 @@ class TaskRows:
             primary = _text_key(value, descending)
         return (primary, task.name, task.id)
 
+    def hold(self, on: bool) -> bool:
+        """Hold the order (a task that changes keeps its place; a new one is still put
+        in order) or release it; True when releasing re-sorted the rows."""
+        moved = self.held and not on and self.stale
+        self.held = on
+        if moved:
+            self._rekey()
+        return moved
+
     def _rekey(self) -> None:
+        self.stale = False
         self._keys = {task.id: self._key(task) for task in self.by_id.values()}
         self._order = sorted(self._keys.values())
         self._refilter()
@@ -186,6 +198,9 @@ class TaskRows:
         self.by_id[task.id] = task
         key = self._key(task)
         if key == old_key:
+            return False
+        if self.held and old_key is not None and old_key[1] == task.name:
+            self.stale = True
             return False
         if old_key is not None:
             self._drop(old_key)

@@ -138,15 +138,31 @@ class RowTable(ScrollView, can_focus=True):
         return True
 
     def move_to(self, index: int) -> None:
+        """The cursor on row `index`. Off the top row the source holds its order (rows do
+        not move under a cursor the user moved); back on the top row it resumes."""
         self._picked = True
         count = len(self.source)
         old = self._cursor
         self._cursor = max(0, min(index, count - 1)) if count else 0
+        if self.source.hold(self._cursor != 0):  # released: the rows took their order
+            self.refresh()
         self._key = self.source.key_at(self._cursor) if count else None
         self._scroll_to_cursor()
         if old != self._cursor:
             self.refresh_row(old)
             self.refresh_row(self._cursor)
+
+    def show_top(self) -> None:
+        """The cursor and the view on the first row, as for a pane nobody picked a row in
+        (a new filter starts at the newest rows, not deep in the old ones)."""
+        self._picked = False
+        self._cursor = 0
+        if self.source.hold(False):
+            self.refresh()
+        self._key = self.source.key_at(0) if len(self.source) else None
+        if self.is_mounted:
+            self.scroll_to(y=0, animate=False, immediate=True)
+        self.sync_size()
 
     def _scroll_to_cursor(self) -> None:
         if not self.is_mounted:
