@@ -181,3 +181,38 @@ async def test_a_new_filter_starts_at_the_newest_runs(dashboard) -> None:
         await until(pilot, lambda: table.cursor == 0 and table.scroll_offset.y == 0)
         assert table.selected_key == rows.key_at(0) == max(rows.by_id)
         assert "newer above" not in pane.border_title
+
+
+async def test_a_new_database_says_how_to_add_a_task(dashboard) -> None:
+    app, pilot = await dashboard(seed=None)
+    await until(pilot, lambda: "No tasks yet: press a to add one" in screen_text(app))
+    assert "tickui task add" in screen_text(app)
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+
+
+async def test_a_filter_that_matches_nothing_says_so_and_esc_clears_it(dashboard) -> None:
+    app, pilot = await dashboard()
+    await pilot.press("slash", *"formtask", "enter")
+    pane = app.dashboard.query_one("#tasks-pane")
+    await until(pilot, lambda: "0 of 4 match 'formtask' · esc clears" in pane.border_title)
+    assert "No task matches 'formtask': esc clears the filter" in screen_text(app)
+    await pilot.press("escape")
+    await until(pilot, lambda: len(app.board.task_rows) == 4)
+    assert "match" not in pane.border_title and "No task" not in screen_text(app)
+    await pilot.press("tab", "F", "F")  # Occurrences: failed, then running: none
+    rows = app.board.occ_rows
+    await until(pilot, lambda: rows.state == "running")
+    await until(pilot, lambda: "No run matches this filter: esc clears it" in screen_text(app))
+    await pilot.press("escape")
+    await until(pilot, lambda: rows.state == "all" and not rows.filter_label())
+    assert app.board.prefs.occ_state == "all"
+
+
+async def test_each_table_names_the_zone_of_its_times(dashboard) -> None:
+    app, pilot = await dashboard()
+    panes = [app.dashboard.query_one(f"#{name}") for name in ("tasks-pane", "occ-pane")]
+    await until(pilot, lambda: all("times in local (" in p.border_subtitle for p in panes))
+    await pilot.press("z")
+    await until(pilot, lambda: all(p.border_subtitle.startswith("times in UTC") for p in panes))
+    assert "times in UTC · z changes" in screen_text(app)

@@ -111,6 +111,7 @@ class TickuiApp(App[int]):
         self.live.run_seconds()
         await self.live.drain()
         self.ready.set()
+        self.dashboard.show_titles()  # an empty database's hint, at once
         self.refresh_bindings()
 
     async def on_unmount(self) -> None:

@@ -38,6 +38,8 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
     ("View", [
         Key("slash", "filter", "Filter",
             "Filter the focused pane by task name (enter keeps it, esc clears it)", 7),
+        Key("escape", "clear_filter", "Clear filter",
+            "Clear the focused pane's filters (name, state, task)", 7, show=False),
         Key("F", "cycle_state", "State",
             "Occurrences: show all, failed, running or not skipped runs", 12),
         Key("T", "follow_task", "Follow",
@@ -69,7 +71,7 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
 ]  # fmt: skip
 KEYS = [(k.key, k.action, k.label, k.text) for _, keys in KEY_GROUPS for k in keys]
 RANKS = {k.action: k.rank for _, keys in KEY_GROUPS for k in keys}
-SHOWN_KEY = {"question_mark": "?", "slash": "/"}
+SHOWN_KEY = {"question_mark": "?", "slash": "/", "escape": "esc"}
 
 # Keys that act on the dashboard's panes: off under dialogs (the detail screen uses some).
 TASK_ACTIONS = (
@@ -78,6 +80,7 @@ TASK_ACTIONS = (
 )  # fmt: skip
 VIEW_ACTIONS = (
     "cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side", "hooks",
+    "clear_filter",
 )  # fmt: skip
 DASHBOARD_GROUPS = ("Runs", "Tasks", "View")  # the dashboard screen's; the rest are the app's
 DETAIL_DASHBOARD_ACTIONS = ("detail", "edit_task", "toggle_enabled")  # bound on a task's detail too

@@ -113,6 +113,7 @@ class RowTable(ScrollView, can_focus=True):
         self._wanted: dict[int, int] = {}  # flexible column: widest content painted
         self._painted: dict[int, tuple[int, list[Cell] | None]] = {}  # line: (row, cells)
         self._styles: dict[tuple[str, bool], Style] = {}
+        self.empty_text = ""  # said on the first line when there is no row (what to do)
 
     # ---- selection -------------------------------------------------------------------
 
@@ -229,6 +230,12 @@ class RowTable(ScrollView, can_focus=True):
         self._painted = {}
         self.refresh()
 
+    def say_when_empty(self, text: str) -> None:
+        """What the first line says while there is no row; repainted when it changes."""
+        if text != self.empty_text:
+            self.empty_text = text
+            self.refresh()
+
     def shown_titles(self) -> list[str]:
         """The titles of the columns this width shows, left to right."""
         return [self.columns[i].title for i, _ in self._columns_for(self._width)]
@@ -309,6 +316,9 @@ class RowTable(ScrollView, can_focus=True):
         cells = self.source.cells(index, self.now()) if index < len(self.source) else None
         self._painted[y] = (index, cells)
         if cells is None:
+            if y == 1 and self.empty_text and not len(self.source):
+                style = self._cell_style("bright_black", False)
+                return Strip([Segment(fit(" " + self.empty_text, width), style)], width)
             return Strip.blank(width, self.rich_style)
         self._measure(cells, layout)
         selected = index == self._cursor
