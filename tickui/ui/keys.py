@@ -108,7 +108,11 @@ def rank(action: str) -> int:
 
 MOVING = [
     ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
-    ("home end", "First / last row; off the first row the Tasks order holds, home resumes it"),
+    (
+        "home end",
+        "First / last row. The Tasks order holds off the first row and for 5 s "
+        "after a key (rows never move under the cursor); home resumes it",
+    ),
     ("ctrl+p", "Command palette (all of the above, and themes)"),
 ]
 APP_KEYS = [

@@ -214,7 +214,10 @@ class Dashboard(Screen[None]):
             await self._filter_occurrences(save=False, text=event.value)
         else:
             self.board.task_rows.set_filter(event.value)
-            self.tasks.show_top()
+            if event.value.strip():
+                self.tasks.show_top()  # a new filter starts at its first match
+            else:
+                self.tasks.sync_size()  # cleared: the task found stays picked
             self.show_titles()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -225,6 +228,7 @@ class Dashboard(Screen[None]):
             (self.occurrences if self._filtering_occ else self.tasks).focus()
 
     async def on_key(self, event) -> None:
+        self.tasks.hold_briefly()  # before the key acts: its row stays where it is
         box = self.focused
         if event.key == "escape" and isinstance(box, Input) and box.id == "filter":
             event.stop()
@@ -251,7 +255,7 @@ class Dashboard(Screen[None]):
         pane = self._filtered_pane()
         if pane is self.tasks:
             self.board.task_rows.set_filter("")
-            self.tasks.show_top()
+            self.tasks.sync_size()
             self.show_titles()
         elif pane is self.occurrences:
             await self._filter_occurrences(text="", state="all", task_id=None)
@@ -267,9 +271,12 @@ class Dashboard(Screen[None]):
         if save:
             board.remember(occ_text=current["text"], occ_state=current["state"])
         self.show_titles()
-        if board.host is not None:  # a new filter starts at the newest runs it shows
+        if board.host is not None:
+            keep = self.occurrences.selected_key
             await board.load_occurrences()
-            self.occurrences.show_top()
+            if rows.filter_label() or keep is None or not self.occurrences.select_key(keep):
+                self.occurrences.show_top()  # a new filter starts at the newest runs
+            # else cleared: the run found through the filter stays picked, among all
             self.show_titles()
 
     async def action_cycle_state(self) -> None:

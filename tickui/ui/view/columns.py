@@ -84,3 +84,6 @@ class CellSource(RowSource):
 
     def hold(self, on: bool) -> bool:
         return self.rows.hold(on) if isinstance(self.rows, TaskRows) else False
+
+    def reorders(self) -> bool:
+        return isinstance(self.rows, TaskRows) and not self.rows.held

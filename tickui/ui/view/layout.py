@@ -125,3 +125,8 @@ class RowSource:
         """Hold the rows' order while the user's cursor is off the top row; True when
         releasing it reordered them. Rows kept in a fixed order ignore it."""
         return False
+
+    def reorders(self) -> bool:
+        """The rows move by themselves now (a sort by time, not held): a cursor on the
+        top row stays on the top row instead of following a row down."""
+        return False

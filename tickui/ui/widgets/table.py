@@ -19,9 +19,12 @@ from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.timer import Timer
 
 from tickui.ui.view.cells import Cell
 from tickui.ui.view.layout import ARROWS, Column, RowSource, fit, layout_columns
+
+HOLD_AFTER_KEY = 5.0  # seconds a key holds the order of rows that reorder by themselves
 
 # Colour words the cell functions use, read as the theme's: a light theme gets readable
 # cells and a dark one the colours it chose.
@@ -114,6 +117,7 @@ class RowTable(ScrollView, can_focus=True):
         self._painted: dict[int, tuple[int, list[Cell] | None]] = {}  # line: (row, cells)
         self._styles: dict[tuple[str, bool], Style] = {}
         self.empty_text = ""  # said on the first line when there is no row (what to do)
+        self._brief: Timer | None = None  # holds the order a moment after a key
 
     # ---- selection -------------------------------------------------------------------
 
@@ -145,13 +149,26 @@ class RowTable(ScrollView, can_focus=True):
         count = len(self.source)
         old = self._cursor
         self._cursor = max(0, min(index, count - 1)) if count else 0
-        if self.source.hold(self._cursor != 0):  # released: the rows took their order
-            self.refresh()
+        if self.source.hold(self._cursor != 0 or self._brief is not None):
+            self.refresh()  # released: the rows took their order
         self._key = self.source.key_at(self._cursor) if count else None
         self._scroll_to_cursor()
         if old != self._cursor:
             self.refresh_row(old)
             self.refresh_row(self._cursor)
+
+    def hold_briefly(self, seconds: float = HOLD_AFTER_KEY) -> None:
+        """A key was pressed: the order holds a moment even on the top row, so a key that
+        changes the selected row (e, r) leaves it under the cursor for the next key."""
+        self.source.hold(True)
+        if self._brief is not None:
+            self._brief.stop()
+        self._brief = self.set_timer(seconds, self._brief_over)
+
+    def _brief_over(self) -> None:
+        self._brief = None
+        if self._cursor == 0 and self.source.hold(False):
+            self.sync_size()
 
     def show_top(self) -> None:
         """The cursor and the view on the first row, as for a pane nobody picked a row in
@@ -191,11 +208,11 @@ class RowTable(ScrollView, can_focus=True):
         self.virtual_size = Size(0, count + 1)  # no horizontal scrolling
         # A pane nobody is in, its cursor on the top row: it shows the newest rows (as a
         # log does) rather than keep a row nobody picked while newer ones push it away.
+        # A table whose order moves by itself keeps a cursor on its top row there too.
         watching = (
             self._cursor == 0
             and self.scroll_offset.y == 0
-            and not self.has_focus
-            and not self._picked
+            and ((not self.has_focus and not self._picked) or self.source.reorders())
         )
         index = self.source.index_of(self._key) if self._key is not None and not watching else None
         if index is None:
@@ -380,6 +397,9 @@ class RowTable(ScrollView, can_focus=True):
         self.move_to(self._cursor + direction * max(1, self.size.height - 2))
 
     def action_jump(self, where: int) -> None:
+        if where == 0 and self._brief is not None:  # home: the order resumes now
+            self._brief.stop()
+            self._brief = None
         self.move_to(len(self.source) - 1 if where < 0 else 0)
 
     def column_at(self, x: int) -> str | None:
