@@ -149,8 +149,7 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: 
 
     # Bad input first (it is said the same with or without a terminal), then the
     # terminal, then whatever the session makes.
-    check_scale(args.time_scale)
-    if not demo:
+    if check_scale(args.time_scale) == 1 and not demo:  # time-lapse reads only its copy
         inspect_file(db.expanduser())
     require_terminal()
     # Installed around the session too: a signal while the demo folder or the time-lapse
