@@ -29,7 +29,8 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
             4),
     ]),
     ("Tasks", [
-        Key("a", "add_task", "Add", "Add a task (the form checks it as you type)", 6),
+        Key("a", "add_task", "Add",
+            "Add a task (the form checks it as you type; enter saves it once valid)", 6),
         Key("E", "edit_task", "Edit", "Edit the selected task (the add form, filled in)", 9),
         Key("e", "toggle_enabled", "Enable/disable", "Enable or disable the selected task", 5),
         Key("d", "delete_task", "Delete", "Delete the selected task (asks first; history stays)",
