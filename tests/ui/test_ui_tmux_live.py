@@ -134,13 +134,13 @@ def test_each_size_gets_its_own_layout(tmux, tmp_path: Path) -> None:
 
 def test_a_task_says_running_in_its_row_within_a_second_of_its_start(tmux, tmp_path: Path) -> None:
     db = tmp_path / "busy.db"
-    _add(db, "busy", "--every", "1h", "--", "sleep", "20")
+    _add(db, "busy", "--cron", "0 0 1 1 *", "--", "sleep", "20")  # runs when r says
     screen = _start(tmux, tmp_path, db)
     wait_for(screen, "busy")
     _keys(tmux, "r")
     deadline = time.monotonic() + 15
     while True:
-        row = next((line for line in screen().splitlines() if "│busy " in line), "")
+        row = next((line for line in screen().splitlines() if "│busy " in line), "│busy ")
         if "running" in row.split("busy", 1)[1]:
             seen = time.time()
             break
