@@ -77,14 +77,14 @@ def test_narrow_drops_the_highest_priority_numbers_first_and_keeps_priority_zero
     assert occ["TASK"] == 16  # its preferred width before optional columns show
 
 
-def test_spare_width_goes_to_the_flexible_columns_that_are_cut_not_to_enabled() -> None:
+def test_spare_width_goes_to_the_flexible_columns_that_are_cut_not_to_state() -> None:
     by = {c.title: i for i, c in enumerate(TASK_COLUMNS)}
-    seen = {by["NAME"]: 6, by["ENABLED"]: 2, by["POLICY"]: 11, by["LAST"]: 8, by["NEXT"]: 8}
+    seen = {by["NAME"]: 6, by["STATE"]: 2, by["POLICY"]: 11, by["LAST"]: 8, by["NEXT"]: 8}
     wide = _widths(TASK_COLUMNS, 200, {**seen, by["SCHEDULE"]: 40})
     assert wide["SCHEDULE"] == 40  # all it needs
-    assert wide["ENABLED"] == 7 and wide["NAME"] == 8  # no blank room: content is short
-    note = _widths(TASK_COLUMNS, 98, {**seen, by["ENABLED"]: 11})
-    assert note["ENABLED"] == 11  # "off on hold": POLICY (priority 8) gives way instead
+    assert wide["STATE"] == 7 and wide["NAME"] == 8  # no blank room: content is short
+    note = _widths(TASK_COLUMNS, 98, {**seen, by["STATE"]: 11})
+    assert note["STATE"] == 11  # "off on hold": POLICY (priority 8) gives way instead
     assert "POLICY" not in note
     by = {c.title: i for i, c in enumerate(OCCURRENCE_COLUMNS)}
     shared = _widths(OCCURRENCE_COLUMNS, 120, {by["DETAIL"]: 500, by["TASK"]: 20, by["CODE"]: 7})
