@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.model.records import Occurrence
 from tickui.model.spec import build_spec
-from tickui.store import Store
+from tickui.store import Store, schema
 
 # A fixed, whole-minute instant for manual clocks: 2027-01-15T08:00:00Z.
 T0 = 1_800_000_000 * MICROS
@@ -126,3 +127,25 @@ def poll(predicate, timeout: float = 10.0, what: str = "the condition"):
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def write_schema_1_file(path) -> None:
+    """A database file as the first tickui wrote it: task 'old' (every 1m), one run."""
+    conn = sqlite3.connect(path)
+    for statement in schema.MIGRATIONS[0]:
+        conn.execute(statement)
+    spec = build_spec({"name": "old", "every": "1m", "command": ["true"]}, T0)
+    conn.execute(
+        "INSERT INTO tasks (name, spec, definition_hash, created_at, updated_at, anchor,"
+        " next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?)",
+        ("old", spec.to_json(), spec.definition_hash(), T0, T0, T0, T0, T0),
+    )
+    conn.execute(
+        "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at)"
+        " VALUES (1, 'old', 'scheduled', ?, 'succeeded', ?)",
+        (T0, T0),
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+    conn.commit()
+    conn.close()

@@ -297,12 +297,14 @@ def test_time_scale_defaults_to_real_time(argv) -> None:
 
 
 def test_every_subcommand_and_flag_has_help_text():
-    """`tickui <any command> --help` explains each subcommand, argument and flag."""
+    """`tickui <any command> --help` explains each subcommand, argument and flag, and a
+    flag that takes one of a few values lists them all in its help."""
     import argparse
 
     from tickui.cli.main import build_parser
+    from tickui.common.options import OPTIONS
 
-    missing = []
+    missing, unlisted = [], []
 
     def walk(parser: argparse.ArgumentParser, path: str) -> None:
         for action in parser._actions:
@@ -312,8 +314,18 @@ def test_every_subcommand_and_flag_has_help_text():
                     if not said.get(name):
                         missing.append(f"{path} {name}")
                     walk(sub, f"{path} {name}")
-            elif not isinstance(action, argparse._HelpAction) and not action.help:
-                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+                continue
+            named = f"{path} {'/'.join(action.option_strings) or action.dest}"
+            if not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(named)
+            if action.choices:
+                shown = f"{action.metavar or ''} {action.help or ''}"
+                unlisted.extend(f"{named}: {c}" for c in action.choices if str(c) not in shown)
 
     walk(build_parser(), "tickui")
+    for opt in OPTIONS:  # flags of a few values that argparse leaves to the settings' check
+        if opt.flag and opt.choices and opt.kind != "choice":
+            shown = f"{opt.metavar or ''} {opt.help}"
+            unlisted += [f"{opt.flag}: {c}" for c in opt.choices if c not in shown]
     assert not missing, missing
+    assert not unlisted, unlisted

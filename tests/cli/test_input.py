@@ -12,7 +12,7 @@ import pytest
 from helpers import cli
 from tickui.common import checks
 from tickui.common.errors import BadInput
-from tickui.common.timeutil import MICROS, parse_duration
+from tickui.common.timeutil import MICROS, parse_duration, parse_instant
 from tickui.runtime import settings as config
 
 ADD = ["task", "add", "job"]
@@ -274,3 +274,83 @@ def test_a_reader_that_goes_away_ends_tickui_quietly(tmp_path):
         os.close(write)
     assert proc.returncode == 141, proc.stderr
     assert proc.stderr == ""
+
+
+def test_a_duration_goes_up_to_ten_years() -> None:
+    """README: durations go up to ten years (3660 days: ten years and their leap days,
+    with room), whatever the unit; longer is refused as such."""
+    assert parse_duration("3650d") == 3650 * 86400 * MICROS
+    assert parse_duration("87840h") == 3660 * 86400 * MICROS
+    for longer in ("3661d", "87841h", "5270401m", "316224001s"):
+        with pytest.raises(BadInput, match="longer than ten years"):
+            parse_duration(longer)
+
+
+def test_an_instant_goes_from_1970_to_9999() -> None:
+    """README: instants are ISO 8601 with an offset, 1970 to 9999, both ends included."""
+    assert parse_instant("1970-01-01T00:00:00Z") == 0
+    assert parse_instant("9999-12-31T23:59:59Z") == 253_402_300_799 * MICROS
+    assert parse_instant("9999-12-31T23:59:59+00:00") == 253_402_300_799 * MICROS
+    for outside in ("1969-12-31T23:59:59Z", "1970-01-01T00:59:59+01:00",
+                    "9999-12-31T23:59:59-00:01"):  # fmt: skip
+        with pytest.raises(BadInput, match="outside 1970 to 9999"):
+            parse_instant(outside)
+
+
+def test_for_goes_up_to_366_days_on_run_ticks_and_worker(tmp_path) -> None:
+    """README: `--for` up to 366 days (a year and its leap day), on every command that
+    takes it; a second more is refused naming the flag."""
+    from tickui.cli.main import build_parser
+
+    year = str(366 * 86400)
+    for command in (["run"], ["ticks", "--kafka", "127.0.0.1:1"], ["worker"]):
+        assert build_parser().parse_args([*command, "--for", year]).duration == float(year)
+        result = cli(*command, "--for", str(366 * 86400 + 1), db=tmp_path / "t.db", timeout=20)
+        assert result.returncode == 2 and "--for" in result.stderr, (command, result.stderr)
+
+
+def test_time_scale_goes_from_1_to_3600(tmp_path) -> None:
+    """README: `--time-scale` 1 to 3600, before or after the subcommand."""
+    from tickui.cli.main import build_parser
+
+    for argv in (["run", "--time-scale", "3600"], ["--time-scale", "1", "demo"]):
+        assert build_parser().parse_args(argv).time_scale in (1, 3600)
+    for value in ("3601", "0.999"):
+        result = cli("run", "--time-scale", value, "--for", "1", db=tmp_path / "t.db", timeout=20)
+        assert result.returncode == 2 and "--time-scale" in result.stderr, result.stderr
+
+
+def test_a_config_file_may_be_up_to_4_mib(tmp_path):
+    """README: a config file larger than 4 MiB is refused; one of 4 MiB is read."""
+    path = tmp_path / "tickui.toml"
+    head = b"[engine]\nkeep = 7\n"
+    path.write_bytes(head + b"#" * (4 * 1024 * 1024 - len(head) - 1) + b"\n")
+    assert path.stat().st_size == 4 * 1024 * 1024
+    assert config.load(path, 0, env={}).engine.keep == 7
+    with path.open("ab") as more:
+        more.write(b"\n")
+    with pytest.raises(BadInput, match="larger than 4 MiB"):
+        config.load(path, 0, env={})
+
+
+def test_a_workers_slots_go_from_1_to_256(tmp_path) -> None:
+    """README: `tickui worker --slots N` (1 to 256, default 4)."""
+    from tickui.cli.main import build_parser
+
+    assert build_parser().parse_args(["worker"]).slots == 4
+    assert build_parser().parse_args(["worker", "--slots", "256"]).slots == 256
+    for value in ("0", "257"):
+        result = cli("worker", "--slots", value, "--kafka", "127.0.0.1:1", db=tmp_path / "t.db")
+        assert result.returncode == 2 and "--slots" in result.stderr, result.stderr
+
+
+def test_dispatch_partitions_go_from_1_to_1000(tmp_path) -> None:
+    """README: `[dispatch] partitions` of tickui.runs.v1, 1 to 1000."""
+    path = tmp_path / "tickui.toml"
+    for ok in (1, 1000):
+        path.write_text(f"[dispatch]\npartitions = {ok}\n")
+        assert config.load(path, 0, env={}).dispatch.partitions == ok
+    for bad in (0, 1001):
+        path.write_text(f"[dispatch]\npartitions = {bad}\n")
+        with pytest.raises(BadInput, match="partitions"):
+            config.load(path, 0, env={})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import T0, cli, cli_json
+from helpers import T0, cli, cli_json, write_schema_1_file
 from tickui.cli.changes import edited_spec_fields
 from tickui.cli.main import build_parser
 from tickui.common.errors import BadInput
@@ -348,7 +348,7 @@ async def test_overridden_is_shown_in_list_and_show(tmp_path: Path) -> None:
     listed = cli("task", "list", db=db).stdout
     assert "config (overridden)" in listed
     shown = cli("task", "show", "s", db=db).stdout
-    assert "overridden: True" in shown
+    assert "overridden: yes" in shown
     assert json.loads(cli("task", "list", "--json", db=db).stdout)[0]["source"] == "config"
 
 
@@ -377,15 +377,14 @@ async def test_disable_remove_and_a_file_change_cancel_queued_rows(tmp_path: Pat
 
 
 def test_edit_and_backfill_work_on_a_file_from_an_older_tickui(tmp_path: Path) -> None:
-    from test_store import _write_v1  # a schema-1 file with task 'old' (every 1m)
 
     db = tmp_path / "old.db"
-    _write_v1(db)
+    write_schema_1_file(db)
     done = cli("task", "edit", "old", "--every", "5m", db=db)
     assert done.returncode == 0, done.stderr
     assert cli_json("task", "show", "old", db=db)[0]["schedule"] == "every 5m"
     db2 = tmp_path / "old2.db"
-    _write_v1(db2)
+    write_schema_1_file(db2)
     rng = ("--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T00:10:00Z")
     done = cli("task", "backfill", "old", *rng, db=db2)
     assert done.returncode == 0 and "queued 10 backfill" in done.stdout, done.stderr

@@ -119,6 +119,9 @@ def test_run_on_a_worker_end_to_end(tmp_path, kafka_bootstrap):
         assert out.read_text().count("x") >= len(done)
         table = cli("history", "hello", db=db).stdout
         assert "WORKER" in table and name in table
+        shown = cli("logs", str(done[0]["id"]), db=db)  # the tail the worker reported
+        assert shown.returncode == 0 and f"worker {name}" in shown.stderr, shown.stderr
+        assert "succeeded" in shown.stderr
         found = poll(
             lambda: [w for w in json.loads(cli("workers", "--json", db=db).stdout)],
             what="a worker",

@@ -178,7 +178,7 @@ def test_task_show_hides_a_secret_argument_and_keeps_the_arguments_after_it(tmp_
     shown = cli("task", "show", "s", db=db).stdout
     line = next(line for line in shown.splitlines() if "command:" in line)
     assert "abcdefghijkl" not in line and "hunter2" not in line
-    assert line.split("command: ", 1)[1] == ("curl, -H, Authorization: ***, --password=***, -u, x")
+    assert line.split("command: ", 1)[1] == "curl -H 'Authorization: ***' '--password=***' -u x"
 
 
 def test_a_long_word_is_redacted_whole_and_its_secret_still_found() -> None:
@@ -221,3 +221,19 @@ def test_kafka_and_valkey_passwords_given_to_tickui_never_show(tmp_path):
     )  # fmt: skip
     assert said.returncode == 1 and len(said.stderr.strip().splitlines()) == 1, said.stderr
     assert "Env0nlyWord" not in said.stdout + said.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "curl -H 'X-Auth-Header: Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0Lg' https://api.test",
+        "calling the api with Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0Lg now",
+        "sent basic eyJhbGciOiJIUzI1NiJ9.c2VjcmV0Lg to the proxy",
+    ],
+)
+def test_a_bearer_token_is_hidden_without_an_authorization_header_before_it(text) -> None:
+    """README: bearer tokens are redacted wherever they stand, not only after
+    `Authorization:` (a log line, a curl flag with another header name)."""
+    shown = redact(text)
+    assert "eyJhbGciOiJIUzI1NiJ9" not in shown and "c2VjcmV0Lg" not in shown, shown
+    assert "***" in shown

@@ -365,3 +365,49 @@ async def test_without_proc_the_process_group_is_still_ended(tmp_path):
         for pid in found.values():
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
+
+
+async def test_what_ignores_sigterm_is_killed_after_the_default_3_s_grace(tmp_path):
+    """README: SIGTERM, then SIGKILL after the grace (3 s) to what is left: with the
+    dispatcher's own default, a cancel that SIGTERM cannot end takes 3 s (up to 1 s more
+    for the kill, the reaping and a loaded machine), never less."""
+    from helpers import T0
+    from tickui.common.clock import ManualClock
+    from tickui.dispatch import SubprocessDispatcher
+    from tickui.engine import SchedulerEngine
+    from tickui.model.spec import build_spec
+    from tickui.store import Store
+
+    command, pids = script(tmp_path, "trap '' TERM\nnote main\nexec sleep 300")
+    store = await Store.open(tmp_path / "t.db")
+    clock = ManualClock(T0)
+    engine = SchedulerEngine(store, SubprocessDispatcher(store, clock), clock)
+    try:
+        await store.add_task(build_spec({"name": "stubborn", "every": "1h",
+                                         "command": command}, T0), T0)  # fmt: skip
+        await engine.start()
+        found = await wait_pids(pids, {"main"})
+        (run,) = await store.history()
+        began = time.monotonic()
+        assert await asyncio.wait_for(engine.cancel(run.id), 10), "cancel hung"
+        took = time.monotonic() - began
+        assert survivors(found) == {}
+        assert 3.0 <= took <= 3.0 + 1.0, f"the kill came {took:.2f} s after SIGTERM"
+    finally:
+        await engine.stop(grace=0)
+        await store.close()
+
+
+async def test_while_runs_are_active_proc_is_scanned_every_quarter_second(tmp_path):
+    """README: a scan of /proc every 0.25 s while runs are active. Four scans take 1 s,
+    with 0.4 s allowed for the scans themselves on a loaded machine, never less."""
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("sleeper", every="1h", command=["sleep", "5"])
+        tracker = r.engine.dispatcher.runner.containment
+        await r.engine.start()
+        await wait_for(lambda: tracker.scans >= 1, 5, "the first scan")
+        loop = asyncio.get_running_loop()
+        first, began = tracker.scans, loop.time()
+        await wait_for(lambda: tracker.scans >= first + 4, 5, "four more scans")
+        took = loop.time() - began
+        assert 1.0 - 0.05 <= took <= 1.0 + 0.4, f"four scans took {took:.2f} s"

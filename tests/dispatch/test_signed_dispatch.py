@@ -111,12 +111,14 @@ def _start(
 ):
     db = tmp_path / "t.db"
     config = tmp_path / "tickui.toml"
-    hooked = tmp_path / "hook.jsonl"
+    hooked = tmp_path / "hooked"  # one file per delivery: a hook's two senders run at once
+    hooked.mkdir()
     text = '[dispatch]\nmode = "kafka"\nstart_timeout = "20s"\nworker_timeout = "10s"\n'
     if hook:
         text += (
             '\n[[hook]]\nname = "alarm"\non = ["refused"]\n'
-            f'command = ["sh", "-c", "cat >> {hooked}; echo >> {hooked}"]\n'
+            f'command = ["sh", "-c", "cat > {hooked}/$$.part && '
+            f'mv {hooked}/$$.part {hooked}/$$.json"]\n'
         )
     config.write_text(text)
     assert cli("task", "list", db=db).returncode == 0  # the database exists before the engine
@@ -168,10 +170,13 @@ def test_forged_expired_and_replayed_commands_never_run(tmp_path, broker, procs)
     assert said.returncode == 0
     assert "3 forged commands, 1 expired command, 1 replayed command" in said.stdout
     assert "refused a forged command: unsigned" in worker.output()
+
     # the engine's hook is told, once for the kind (then at most once a minute)
-    told = wait_for(lambda: hooked.exists() and "FORGED_COMMAND" in hooked.read_text() and
-                    hooked.read_text(), 20, "the refused hook")  # fmt: skip
-    event = json.loads(next(line for line in told.splitlines() if "FORGED_COMMAND" in line))
+    def told():
+        events = [json.loads(f.read_text()) for f in hooked.glob("*.json")]
+        return [e for e in events if "FORGED_COMMAND" in json.dumps(e)]
+
+    (event, *_) = wait_for(told, 20, "the refused hook")
     assert event["event"] == "refused" and worker.id in event["detail"]
 
 

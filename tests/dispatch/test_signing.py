@@ -254,3 +254,22 @@ def test_a_heartbeat_sent_again_is_older_than_the_last_one_heard():
 
     with pytest.raises(BadMessage, match="nested too deeply"):  # never a reader's crash
         Heartbeat.decode(b"[" * 100_000 + b"]" * 100_000)
+
+
+def test_refusals_are_logged_three_of_a_kind_then_once_a_minute_with_the_count(caplog):
+    """README: everything refused is logged, the first three of a kind, then once a
+    minute with the count: on a clock moved to just under, and to, the minute."""
+    now = [100.0]
+    refusals = Refusals(logging.getLogger("tickui.test"), clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "tickui.test"):
+        for _ in range(4):
+            refusals.refuse("forged_command", "unsigned")
+        now[0] = 159.9
+        refusals.refuse("forged_command", "unsigned")  # 59.9 s after the third: quiet
+        refusals.refuse("forged_heartbeat", "unsigned")  # another kind: its first is said
+        now[0] = 160.0
+        refusals.refuse("forged_command", "unsigned")  # a minute after the third: said
+    said_lines = [r.getMessage() for r in caplog.records]
+    assert len(said_lines) == 5, said_lines
+    assert said_lines[3] == "refused a forged heartbeat: unsigned"
+    assert said_lines[4] == "refused a forged command: unsigned (3 since the last said, 6 in all)"

@@ -259,3 +259,48 @@ def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(tmp_path):
     slots = [line.split()[1] for line in _lines(out)]
     assert len(set(slots)) == len(slots), "a slot ran twice"
     assert started >= 1
+
+
+async def _pause_moving_one_clock(tmp_path, moved: str) -> list:
+    """An engine claims five runs, then 'freezes' for 40 s (lease TTL 30 s) on one clock
+    only: `monotonic` (the wall clock set back to where it was: NTP stepped it back during
+    the pause) or `wall` (the wall clock jumps on, monotonic time stands). Returns the
+    claimed runs; the marker file says whether any ran."""
+    out = tmp_path / "ran.txt"
+    store = await Store.open(tmp_path / "t.db")
+    clock = ManualClock(T0)
+
+    async def move_one_clock() -> None:
+        if moved == "monotonic":
+            clock.set(T0)  # the pause moved both 40 s on: the wall clock goes back
+        else:
+            clock.set(clock.now() + 40 * MICROS)  # no pause: the wall clock alone jumps
+
+    pause = 40 if moved == "monotonic" else 0
+    dispatcher = PausingDispatcher(store, clock, kill_grace=1.0, pause=pause, during=move_one_clock)
+    engine = SchedulerEngine(store, dispatcher, clock, EngineConfig(lease_ttl=30 * MICROS))
+    try:
+        for i in range(5):
+            await store.add_task(build_spec(_marker_task(f"t{i}", out), T0), T0)
+        await engine.start()
+        assert not out.exists(), f"a run started after {moved} time passed the lease"
+        return await store.history(limit=100)
+    finally:
+        await engine.stop(grace=0)
+        await store.close()
+
+
+async def test_the_lease_deadline_on_the_monotonic_clock_alone_stops_every_start(tmp_path):
+    """README: the lease's deadline is kept on the monotonic clock. 40 s pass on it while
+    the wall clock (stepped back) still shows the lease valid: nothing may start."""
+    history = await _pause_moving_one_clock(tmp_path, "monotonic")
+    assert len(history) == 5 and {o.state for o in history} == {"skipped"}
+    assert {o.detail for o in history} == {NOT_STARTED}
+
+
+async def test_the_lease_is_checked_with_the_wall_clock_too(tmp_path):
+    """README: ... and checked with the wall clock: 40 s on the wall clock past a 30 s
+    lease while monotonic time stands still: nothing may start either."""
+    history = await _pause_moving_one_clock(tmp_path, "wall")
+    assert len(history) == 5 and {o.state for o in history} == {"skipped"}
+    assert {o.detail for o in history} == {NOT_STARTED}

@@ -4,6 +4,7 @@ HTTP server on a loopback port and to real commands; bad config refused by the r
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 import sys
@@ -800,3 +801,277 @@ async def test_a_real_tickers_breaker_opening_and_closing_reach_the_hook(tmp_pat
     assert "simulated publish failure" in opened["detail"]
     assert (closed["event"], closed["state"]) == ("breaker_closed", "CLOSED")
     assert opened["task"] is None and set(opened) == FIELDS
+
+
+# ---- the README's figures, at their defaults -----------------------------------------------
+
+
+def _event(name: str = "failed", n: int = 1) -> HookEvent:
+    base = dict.fromkeys(FIELDS - {"event", "host", "occurrence_id"})
+    return HookEvent(event=name, host="h", occurrence_id=n, **base)
+
+
+async def test_a_failing_delivery_has_3_attempts_half_a_second_then_a_second_apart(tmp_path):
+    """README: up to 3 attempts, 0.5 s then 1 s apart, with the service's own defaults.
+    Each gap is measured between the attempts' own starts (a real command each), so it
+    may run over by process start-up: allowed 0.4 s over, never under."""
+    stamps = tmp_path / "attempts"
+    failing = parse_hook(
+        {"name": "down", "on": ["failed"],
+         "command": ["sh", "-c", f"date +%s.%N >> {stamps}; exit 1"]}, 0
+    )  # fmt: skip
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([failing], r.store, r.clock)
+        outcome, attempts, detail = await svc.deliver(failing, _event())
+        await svc.close()
+    assert (outcome, attempts, detail) == ("failed", 3, "exit 1")
+    times = [float(line) for line in stamps.read_text().split()]
+    assert len(times) == 3
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert 0.5 <= gaps[0] <= 0.5 + 0.4, f"the 2nd attempt came {gaps[0]:.3f} s after the 1st"
+    assert 1.0 <= gaps[1] <= 1.0 + 0.4, f"the 3rd attempt came {gaps[1]:.3f} s after the 2nd"
+
+
+async def test_a_hook_has_2_senders_and_a_queue_of_256(tmp_path):
+    """README: events wait in a bounded queue (256) for 2 background senders per hook; a
+    full queue drops events and counts them. With both senders stuck on a hanging
+    command, exactly 256 more wait and the next one is dropped."""
+    hang = parse_hook(
+        {"name": "hang", "on": ["failed"], "command": ["sleep", "30"], "timeout": "30s"}, 0
+    )
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([hang], r.store, r.clock, attempts=1)
+        for n in range(4):
+            svc.emit(_event(n=n))
+        await wait_for(lambda: svc.status()["sending"] >= 2, 5, "both senders sending")
+        await asyncio.sleep(0.2)  # a third sender, were there one, would take the next
+        assert svc.status()["sending"] == 2 and svc.status()["waiting"] == 2
+        for n in range(4, 258):
+            svc.emit(_event(n=n))
+        assert svc.status()["waiting"] == 256 and svc.counts["dropped"] == 0
+        svc.emit(_event(n=258))
+        assert svc.status()["waiting"] == 256 and svc.counts["dropped"] == 1
+        await svc.close(grace=0.1)
+
+
+async def test_refused_is_told_at_once_then_once_a_minute_per_sender_and_kind(tmp_path):
+    """README: `refused` is told at once, then at most once a minute per sender and kind,
+    on the engine's clock (a manual one here, moved to just under and to the minute)."""
+    told = tmp_path / "told.jsonl"
+    h = parse_hook(
+        {"name": "alarm", "on": ["refused"],
+         "command": ["sh", "-c", f"cat >> {told}; echo >> {told}"]}, 0
+    )  # fmt: skip
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([h], r.store, r.clock)
+        svc.on_refused("engine", "forged_event", 1, "bad signature")  # told
+        svc.on_refused("engine", "forged_event", 2, "bad signature")  # within the minute
+        svc.on_refused("engine", "foreign_event", 1, "from w2")  # another kind: told
+        svc.on_refused("worker w1", "forged_event", 1, "bad signature")  # another sender: told
+        r.clock.advance(59.9)
+        svc.on_refused("engine", "forged_event", 3, "bad signature")  # 59.9 s: not yet
+        r.clock.advance(0.1)
+        svc.on_refused("engine", "forged_event", 4, "bad signature")  # 60 s: told
+        r.clock.advance(30)
+        svc.on_refused("engine", "forged_event", 5, "bad signature")  # 30 s since: not
+        await deliveries(r.store, 4)
+        await svc.close()
+    events = [json.loads(line) for line in told.read_text().split("\n") if line.strip()]
+    # two senders: the order they arrive in is not the order they were told in
+    assert sorted((e["error_code"], e["detail"].split(" refused")[0]) for e in events) == [
+        ("FOREIGN_EVENT", "engine: 1"),
+        ("FORGED_EVENT", "engine: 1"),
+        ("FORGED_EVENT", "engine: 4"),
+        ("FORGED_EVENT", "worker w1: 1"),
+    ]
+
+
+async def test_the_newest_1000_deliveries_are_kept(tmp_path):
+    """README: each delivery is recorded; the newest 1000 are kept."""
+    async with rig(tmp_path / "t.db") as r:
+        ids = [
+            await r.store.start_delivery("ops", "failed", "t", n, r.clock.now())
+            for n in range(1005)
+        ]
+        kept = await r.store.recent_deliveries(5000)
+    assert len(kept) == 1000
+    assert sorted(d.id for d in kept) == ids[5:]
+
+
+def test_tickui_hooks_limit_goes_up_to_the_1000_deliveries_kept(tmp_path):
+    """README: `tickui hooks --limit` is 1 to 1000 (no more deliveries are kept)."""
+    db = tmp_path / "t.db"
+    assert cli("task", "add", "a", "--every", "1h", "--", "true", db=db).returncode == 0
+    assert cli("hooks", "--limit", "1000", db=db).returncode == 0
+    over = cli("hooks", "--limit", "1001", db=db)
+    assert over.returncode == 2 and "1 to 1000" in over.stderr, over.stderr
+
+
+def test_a_hooks_timeout_goes_from_100ms_to_60s():
+    """README: `timeout` per attempt, 100ms to 60s; one step past either end is refused."""
+    for ok, micros in (("100ms", MICROS // 10), ("60s", 60 * MICROS)):
+        assert hook(url="http://a/", timeout=ok).timeout == micros
+    for bad in ("99ms", "60001ms"):
+        with pytest.raises(BadInput) as caught:
+            hook(url="http://a/", timeout=bad)
+        assert caught.value.field == "timeout", bad
+
+
+async def test_stopping_waits_for_a_delivery_in_flight_within_its_5_s(tmp_path):
+    """README: when tickui stops it waits up to 5 s for queued deliveries: one that takes
+    3 s is waited for and delivered, not cut short."""
+    done = tmp_path / "done"
+    slow = parse_hook(
+        {"name": "slow", "on": ["failed"], "command": ["sh", "-c", f"sleep 3; touch {done}"]}, 0
+    )
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([slow], r.store, r.clock, attempts=1)
+        svc.emit(_event())
+        await wait_for(lambda: svc.status()["sending"] == 1, 5, "the delivery under way")
+        await svc.close()
+        [row] = await r.store.recent_deliveries()
+    assert done.exists() and row.outcome == "delivered", row
+
+
+async def test_the_dashboard_waits_2_s_for_hook_deliveries_when_it_closes(tmp_path):
+    """README: the dashboard waits up to 2 s (not tickui run's 5 s) for deliveries when it
+    stops: one that takes 1 s is delivered, one that takes 4 s is recorded failed, and
+    closing takes about 2 s (allowed 0.8 s over for stopping engine and ticker)."""
+    from helpers import T0
+    from tickui.common.clock import ManualClock
+    from tickui.runtime.host import build_host
+    from tickui.runtime.settings import Settings
+    from tickui.store import Store
+
+    def slow(name: str, seconds: int) -> HookConfig:
+        command = ["sh", "-c", f"sleep {seconds}; touch {tmp_path / name}"]
+        return parse_hook({"name": name, "on": ["failed"], "command": command}, 0)
+
+    settings = Settings(hooks=(slow("quick", 1), slow("slow", 4)))
+    store = await Store.open(tmp_path / "t.db")
+    host = build_host(store, ManualClock(T0), settings, start_ticker=False)
+    assert host.hooks is not None
+    await host.start()
+    host.hooks.emit(_event())
+    await wait_for(lambda: host.hooks.status()["sending"] == 2, 5, "both deliveries under way")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await host.close(grace=0)
+    took = loop.time() - started
+    reader = await Store.open(tmp_path / "t.db")
+    try:
+        rows = {d.hook: d for d in await reader.recent_deliveries()}
+    finally:
+        await reader.close()
+    assert rows["quick"].outcome == "delivered" and (tmp_path / "quick").exists()
+    assert rows["slow"].outcome == "failed" and rows["slow"].detail == STOPPED
+    assert 2.0 <= took <= 2.0 + 0.8, f"closing took {took:.2f} s"
+
+
+class Redirect:
+    """A real HTTP server that answers every POST with a 307 to `to` (method kept)."""
+
+    def __init__(self, to: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(307)
+                self.send_header("Location", to)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/moved"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_url_hook_follows_no_redirect(tmp_path):
+    """README: a URL gets one HTTP POST, redirects not followed: a 307 is a failed attempt
+    and the place it points to hears nothing."""
+    with Receiver() as target:
+        moved = Redirect(target.url)
+        try:
+            h = hook(name="moved", url=moved.url, on=["failed"])
+            async with rig(tmp_path / "t.db") as r:
+                svc = HookService([h], r.store, r.clock, backoff=(0.01,))
+                outcome, attempts, detail = await svc.deliver(h, _event())
+                await svc.close()
+        finally:
+            moved.close()
+    assert (outcome, attempts) == ("failed", 3) and detail.startswith("HTTP 307"), detail
+    assert target.bodies == []
+
+
+async def test_a_url_hook_takes_no_proxy_from_the_environment(tmp_path, monkeypatch):
+    """README: a URL gets one HTTP POST, no proxy: with HTTP_PROXY set, the POST still goes
+    straight to the hook's URL."""
+    with Receiver() as target, Receiver() as proxy:
+        proxy_url = f"http://127.0.0.1:{proxy.server.server_address[1]}"
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.setenv(name, proxy_url)
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        h = hook(name="direct", url=target.url, on=["failed"])
+        async with rig(tmp_path / "t.db") as r:
+            svc = HookService([h], r.store, r.clock, backoff=(0.01,))
+            outcome, _, detail = await svc.deliver(h, _event())
+            await svc.close()
+    assert outcome == "delivered", detail
+    assert len(target.bodies) == 1 and proxy.bodies == []
+
+
+async def test_a_command_hook_runs_without_the_run_marks_of_tickuis_environment(
+    tmp_path, monkeypatch
+):
+    """README: a command runs without the run marks (`TICKUI_*`) of tickui's environment;
+    it gets the event in $TICKUI_EVENT."""
+    seen = tmp_path / "env"
+    monkeypatch.setenv("TICKUI_TASK", "not-this-run")
+    monkeypatch.setenv("TICKUI_OCCURRENCE_ID", "41")
+    h = parse_hook({"name": "env", "on": ["failed"], "command": ["sh", "-c", f"env > {seen}"]}, 0)
+    async with rig(tmp_path / "t.db") as r:
+        svc = HookService([h], r.store, r.clock)
+        outcome, _, detail = await svc.deliver(h, _event())
+        await svc.close()
+    assert outcome == "delivered", detail
+    names = {line.split("=", 1)[0] for line in seen.read_text().splitlines() if "=" in line}
+    assert {n for n in names if n.startswith("TICKUI_")} == {"TICKUI_EVENT"}
+
+
+async def test_a_url_hooks_path_never_shows_even_when_the_server_says_it(tmp_path):
+    """README: a delivery's detail never shows a URL's path (often a webhook's secret),
+    even when the server's answer repeats it, whole URL or path alone."""
+    path = "/services/T000/B000/SECRETxyz"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+            self.send_response(404, f"no hook at {path} ({url})")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        h = hook(name="secret", url=f"http://127.0.0.1:{server.server_address[1]}{path}")
+        async with rig(tmp_path / "t.db") as r:
+            svc = HookService([h], r.store, r.clock, attempts=1)
+            outcome, _, detail = await svc.deliver(h, _event())
+            await svc.close()
+            [row] = await r.store.recent_deliveries()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert outcome == "failed" and detail.startswith("HTTP 404 no hook at"), detail
+    assert "SECRET" not in detail and "SECRET" not in (row.detail or ""), detail

@@ -305,3 +305,13 @@ async def test_cancel_ends_the_running_backfill_run_through_the_engine(tmp_path:
         await r.tick(5)
         runs = await r.history("m")
     assert [(o.id, o.state, o.attempt) for o in runs] == [(running.id, "cancelled", 1)]
+
+
+def test_max_goes_up_to_5000_and_no_further() -> None:
+    """README: `--max` goes up to 5000; more is refused."""
+    every = interval(60 * S, 0)
+    start, now = 1_000 * 60 * S, 10_000 * 60 * S
+    assert len(backfill_slots(every, start, start + 5000 * 60 * S, now, 5000)) == 5000
+    with pytest.raises(BadInput) as refused:
+        backfill_slots(every, start, start + 60 * S, now, 5001)
+    assert refused.value.field == "--max" and "1 to 5000" in str(refused.value)

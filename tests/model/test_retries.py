@@ -630,3 +630,19 @@ def test_a_run_interrupted_by_kill_9_is_retried_once_after_the_restart(tmp_path)
     assert interrupted["error_code"] == "INTERRUPTED"
     assert (retry["attempt"], retry["retry_of"]) == (2, interrupted["id"])
     assert _lines(out) == [str(interrupted["id"]), str(retry["id"])]
+
+
+def test_the_retry_jitter_is_fixed_by_the_first_attempts_id_and_the_attempt_number():
+    """README: each delay is shortened by a jitter of up to 10% fixed by the first
+    attempt's id and the attempt number: one occurrence's attempts do not all lose the
+    same fraction, and the same (id, attempt) always gives the same delay."""
+    base, cap = 10 * S, 10**6 * 3600 * S  # no cap in reach: each delay is base * 2**(n-1)
+    for first in range(1, 30):
+        shortened = []
+        for attempt in range(1, 9):
+            raw = base * 2 ** (attempt - 1)
+            got = retries.delay(attempt, base, cap, first)
+            assert 0.9 * raw <= got <= raw, (first, attempt, got)
+            assert got == retries.delay(attempt, base, cap, first)  # the same after a restart
+            shortened.append(round((raw - got) / raw, 6))
+        assert len(set(shortened)) >= 6, f"id {first}: every attempt loses {shortened}"

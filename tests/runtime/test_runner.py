@@ -12,8 +12,14 @@ import subprocess
 import sys
 import time
 
-from helpers import cli, cli_json
+from helpers import T0, cli, cli_json
+from tickui.common.clock import ManualClock
 from tickui.common.redact import RedactingFilter, redact
+from tickui.common.timeutil import MICROS, iso
+from tickui.model.spec import build_spec
+from tickui.runtime.assembly import build_dispatcher, build_engine
+from tickui.runtime.settings import load
+from tickui.store import Store
 
 
 def test_sigterm_stops_gracefully_and_cancels_what_still_runs(tmp_path):
@@ -107,3 +113,42 @@ def test_logging_filter_redacts_arguments_and_tracebacks():
     assert RedactingFilter().filter(record)
     formatted = logging.Formatter().format(record)
     assert "topsecret" not in formatted and "***" in formatted
+
+
+async def test_without_settings_the_engine_has_the_readmes_defaults(tmp_path, monkeypatch):
+    """README (tickui.toml): misfire_grace 5s, lease_ttl 30s, stop_grace 10s, keep 1000,
+    log_head 64KiB and log_tail 1MiB; [dispatch] partitions 12, start_timeout 30s,
+    worker_timeout 10s; [ticker] interval 1s, jitter 0, breaker 5 failures and 60s,
+    publish_timeout 1s; [valkey] timeout 1s, retries 0. No file and an empty one alike; and
+    the 5 s grace at work: a slot 5 s late still runs, one 6 s late is a misfire."""
+    monkeypatch.chdir(tmp_path)
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    for n, path in enumerate((None, empty)):
+        settings = load(path, T0, env={})
+        d, t = settings.dispatch, settings.ticker
+        assert (d.partitions, d.start_timeout, d.worker_timeout) == (12, 30 * MICROS, 10 * MICROS)
+        assert (t.interval_ms, t.jitter_ms, t.breaker_threshold, t.breaker_reset_s) == (
+            1000, 0, 5, 60.0)  # fmt: skip
+        assert (t.publish_timeout_s, t.valkey_timeout_s, t.valkey_retries) == (1.0, 1.0, 0)
+        store = await Store.open(tmp_path / f"{n}.db")
+        clock = ManualClock(T0)
+        dispatcher = build_dispatcher(store, clock, settings.engine, settings.dispatch, None)
+        engine = build_engine(store, clock, settings.engine, MICROS, dispatcher)
+        try:
+            c = engine.config
+            assert (c.misfire_grace, c.lease_ttl, c.stop_grace, c.keep) == (
+                5 * MICROS, 30 * MICROS, 10.0, 1000)  # fmt: skip
+            runner = engine.dispatcher.runner
+            assert (runner.head_bytes, runner.tail_bytes) == (64 * 1024, 1024 * 1024)
+            for name, anchor in (("five-late", T0 + MICROS), ("six-late", T0)):
+                raw = {"name": name, "every": "1h", "misfire": "skip", "command": ["true"],
+                       "anchor": iso(anchor)}  # fmt: skip
+                await store.add_task(build_spec(raw, T0), T0)
+            clock.advance(6)
+            await engine.start()
+            states = {o.task: o.state for o in await store.history(limit=10)}
+            assert states["six-late"] == "skipped" and states["five-late"] != "skipped", states
+        finally:
+            await engine.stop(grace=0)
+            await store.close()

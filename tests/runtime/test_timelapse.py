@@ -157,10 +157,11 @@ def test_real_commands_run_on_the_copy_on_time(tmp_path):
     task = final_json(run.stderr)["time_lapse"]["tasks"]["minutely"]
     assert task["succeeded"] == len(slots) and task.get("failed", 0) == 0
     # A slot a loaded machine scanned too late is counted missed, never lost: every slot from
-    # the first due to the last run either ran or is counted (a late first scan counts the
-    # slots before the first run it makes).
-    span = round((slots[-1] - first_due).total_seconds() / 60)
-    assert len(slots) + task["missed"] == span + 1, (len(slots), task["missed"], span)
+    # the first due (a late first scan counts the slots before its first run) to the last run
+    # either ran or is counted. A late run is counted too (run_once: it ran past its grace),
+    # so the counted may exceed the slots that did not run, never the slots there were.
+    span = round((slots[-1] - first_due).total_seconds() / 60) + 1
+    assert span <= len(slots) + task["missed"] <= 2 * span, (len(slots), task, span)
     assert task["late_max_s"] < 60  # late by less than one slot, in engine time
     assert digest(db) == before and beside(db) == files
     assert list(scratch.iterdir()) == []

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import stat
+import threading
 
 import pytest
 
-from helpers import T0
+from helpers import T0, write_schema_1_file
 from tickui.common.errors import StoreError
 from tickui.model.spec import build_spec
 from tickui.store import Store, schema
@@ -58,30 +59,9 @@ async def test_times_are_stored_as_integers(tmp_path):
         await store.close()
 
 
-def _write_v1(path) -> None:
-    conn = sqlite3.connect(path)
-    for statement in schema.MIGRATIONS[0]:
-        conn.execute(statement)
-    spec = build_spec({"name": "old", "every": "1m", "command": ["true"]}, T0)
-    conn.execute(
-        "INSERT INTO tasks (name, spec, definition_hash, created_at, updated_at, anchor,"
-        " next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?)",
-        ("old", spec.to_json(), spec.definition_hash(), T0, T0, T0, T0, T0),
-    )
-    conn.execute(
-        "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at)"
-        " VALUES (1, 'old', 'scheduled', ?, 'succeeded', ?)",
-        (T0, T0),
-    )
-    conn.execute("PRAGMA user_version = 1")
-    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
-    conn.commit()
-    conn.close()
-
-
 async def test_an_older_file_is_migrated_and_keeps_its_data(tmp_path):
     db = tmp_path / "old.db"
-    _write_v1(db)
+    write_schema_1_file(db)
     store = await Store.open(db)
     try:
         assert (await store._one("PRAGMA user_version"))[0] == schema.VERSION
@@ -119,7 +99,7 @@ def _garbage(path) -> None:
 
 
 def _damaged(path) -> None:
-    _write_v1(path)
+    write_schema_1_file(path)
     data = bytearray(path.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)
     path.write_bytes(bytes(data))
@@ -202,3 +182,31 @@ async def test_opening_a_current_file_for_writing_writes_nothing(tmp_path):
     await store.close()
     after = [p.read_bytes() if p.exists() else None for p in files]
     assert after == before
+
+
+async def test_a_locked_database_is_waited_for_5_seconds_by_writers_and_readers(tmp_path):
+    """README: a database is locked (exit 1) only when another writer held it over 5 s:
+    both the writing and the read-only connection wait 5000 ms, and a writer held for a
+    second and a half is waited out rather than failed."""
+    db = tmp_path / "t.db"
+    store = await Store.open(db)
+    try:
+        await store.add_task(build_spec({"name": "a", "every": "1m", "command": ["true"]}, T0), T0)
+        assert (await store._one("PRAGMA busy_timeout"))[0] == 5000
+        reader = await Store.open(db, readonly=True)
+        try:
+            assert (await reader._one("PRAGMA busy_timeout"))[0] == 5000
+        finally:
+            await reader.close()
+        holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        released = threading.Timer(1.5, holder.execute, ("ROLLBACK",))
+        released.start()
+        try:
+            await store.set_enabled("a", False, T0)  # waits the 1.5 s out, then writes
+        finally:
+            released.join()
+            holder.close()
+        assert not (await store.get_task("a")).enabled
+    finally:
+        await store.close()

@@ -443,3 +443,15 @@ def test_tickui_ticks_lines_stay_fast_and_short_for_a_huge_message():
     assert set(row["tick"]) == {"now", "sequence_number", "scheduler_id"}  # no `pad`
     assert len(row["tick"]["scheduler_id"]) == FIELD_MAX and row["tick"]["sequence_number"] == 3
     assert (row["flag"], row["missing"]) == ("gap", 2)
+
+
+def test_tickui_ticks_json_cuts_each_field_to_256_characters():
+    """README: in `tickui ticks --json`, each of the tick's fields is cut to 256
+    characters (the 256th is the `…` that says so); a field of 256 is shown whole."""
+    from tickui.ticks.tail import _line
+    from tickui.ticks.wire import decode
+
+    raw = json.dumps({"now": "n" * 256, "sequence_number": 3, "scheduler_id": "s" * 257}).encode()
+    row = json.loads(_line(decode(raw), None, 0, True))
+    assert row["tick"]["now"] == "n" * 256
+    assert row["tick"]["scheduler_id"] == "s" * 255 + "…"

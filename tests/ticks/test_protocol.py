@@ -568,3 +568,9 @@ async def test_persisted_sequence_in_a_real_valkey_continues_after_a_restart():
         await second.stop()
         numbers = [json.loads(v)["sequence_number"] for _, _, v, _ in bus.sent]
         assert min(numbers) == used + 1  # the restart continues, never repeats
+
+
+def test_an_onex_scheduler_times_each_publish_out_at_5_s_by_default():
+    """README: optional keyword `publish_timeout_s` (default 5 s)."""
+    assert scheduler().config.publish_timeout_s == 5.0
+    assert scheduler(publish_timeout_s=0.25).config.publish_timeout_s == 0.25

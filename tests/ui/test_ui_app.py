@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from textual.widgets import Sparkline
 
 from helpers import T0, cli
 from tickui.common.clock import ManualClock
@@ -623,3 +624,53 @@ async def test_the_occurrences_title_counts_newer_runs_scrolled_out_of_sight(das
     await until(pilot, lambda: f"↑ {above} newer above" in pane.border_title)
     app.board.occ_table.move_to(0)  # back to the newest: nothing above any more
     await until(pilot, lambda: "newer above" not in pane.border_title)
+
+
+def test_a_task_that_keeps_failing_is_told_once_a_minute_with_the_count_between(
+    tmp_db: Path,
+) -> None:
+    """README: a task that keeps failing is told once a minute, with the count in between.
+    The dashboard's own notices, on loop times a test gives: told at 0 s, quiet at 30 s
+    and 59.9 s, told again at 60 s; another task's failure is told meanwhile."""
+    from tickui.model.records import Occurrence
+
+    app = make_app(tmp_db, ManualClock(T0))
+    ids = iter(range(1, 100))
+
+    def failure(task_id: int, name: str) -> Occurrence:
+        fields = {"exit_code": 3, "error_code": "EXIT_NONZERO", "detail": "exit 3: broken"}
+        return Occurrence(next(ids), task_id, name, "scheduled", T0, "failed", T0, **fields)
+
+    def told(task_id: int, name: str, at: float) -> str | None:
+        return app.live.notices.failed_run(None, failure(task_id, name), at)
+
+    assert told(1, "beta", 1000.0) == "beta failed (3): exit 3: broken"
+    assert told(1, "beta", 1030.0) is None
+    assert told(2, "gamma", 1030.0) == "gamma failed (3): exit 3: broken"
+    assert told(1, "beta", 1059.9) is None
+    assert told(1, "beta", 1060.0) == (
+        "beta failed (3): exit 3: broken (2 more failed since the last notice)"
+    )
+    assert told(1, "beta", 1119.9) is None
+    assert told(1, "beta", 1120.0) == (
+        "beta failed (3): exit 3: broken (1 more failed since the last notice)"
+    )
+
+
+async def test_side_panes_move_under_the_tables_below_110_columns_and_the_sparkline_below_30_rows(
+    dashboard,
+) -> None:
+    """README: below 110 columns the Ticks and breaker panes move under the tables; below
+    30 rows the sparkline goes. At 110 x 30 neither happens; one column or row less does."""
+    app, pilot = await dashboard(size=(110, 30))
+    side = app.dashboard.query_one("#side")
+    tables = app.dashboard.query_one("#tables")
+    spark = app.dashboard.query_one("#tick-spark", Sparkline)
+    assert side.region.x >= tables.region.right and spark.region.height > 0
+    await pilot.resize_terminal(109, 30)
+    await until(pilot, lambda: side.region.y >= tables.region.bottom)
+    assert spark.region.height > 0
+    await pilot.resize_terminal(109, 29)
+    await until(pilot, lambda: spark.region.height == 0)
+    await pilot.resize_terminal(110, 29)
+    await until(pilot, lambda: side.region.x >= tables.region.right)

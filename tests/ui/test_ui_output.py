@@ -14,7 +14,7 @@ from helpers import T0
 from tickui.common.clock import ManualClock
 from tickui.model.spec import build_spec
 from tickui.ui import sample
-from tickui.ui.log_index import LineIndex
+from tickui.ui.log_index import LineIndex, Search
 from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.run import RunScreen
 from ui_support import notes, screen_text, until
@@ -148,10 +148,20 @@ async def test_a_200_mb_log_opens_quickly_and_is_browsed_in_bounded_memory(dashb
     await until(pilot, lambda: "LAST LINE of the big log" in screen_text(app))
     browsed = time.monotonic() - began
     peak = max(peak, process.memory_info().rss)
+    await pilot.press("g", "slash", *"LAST", "enter")
+    asked = time.monotonic()  # the screen answers while the search reads 200 MB in a thread
+    await pilot.press("j")
+    answered = time.monotonic() - asked
+    await until(pilot, lambda: "/LAST: match 1/1" in screen_text(app), timeout=20)
+    assert "LAST LINE of the big log" in screen_text(app)
+    await pilot.press("g", "slash", *"fox", "enter")  # every line: counted up to 10,000
+    await until(pilot, lambda: "/fox: match 1/>10,000" in screen_text(app), timeout=20)
+    peak = max(peak, process.memory_info().rss)
     growth = (peak - rss_before) / (1 << 20)
     assert first_paint < 2.0, f"first lines after {first_paint:.2f}s"
     assert browsed < 8.0, f"first to last took {browsed:.2f}s"
     assert growth < 50, f"RSS grew {growth:.1f} MB"
+    assert answered < 1.0, f"a key took {answered:.2f}s during a search"
     index = screen.view.index
     assert len(index.before) <= (path.stat().st_size >> 16) + 1  # one count per 64 KiB
 
@@ -189,6 +199,68 @@ async def test_follow_shows_lines_written_while_the_view_is_open(tmp_db: Path, d
     assert screen.follow
 
 
+async def test_a_paused_view_holds_its_lines_while_new_ones_arrive(dashboard) -> None:
+    """k, pgup and g stop following and the view then holds the same lines however many
+    arrive; G follows again; c cancels the run, asking first as the dashboard does."""
+
+    async def seed(store, clock):
+        script = 'i=0; while true; do i=$((i+1)); echo "row $i"; sleep 0.02; done'
+        spec = build_spec(
+            {"name": "chatty", "every": "1h", "anchor": ANCHOR, "command": ["sh", "-c", script]}, T0
+        )
+        await store.add_task(spec, T0)
+
+    app, pilot = await dashboard(ManualClock(T0), seed, notifications=True)
+    occ = await app.host.engine.run_now("chatty")
+    await until(pilot, lambda: occ.id in app.board.occ_rows.by_id)
+    app.board.occ_table.focus()
+    app.board.occ_table.move_to(app.board.occ_rows.index_of(occ.id))
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, RunScreen))
+    screen, view = app.screen, app.screen.view
+    await until(pilot, lambda: view.count > 100 and view.scroll_offset.y > 50)
+    for key in ("k", "pageup", "g"):
+        await pilot.press("G")
+        await until(pilot, lambda: screen.follow)
+        await pilot.press(key)
+        await until(pilot, lambda: not screen.follow and "paused" in screen_text(app))
+        held, count = view.scroll_offset.y, view.count
+        await until(pilot, lambda count=count: view.count > count + 20)
+        assert view.scroll_offset.y == held, key
+    assert "paused (G or f follows)" in screen_text(app)
+    await pilot.press("G")  # follows again: the newest line in view
+    await until(pilot, lambda: screen.follow and view.visible_range()[1] == view.count)
+    count = view.count
+    await until(pilot, lambda: view.count > count + 20)
+    await until(pilot, lambda: view.visible_range()[1] == view.count)
+    await pilot.press("c")
+    await until(pilot, lambda: f"Cancel run {occ.id} (chatty" in screen_text(app))
+    await pilot.press("y")
+    await until(pilot, lambda: not screen.occ.active, timeout=20)
+    assert screen.occ.state == "cancelled" and app.screen is screen
+
+
+async def test_y_copies_the_current_match_or_a_clicked_line(dashboard) -> None:
+    app, pilot = await dashboard(notifications=True)
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_text(numbered(3000, 700))
+    screen = await open_from_occurrences(pilot, occ)
+    copied: list[str] = []
+    app.copy_to_clipboard = copied.append
+    await pilot.press("y")  # nothing marked yet: says how to
+    await until(pilot, lambda: any("shift-drag" in n for n in notes(app)))
+    assert not copied
+    await pilot.press("slash", *"needle", "enter")
+    await until(pilot, lambda: screen.view.match == 699)
+    await pilot.press("y")
+    await until(pilot, lambda: copied == ["needle number 700"])
+    await until(pilot, lambda: "copied line 700 to the clipboard" in notes(app))
+    await pilot.click("#run-log", offset=(5, 2))  # the view's third line (under its border)
+    await pilot.press("y")
+    top = screen.view.scroll_offset.y
+    await until(pilot, lambda: copied[-1] == screen.view.text(top + 1))
+
+
 def numbered(count: int, every: int) -> str:
     return "".join(
         f"needle number {n}\n" if n % every == 0 else f"hay {n}\n" for n in range(1, count + 1)
@@ -196,34 +268,98 @@ def numbered(count: int, every: int) -> str:
 
 
 async def test_search_finds_a_line_and_n_and_shift_n_move_between_matches(dashboard) -> None:
-    app, pilot = await dashboard()
+    app, pilot = await dashboard(notifications=True)
     occ = await run_once(pilot)
     Path(occ.log_path).write_text(numbered(3000, 700))
     screen = await open_from_occurrences(pilot, occ)
     view = screen.view
-    await pilot.press("slash", *"Needle", "enter")  # capitals: case-sensitive, no match
-    await until(pilot, lambda: "no match" in screen_text(app))
-    await pilot.press("slash")
-    screen.query_one("#run-search").value = ""
-    await pilot.press(*"needle", "enter")
+    await pilot.press("slash", *"needle", "enter")
     await until(pilot, lambda: view.match == 699)
     await until(pilot, lambda: "needle number 700" in screen_text(app))
-    assert "/needle: line 700" in screen_text(app)
+    await until(pilot, lambda: "/needle: match 1/4" in screen_text(app))
     await pilot.press("n")
     await until(pilot, lambda: view.match == 1399)
     assert "needle number 1400" in screen_text(app)
+    await until(pilot, lambda: "match 2/4" in screen_text(app))
     await pilot.press("n", "n")
     await until(pilot, lambda: view.match == 2799)
-    await pilot.press("n")  # nothing below: stays
-    await pilot.pause(0.1)
-    assert view.match == 2799
+    assert "continuing" not in screen_text(app)
+    await pilot.press("n")  # nothing below: wraps to the first, as less does, and says so
+    await until(pilot, lambda: view.match == 699)
+    await until(
+        pilot, lambda: "match 1/4 · search hit BOTTOM, continuing at TOP" in lines_shown(app)
+    )
+    await pilot.press("N")  # and back over the top
+    await until(pilot, lambda: view.match == 2799)
+    await until(
+        pilot, lambda: "match 4/4 · search hit TOP, continuing at BOTTOM" in lines_shown(app)
+    )
     await pilot.press("N")
     await until(pilot, lambda: view.match == 2099)
     assert "needle number 2100" in screen_text(app)
 
 
+async def test_n_after_g_finds_the_match_below_the_view_wrapping_to_the_top(dashboard) -> None:
+    """A search moves from where the view is, not from the last match found."""
+    app, pilot = await dashboard(notifications=True)
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_text(numbered(3000, 700))
+    screen = await open_from_occurrences(pilot, occ)
+    view = screen.view
+    await pilot.press("slash", *"needle", "enter")
+    await until(pilot, lambda: view.match == 699)
+    await pilot.press("G")
+    await until(pilot, lambda: "hay 3000" in screen_text(app))
+    await pilot.press("n")  # 2800 is above the view: the next one below wraps to 700
+    await until(pilot, lambda: view.match == 699 and "search hit BOTTOM" in screen_text(app))
+    await pilot.press("g")
+    view.scroll_to(y=1500, animate=False, immediate=True)
+    await pilot.pause()
+    await pilot.press("N")  # from the view's top: the one above it, 1400
+    await until(pilot, lambda: view.match == 1399)
+
+
+async def test_search_is_smart_case_and_takes_a_regular_expression(dashboard) -> None:
+    app, pilot = await dashboard(notifications=True)
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_text("start\nStep done\nstep DONE twice\nERROR 42\nerror x\n")
+    screen = await open_from_occurrences(pilot, occ)
+    view = screen.view
+
+    async def search(typed: str) -> None:
+        await pilot.press("slash")
+        screen.query_one("#run-search").value = typed
+        await pilot.press("enter")
+
+    await search("step")  # lowercase: any case
+    await until(pilot, lambda: view.match == 1 and "match 1/2" in screen_text(app))
+    await search("DONE")  # a capital: as typed
+    await until(pilot, lambda: view.match == 2 and "/DONE: match 1/1" in screen_text(app))
+    await search("re:^error \\d+$")  # a regular expression, smart case too
+    await until(pilot, lambda: view.match == 3 and "match 1/1" in screen_text(app))
+    await search("Done")  # nowhere as typed: found ignoring case, and the status says so
+    await until(pilot, lambda: view.match == 1 and "(any case): match 1/2" in screen_text(app))
+    await search("nowhere")
+    await until(pilot, lambda: "/nowhere: no match" in screen_text(app))
+    await search("re:(")  # a bad expression is said; the box stays to fix it
+    await until(pilot, lambda: any("not a regular expression" in n for n in notes(app)))
+    assert screen.query_one("#run-search").display
+
+
+def test_a_search_is_smart_case_and_an_escape_is_no_capital() -> None:
+    assert Search.parse("done").matches("all DONE") and not Search.parse("done").case_sensitive
+    assert Search.parse("Done").case_sensitive and not Search.parse("Done").matches("done")
+    assert Search.parse("Done").ignoring_case().matches("DONE")
+    assert not Search.parse(r"re:\S+ok").case_sensitive  # \S is not a capital
+    assert Search.parse("re:a.c").matches("abc") and not Search.parse("a.c").matches("abc")
+    assert Search.parse("re:a.c").needle is None and Search.parse("a.c").needle == b"a.c"
+    for bad in ("", "re:", "re:("):
+        with pytest.raises(ValueError):
+            Search.parse(bad)
+
+
 def test_search_over_chunks_finds_matches_across_chunk_edges(tmp_path: Path) -> None:
-    """A match that straddles a read chunk's end is found, forward and backward."""
+    """A match near a read chunk's end is found, forward and backward, and counted once."""
     path = tmp_path / "log"
     line = b"a" * 99 + b"\n"
     body = line * 10500  # the needle lands just across the 1 MiB boundary
@@ -235,9 +371,19 @@ def test_search_over_chunks_finds_matches_across_chunk_edges(tmp_path: Path) -> 
             index.apply(step)
         target = index.line_at((1 << 20) - 3)
         assert "NEEDLE" in index.text(target)
-        assert index.search("NEEDLE", 0, True) == target
-        assert index.search("NEEDLE", index.lines - 1, False) == target
-        assert index.search("NEEDLE", target, True) is None
+        needle = Search.parse("NEEDLE")
+        assert index.find(needle, -1, True) == target
+        assert index.find(needle, index.lines - 1, False) == target
+        assert index.find(needle, target, True) is None
+        assert index.find_wrapping(needle, target, True) == (target, True)  # finds itself
+        assert index.find_wrapping(needle, 0, False) == (target, True)
+        counted, start = [], 0
+        while True:  # in slices smaller than the file, as the screen counts
+            step = index.count(needle, start, 300_000)
+            counted, start = [n for n in counted if n < start] + step.lines, step.next_line
+            if step.done:
+                break
+        assert counted == [target]
     finally:
         os.close(fd)
 
@@ -331,3 +477,22 @@ async def test_a_pager_that_cannot_run_is_said_and_the_view_stays(
     await pilot.press("o")
     await until(pilot, lambda: any("pager" in n.lower() for n in notes(app)))
     assert app.screen is screen and app.is_running
+
+
+def test_the_log_index_keeps_one_newline_count_per_64_kib(tmp_path: Path) -> None:
+    """README: the run view reads a log through an index of one newline count per 64 KiB:
+    a log of 10 blocks and a bit has 10 counts past the first (zero), each the newlines
+    before its block's start."""
+    log = tmp_path / "run.log"
+    line = b"x" * 99 + b"\n"  # 100 bytes a line
+    log.write_bytes(line * (10 * 65536 // 100 + 7))
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        index = LineIndex(fd)
+        while (step := index.scan()) is not None:
+            index.apply(step)
+        assert len(index.before) == 1 + 10
+        assert list(index.before) == [block * 65536 // 100 for block in range(11)]
+        assert index.lines == 10 * 65536 // 100 + 7
+    finally:
+        os.close(fd)

@@ -3,6 +3,7 @@ store's edit_task they save through (real SQLite file, manual clock)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 from datetime import UTC
@@ -13,6 +14,7 @@ import pytest
 from rich.console import Console
 from textual.app import App
 from textual.screen import Screen
+from textual.widgets import Sparkline
 
 import tickui.ui
 from helpers import T0
@@ -25,6 +27,7 @@ from tickui.ui.screens.detail import DetailScreen, DetailSource, sparkline
 from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
 from tickui.ui.screens.form import CONCURRENCY_HELP, MISFIRE_HELP, AddTaskScreen
 from tickui.ui.view.cells import TimeView
+from tickui.ui.widgets.panes import TicksPane
 from ui_support import make_app, screen_text, until
 
 _UNSET = object()
@@ -571,3 +574,18 @@ async def test_a_bad_name_is_said_under_it_while_another_field_is_bad_too(run_ap
     await fill(pilot, form, name="good-name")
     assert not form.query_one("#name-error").display
     assert "No closing quotation" in str(form.query_one("#command-error").render())
+
+
+async def test_the_ticks_sparkline_shows_publish_time_over_the_last_60_ticks(dashboard):
+    """README: the Ticks pane has a sparkline of publish time over the last 60 ticks."""
+    app, pilot = await dashboard(size=(140, 40))
+    pane = app.dashboard.query_one(TicksPane)
+    metrics = dataclasses.replace(
+        app.host.ticker.metrics(), bus="memory",
+        publish_recent_ms=tuple(float(n) for n in range(100)),
+    )  # fmt: skip
+    pane.metrics = metrics
+    spark = pane.query_one("#tick-spark", Sparkline)
+    label = pane.query_one("#tick-spark-label")
+    await until(pilot, lambda: "publish ms, last 60" in str(label.render()))
+    assert list(spark.data) == [float(n) for n in range(40, 100)]

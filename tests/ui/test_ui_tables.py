@@ -77,14 +77,14 @@ def test_narrow_drops_the_highest_priority_numbers_first_and_keeps_priority_zero
     assert occ["TASK"] == 16  # its preferred width before optional columns show
 
 
-def test_spare_width_goes_to_the_flexible_columns_that_are_cut_not_to_enabled() -> None:
+def test_spare_width_goes_to_the_flexible_columns_that_are_cut_not_to_state() -> None:
     by = {c.title: i for i, c in enumerate(TASK_COLUMNS)}
-    seen = {by["NAME"]: 6, by["ENABLED"]: 2, by["POLICY"]: 11, by["LAST"]: 8, by["NEXT"]: 8}
+    seen = {by["NAME"]: 6, by["STATE"]: 2, by["POLICY"]: 11, by["LAST"]: 8, by["NEXT"]: 8}
     wide = _widths(TASK_COLUMNS, 200, {**seen, by["SCHEDULE"]: 40})
     assert wide["SCHEDULE"] == 40  # all it needs
-    assert wide["ENABLED"] == 7 and wide["NAME"] == 8  # no blank room: content is short
-    note = _widths(TASK_COLUMNS, 98, {**seen, by["ENABLED"]: 11})
-    assert note["ENABLED"] == 11  # "off on hold": POLICY (priority 8) gives way instead
+    assert wide["STATE"] == 7 and wide["NAME"] == 8  # no blank room: content is short
+    note = _widths(TASK_COLUMNS, 98, {**seen, by["STATE"]: 11})
+    assert note["STATE"] == 11  # "off on hold": POLICY (priority 8) gives way instead
     assert "POLICY" not in note
     by = {c.title: i for i, c in enumerate(OCCURRENCE_COLUMNS)}
     shared = _widths(OCCURRENCE_COLUMNS, 120, {by["DETAIL"]: 500, by["TASK"]: 20, by["CODE"]: 7})
@@ -561,3 +561,13 @@ async def test_the_sorted_column_shows_its_arrow_and_a_resort_keeps_the_selectio
     assert "NAME▼" in table.render_line(0).text and "NEXT▲" not in table.render_line(0).text
     assert table.selected_key == 18 and table.cursor == rows.index_of(18) == 2
     assert rows.at(0).name == "t20"
+
+
+def test_the_occurrences_pane_keeps_the_newest_500_that_pass_its_filter() -> None:
+    """README: Occurrences shows the newest 500 that pass the pane's filters, newest first."""
+    rows = OccurrenceRows()
+    rows.set_filter(state="failed")
+    for n in range(1, 1201):  # every other one failed: 600 pass the filter
+        rows.upsert(occ(n, state="failed" if n % 2 else "succeeded"))
+    assert len(rows) == 500
+    assert rows.key_at(0) == 1199 and rows.key_at(499) == 1199 - 2 * 499

@@ -29,7 +29,10 @@ def test_run_now_stop_engine_and_quit_in_a_real_terminal(tmux, tmp_path: Path) -
 
     wait_for(screen, "engine running")
     shown = wait_for(screen, "greet")
-    assert any("Tasks" in line and "Ticks" in line for line in shown.splitlines()), shown
+    lines = shown.splitlines()
+    tasks = next(i for i, line in enumerate(lines) if "Tasks" in line)
+    ticks = next(i for i, line in enumerate(lines) if "Ticks" in line)
+    assert tasks < ticks, shown  # at 120 columns the side panes are under the tables
     tmux("send-keys", "-t", "ui", "r")
     shown = wait_for(screen, "succeeded")
     assert "greet" in shown.split("Occurrences", 1)[1]
@@ -37,6 +40,8 @@ def test_run_now_stop_engine_and_quit_in_a_real_terminal(tmux, tmp_path: Path) -
     assert occ["kind"] == "manual" and occ["state"] == "succeeded"
 
     tmux("send-keys", "-t", "ui", "s")
+    wait_for(screen, "Stop the engine?")
+    tmux("send-keys", "-t", "ui", "y")
     wait_for(screen, "engine stopped")
     tmux("send-keys", "-t", "ui", "q")
     deadline = time.monotonic() + 15
@@ -45,3 +50,31 @@ def test_run_now_stop_engine_and_quit_in_a_real_terminal(tmux, tmp_path: Path) -
         assert time.monotonic() < deadline, "no exit code in 15 s"
         time.sleep(0.1)
     assert exit_file.read_text().strip() == "0"
+
+
+@pytest.mark.parametrize("entry", [[], ["demo"]])
+def test_without_a_terminal_the_dashboard_says_so_and_makes_nothing(
+    tmux, tmp_path: Path, entry: list[str]
+) -> None:
+    """In a terminal, but with stdout to a file: one line on stderr, exit 2 at once, no
+    database and no folder made, and no process left behind."""
+    db = tmp_path / "new" / "x.db"
+    out, err, exit_file = tmp_path / "out", tmp_path / "err", tmp_path / "exit"
+    args = " ".join(entry)
+    command = (
+        f"{sys.executable} -m tickui --db {db} {args} > {out} 2> {err}; echo $? > {exit_file}"
+        "; sleep 5"
+    )
+    started = time.monotonic()
+    tmux("new-session", "-d", "-s", "ui", "-x", "80", "-y", "24", command)
+    while not (exit_file.exists() and exit_file.read_text().strip()):
+        assert time.monotonic() - started < 2, "still running after 2 s"
+        time.sleep(0.02)
+    assert exit_file.read_text().strip() == "2"
+    said = err.read_text().strip().splitlines()
+    assert len(said) == 1 and "terminal" in said[0] and "tickui run" in said[0], said
+    assert out.read_text() == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["err", "exit", "out"]
+    panes = tmux("list-panes", "-t", "ui", "-F", "#{pane_pid}").split()
+    children = Path(f"/proc/{panes[0]}/task/{panes[0]}/children").read_text().split()
+    assert all("tickui" not in Path(f"/proc/{c}/cmdline").read_text() for c in children)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -128,4 +129,51 @@ def test_each_size_gets_its_own_layout(tmux, tmp_path: Path) -> None:
 
         poll(laid_out, 20)
         assert max(len(line) for line in screen().splitlines()) <= width
+    _keys(tmux, "q")
+
+
+def test_a_task_says_running_in_its_row_within_a_second_of_its_start(tmux, tmp_path: Path) -> None:
+    db = tmp_path / "busy.db"
+    _add(db, "busy", "--cron", "0 0 1 1 *", "--", "sleep", "20")  # runs when r says
+    screen = _start(tmux, tmp_path, db)
+    wait_for(screen, "busy")
+    _keys(tmux, "r")
+    deadline = time.monotonic() + 15
+    while True:
+        row = next((line for line in screen().splitlines() if "│busy " in line), "│busy ")
+        if "running" in row.split("busy", 1)[1]:
+            seen = time.time()
+            break
+        assert time.monotonic() < deadline, screen()
+        time.sleep(0.05)
+    [run] = cli_json("history", "busy", db=db)
+    started = datetime.fromisoformat(run["started_at"].replace("Z", "+00:00")).timestamp()
+    assert seen - started < 1.0, (seen, run)
+
+
+def test_a_moved_cursor_keeps_its_row_while_next_reorders_the_tasks(tmux, tmp_path: Path) -> None:
+    """Sorted by NEXT, tasks every 2 to 5 s swap places every second: the row the user
+    moved to stays where it is for 10 s, and enter opens that task; home lets them move."""
+    db = tmp_path / "order.db"
+    for name, every in (("t2", "2s"), ("t3", "3s"), ("t4", "4s"), ("t5", "5s")):
+        _add(db, name, "--every", every, "--", "true")
+    screen = _start(tmux, tmp_path, db)
+
+    def order() -> list[str]:
+        lines = screen().split("Occurrences", 1)[0].splitlines()
+        return [m.group(1) for line in lines if (m := re.match(r"│(t\d) ", line))]
+
+    poll(lambda: len(order()) == 4, 20, "the four tasks")
+    _keys(tmux, "Down", "Down")
+    held = order()
+    picked = held[2]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        assert order() == held, screen()
+        time.sleep(0.25)
+    assert "order held" in screen()
+    _keys(tmux, "Enter")
+    wait_for(screen, f"Task {picked}")
+    _keys(tmux, "Escape", "Home")
+    poll(lambda: order() != held, 10, "the order to move again")
     _keys(tmux, "q")

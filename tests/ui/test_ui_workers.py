@@ -14,6 +14,7 @@ from tickui.common.clock import ManualClock
 from tickui.common.timeutil import MICROS
 from tickui.model.occurrence import RUN_COMPLETED, RUN_TRANSITION
 from tickui.store import Beat, NewEvent, Store
+from tickui.ui.screens.dashboard import NARROW
 from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.run import RunScreen
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS
@@ -132,7 +133,7 @@ async def test_the_workers_pane_follows_the_side_panes_layout_and_H(
     tables = app.dashboard.query_one("#tables")
     workers = pane(app).region
     assert side.region.contains_region(workers) and workers.height >= 4
-    if size[0] < 110:  # narrow: the side panes sit side by side under the tables
+    if size[0] < NARROW:  # narrow: the side panes sit side by side under the tables
         assert side.region.y >= tables.region.bottom and workers.width >= 20
     else:  # wide: right of the tables, below ticks and breaker
         breaker = app.dashboard.query_one("#breaker").region

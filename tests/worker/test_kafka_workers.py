@@ -188,11 +188,14 @@ def test_killed_worker_runs_end_worker_lost_and_the_others_carry_on(
         _ready(tap, workers)
 
         def busy_worker():
+            # one the engine has heard a heartbeat from (so it can be declared lost, not only
+            # never heard of), running something
+            heard = {w["id"] for w in _workers(db)}
             running = [o for o in occurrences(db) if o["state"] == "running" and o["worker"]]
-            counts = Counter(o["worker"] for o in running)
+            counts = Counter(o["worker"] for o in running if o["worker"] in heard)
             return counts.most_common(1)[0][0] if counts else None
 
-        victim_id = wait_for(busy_worker, 30, "a worker running something")
+        victim_id = wait_for(busy_worker, 30, "a worker heard from and running something")
         victim = next(w for w in workers if w.id == victim_id)
         victim.kill()
         killed_at = time.time()

@@ -421,3 +421,39 @@ async def test_two_workers_share_the_work_and_run_each_command_once(env):
     assert {e.type for e in outcomes} == {"run.completed"}
     assert {e.worker for e in outcomes} == {"wa", "wb"}
     assert sorted((tmp / "runs").read_text().split(), key=int) == [str(i) for i in range(16)]
+
+
+async def test_an_outcomes_tail_is_the_last_4_kib_of_output(env):
+    """README: an outcome event's `tail` is the redacted last 4 KiB of the run's output:
+    10 KiB written, exactly the last 4096 bytes come back, the last line with them."""
+    bus, start, _tmp = env
+    await start("w1").ready()
+    big = command(["sh", "-c", "head -c 10240 /dev/zero | tr '\\0' a; echo; echo the-end"])
+    await bus.send(big)
+    done = await bus.wait(big.command_id)
+    assert done.type == "run.completed"
+    tail = done.payload["tail"]
+    assert len(tail.encode()) == 4096, len(tail.encode())
+    assert tail == "a" * (4096 - len("\nthe-end\n")) + "\nthe-end\n"
+
+
+async def test_a_worker_beats_every_2_s_with_4_slots_by_default(env):
+    """README: `tickui.workers.v1`, every 2 s, `"slots": 4` for a worker started without
+    `--slots` (1 to 256, default 4). Two heartbeats after the one that says the worker is
+    ready are 2 s apart on the worker's own clock (`at`), allowed 0.3 s over for sending
+    on a loaded machine."""
+    bus, start, _tmp = env
+    await start("w1").ready()
+    since = NOW() + 100_000  # past the heartbeat sent when the group gave it partitions
+
+    def beats() -> list[m.Heartbeat]:
+        return [b for b in bus.beats if b.worker == "w1" and b.at > since]
+
+    end = time.monotonic() + 10
+    while len(beats()) < 2:
+        assert time.monotonic() < end, f"heartbeats: {bus.beats}"
+        await asyncio.sleep(0.05)
+    first, second = sorted(beats(), key=lambda b: b.seq)[:2]
+    assert (first.slots, second.slots) == (4, 4) and first.state == "alive"
+    gap = (second.at - first.at) / 1e6
+    assert 2.0 - 0.05 <= gap <= 2.0 + 0.3, f"heartbeats {gap:.3f} s apart"

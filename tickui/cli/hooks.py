@@ -7,9 +7,8 @@ import argparse
 import functools
 from pathlib import Path
 
-from tickui.cli.output import print_json, say, table, with_store
+from tickui.cli.output import print_json, say, shown_time, table, with_store
 from tickui.common.redact import safe_text
-from tickui.common.timeutil import iso
 from tickui.store import Store
 
 DEFAULT_LIMIT = 50
@@ -29,7 +28,7 @@ async def cmd_hooks(args: argparse.Namespace, path: Path) -> int:
                 d.event,
                 d.task or "-",
                 str(d.occurrence_id) if d.occurrence_id is not None else "-",
-                iso(d.created_at),
+                shown_time(d.created_at),
                 d.outcome,
                 str(d.attempts),
                 safe_text(d.detail or "")[:60],

@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import difflib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +28,8 @@ from tickui.common.options import add_argument, env_value, option
 from tickui.common.redact import safe_text
 from tickui.common.timeutil import parse_instant
 from tickui.model import backfill
-from tickui.model.spec import check_name
+from tickui.model.retries import REASONS
+from tickui.model.spec import MISFIRE_POLICIES, OVERLAP_POLICIES, check_name
 from tickui.runtime import settings as config_mod
 from tickui.store import DATABASE_ERRORS, os_failure
 from tickui.ticks.config import TOPIC, add_kafka_arguments
@@ -38,11 +41,47 @@ EXIT_FAILURE = 1
 MAX_SECONDS = 366 * 86400.0  # --for: up to a year
 
 
+# argparse's words for a value not among the choices: "invalid choice: 'lsit' (choose
+# from 'add', 'edit', ...)" (the quotes differ between Python versions).
+_INVALID_CHOICE = re.compile(r"invalid choice: (?P<value>.*?) \(choose from (?P<choices>.*)\)$")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad command line in one line, with exit 2."""
+    """argparse that reports a bad command line in one line, with exit 2, and names the
+    closest choice to a misspelt one."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError("", message)
+        hint = did_you_mean(message)
+        for action in self._actions:  # a subcommand not among the choices: an unknown command
+            if isinstance(action, argparse._SubParsersAction):
+                named = argparse._get_action_name(action)
+                message = message.replace(f"argument {named}: invalid choice", "unknown command")
+        raise UsageError("", message + hint)
+
+
+def did_you_mean(message: str) -> str:
+    """ " (did you mean 'list'?)" for argparse's complaint about an unknown choice."""
+    found = _INVALID_CHOICE.search(message)
+    if found is None:
+        return ""
+    value = found["value"].strip("'\"")
+    choices = [c.strip().strip("'\"") for c in found["choices"].split(",")]
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# The usage line of a command that takes a command: argparse cannot show what follows --.
+_ARGV_EPILOG = (
+    "ARGV is the program and its arguments, after '--', run without a shell. "
+    "For a shell line: -- sh -c 'echo hi && date'."
+)
+
+
+def _with_argv(parser: argparse.ArgumentParser, tail: str) -> None:
+    """Show `tail` (`-- ARGV...`) at the end of `parser`'s usage, and say what ARGV is."""
+    usage = parser.format_usage().removeprefix("usage: ").rstrip()
+    parser.usage = usage.replace("%", "%%") + f" {tail}"
+    parser.epilog = _ARGV_EPILOG
 
 
 def _globals() -> argparse.ArgumentParser:
@@ -76,7 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run = sub.add_parser("run", parents=[shared], help="run the engine headless")
     run.add_argument(
-        "--for", dest="duration", type=seconds, metavar="SECONDS", help="stop after this long"
+        "--for",
+        dest="duration",
+        type=seconds,
+        metavar="SECONDS",
+        help="stop after this long; runs still going then get --stop-grace, then are cancelled",
+    )
+    shown = run.add_mutually_exclusive_group()
+    shown.add_argument(
+        "-q", "--quiet", action="store_true", help="no line per run, only problems and the summary"
+    )
+    shown.add_argument(
+        "--json", action="store_true", help="each run's start and end as one JSON object a line"
     )
     run.add_argument("--time-scale", type=scale, default=argparse.SUPPRESS, metavar="N", help=lapse)
     run.add_argument("--real-commands", action="store_true", default=argparse.SUPPRESS, help=real)
@@ -110,12 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     add = tsub.add_parser("add", parents=[shared], help="add a task: ... -- ARGV")
     add.add_argument("name", help="the task's name (letters, digits, . _ -)")
     task_options(add)
-    edit = tsub.add_parser("edit", parents=[shared], help="change a task: add's options")
+    _with_argv(add, "-- ARGV...")
+    edit = tsub.add_parser("edit", parents=[shared], help="change a task: add's options [-- ARGV]")
     edit.add_argument("name", help="the task to change")
     edit.add_argument(
         "--rename", type=arg(check_name, "--rename"), metavar="NAME", help="its new name"
     )
     task_options(edit, edit=True)
+    _with_argv(edit, "[-- ARGV...]")
     export = tsub.add_parser("export", parents=[shared], help="every task as [[task]] entries")
     export.set_defaults(name=None)
     back = tsub.add_parser("backfill", parents=[shared], help="run past slots in (from, to]")
@@ -159,6 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"at most this many (default 50, up to {MAX_HISTORY})",
     )
     hist.add_argument("--json", action="store_true", help=json_flag)
+    hist.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print each run as it settles, until Ctrl-C (with --json: a line each)",
+    )
+    logs = sub.add_parser("logs", parents=[shared], help="one run's output")
+    logs.add_argument(
+        "run", type=arg_number("RUN", 1, 2**63 - 1, integer=True), metavar="RUN",
+        help="the run's id (the ID column of tickui history)",
+    )  # fmt: skip
+    logs.add_argument("--follow", action="store_true", help="while it runs, print what it adds")
     hooks = sub.add_parser("hooks", parents=[shared], help="recent hook deliveries")
     hooks.add_argument("--json", action="store_true", help=json_flag)
     hooks.add_argument(
@@ -181,17 +244,30 @@ def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
     same ones, each optional; there only the options given are in the namespace (their
     default is SUPPRESS) and only they change. Add an option of `task add` here."""
     when = parser.add_mutually_exclusive_group(required=not edit)
-    when.add_argument("--cron", metavar="EXPR", help="5 fields (6 with seconds), or @hourly...")
+    when.add_argument(
+        "--cron",
+        metavar="EXPR",
+        help="a cron schedule: 5 fields (6 with seconds, first), or @hourly, @daily, "
+        "@weekly, @monthly, @yearly; e.g. '30 2 * * *'",
+    )
     when.add_argument("--every", metavar="DURATION", help="an interval: 30s, 5m, 1h (100ms-366d)")
-    when.add_argument("--at", metavar="INSTANT", help="once, at an ISO 8601 instant")
+    when.add_argument(
+        "--at", metavar="INSTANT", help="once, at an ISO 8601 instant (2027-01-15T08:00:00Z)"
+    )
     parser.add_argument("--tz", metavar="ZONE", help="IANA time zone of a cron (default UTC)")
     parser.add_argument(
-        "--misfire", metavar="POLICY", help="late slots: run_once (default), run_all or skip"
+        "--misfire",
+        choices=MISFIRE_POLICIES,
+        metavar="|".join(MISFIRE_POLICIES),
+        help="slots missed while nothing ran: run_once (one run for them all, default), "
+        "skip (none) or run_all (one each)",
     )
     parser.add_argument(
         "--concurrency",
-        metavar="POLICY",
-        help="a slot while a run is active: forbid (default), allow, replace, buffer_one",
+        choices=OVERLAP_POLICIES,
+        metavar="|".join(OVERLAP_POLICIES),
+        help="a slot while a run is active: forbid (skip it, default), allow (run beside), "
+        "replace (cancel the running one) or buffer_one (run it next)",
     )
     parser.add_argument("--timeout", metavar="DURATION", help="stop a run after this long")
     parser.add_argument("--jitter", metavar="DURATION", help="start each run up to this late")
@@ -204,7 +280,12 @@ def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
     parser.add_argument("--retries", metavar="N", help="retry a failed run N times (0-100)")
     parser.add_argument("--retry-delay", metavar="DURATION", help="first retry delay (10s)")
     parser.add_argument("--retry-max-delay", metavar="DURATION", help="longest delay (1h)")
-    parser.add_argument("--retry-on", metavar="LIST", help="exit,timeout,interrupted,dispatch")
+    parser.add_argument(
+        "--retry-on",
+        metavar="LIST",
+        help=f"which failures retry, comma-separated, of {', '.join(REASONS)} "
+        "(default exit,timeout,interrupted)",
+    )
     parser.add_argument("--pause-after", metavar="N", help="disable after N failed slots")
     if edit:
         _only_given(parser)
@@ -259,9 +340,22 @@ def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
     return main_sync(bootstrap, topic, args.json, args.duration, args.count, args.from_beginning)
 
 
+def parse(args_part: list[str], command: list[str] | None) -> argparse.Namespace:
+    """The command line before `--`; words argparse does not know are refused, with the
+    hint that a command to run goes after `--` where one may."""
+    args, extras = build_parser().parse_known_args(args_part)
+    if extras:
+        said = f"unrecognized arguments: {' '.join(extras)}"
+        takes = getattr(args, "command", None) == "task" and args.action in ("add", "edit")
+        if takes and command is None:
+            raise UsageError("", f"{said} (put the command to run after '--': ... -- ARGV)")
+        raise UsageError("", said)
+    return args
+
+
 def run(argv: Sequence[str]) -> int:
     args_part, command = _split_command(argv)
-    args = build_parser().parse_args(args_part)
+    args = parse(args_part, command)
     config_path = getattr(args, "config", None)
     settings = config_mod.load(Path(config_path) if config_path else None, SystemClock().now())
     dispatch = settings.dispatch.with_flags(
@@ -308,6 +402,10 @@ def run(argv: Sequence[str]) -> int:
         return asyncio.run(cmd_hooks(args, path))
     if command is not None:
         raise UsageError("", "'--' and a command only go with 'task add'")
+    if args.command == "logs":
+        from tickui.cli.follow import cmd_logs
+
+        return asyncio.run(cmd_logs(args, path))
     return asyncio.run(cmd_history(args, path))
 
 

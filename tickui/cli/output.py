@@ -4,12 +4,16 @@ redacted, read-only opens that create nothing."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import printable, redact_data, safe_text
+from tickui.common.timeutil import from_micros
 from tickui.store import DATABASE_ERRORS, Store, database_failure, lookup
 
 
@@ -68,3 +72,48 @@ def table(rows: list[list[Any]], headers: list[str]) -> str:
         "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
     ]
     return "\n".join(lines)
+
+
+def shown_time(value: int | None) -> str:
+    """A time as the CLI's human output shows it: to the second, its zone named
+    (`2026-12-05 14:03:07 UTC`); `-` for none. JSON keeps ISO 8601."""
+    if value is None:
+        return "-"
+    return from_micros(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+_ISO_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
+
+
+def shown_value(key: str, value: Any) -> str:
+    """A field of a record's JSON as the human output shows it: times to the second with
+    their zone, yes/no, commands as a shell would write them, lists joined by commas."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "command" and isinstance(value, list):
+        return shlex.join(str(word) for word in value)
+    if isinstance(value, list):
+        return ", ".join(shown_value(key, item) for item in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={shown_value(k, v)}" for k, v in value.items()) or "-"
+    if isinstance(value, str) and _ISO_INSTANT.fullmatch(value):
+        return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(value)
+
+
+def shown_seconds(micros: int) -> str:
+    """A duration for people: `35ms`, `1.35s`, `12s`, `3m 05s`, `2h 01m`."""
+    seconds = micros / 1_000_000
+    if seconds < 1:
+        return f"{micros // 1000}ms"
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"

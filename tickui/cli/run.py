@@ -12,16 +12,18 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tickui.cli.run_report import JSON, LINES, QUIET, RunReport, print_stderr, summary_line
 from tickui.common.clock import Clock, ScaledClock, SystemClock
 from tickui.common.errors import BadInput
 from tickui.common.kafka import preflight
 from tickui.common.procs import stop_on_signals
-from tickui.common.redact import RedactingFilter
-from tickui.common.timeutil import MICROS, parse_duration
+from tickui.common.redact import RedactingFilter, redact_data
+from tickui.common.timeutil import MICROS, format_duration, parse_duration
+from tickui.engine import EngineChange
 from tickui.runtime.assembly import assemble, check_dispatch
 from tickui.runtime.settings import DispatchSettings, Settings
 from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
-from tickui.store import Store
+from tickui.store import DATABASE_ERRORS, Store
 from tickui.ticks.config import TickerConfig, kafka_access, ticker_flags
 from tickui.ticks.config import build as build_ticker
 
@@ -34,6 +36,7 @@ class RunOptions:
     ticker: TickerConfig
     real_commands: bool = False
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
+    shown: str = LINES  # the runs' lines: LINES, JSON or QUIET
 
 
 def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
@@ -50,22 +53,27 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
     if getattr(args, "dispatch", None):
         dispatch = dataclasses.replace(dispatch, mode=args.dispatch)
     check_dispatch(dispatch, kafka_access(ticker))
-    return RunOptions(args.duration, args.time_scale, grace, ticker, real, dispatch)
+    shown = LINES
+    if getattr(args, "json", False):
+        shown = JSON
+    elif getattr(args, "quiet", False):
+        shown = QUIET
+    return RunOptions(args.duration, args.time_scale, grace, ticker, real, dispatch, shown)
 
 
-def setup_logging() -> None:
+def setup_logging(quiet: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tickui: %(asctime)s %(message)s", "%H:%M:%S"))
     handler.addFilter(RedactingFilter())
     root = logging.getLogger("tickui")
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    root.setLevel(logging.WARNING if quiet else logging.INFO)
     root.propagate = False
 
 
 async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -> int:
     opts = options(args, settings)
-    setup_logging()
+    setup_logging(quiet=opts.shown == QUIET)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = [signal.SIGINT, signal.SIGTERM]
@@ -117,9 +125,23 @@ async def _run(
             dispatcher=dispatcher,
         )
         loop = asyncio.get_running_loop()
+        report = RunReport(store, engine.owner, clock.now(), opts.shown)
+        engine.subscribe(report.listen)
+        faults: list[str] = []
+
+        def engine_fault(change: EngineChange) -> None:
+            status = engine.status()
+            # the first few faults name the trouble; the rest repeat it
+            fault = change.status and status.result == "error" and status.detail not in faults
+            if fault and len(faults) < 5:
+                faults.append(status.detail or "error")
+
+        engine.subscribe(engine_fault)
+        reached = asyncio.Event()
         if opts.duration:
-            loop.call_later(opts.duration, stop.set)
+            loop.call_later(opts.duration, lambda: (reached.set(), stop.set()))
         await engine.start()
+        report.start()
         status = engine.status()
         if status.lease_state == "standby":
             log.info("standby: lease held by %s", status.holder)
@@ -131,18 +153,69 @@ async def _run(
         try:
             await ticker.start()
             await stop.wait()
-            log.info("stopping")
+            why = "--for reached" if reached.is_set() else "stopping"
+            await _say_stopping(store, engine.owner, why, opts.stop_grace, log)
         finally:
+            running = ticker.metrics()  # its health while it ran: stopped is never healthy
             await ticker.stop()
+            report.stopping = True
             await engine.stop(opts.stop_grace / MICROS)
+            await report.close()
+            if report.cancelled_at_stop:
+                names = ", ".join(sorted({o.task for o in report.cancelled_at_stop}))
+                log.warning(
+                    "cancelled %d run(s) still going after the %s grace: %s",
+                    len(report.cancelled_at_stop),
+                    format_duration(opts.stop_grace) if opts.stop_grace else "0s",
+                    names,
+                )
             if hooks is not None:  # H: the last changes' alerts, bounded
                 await hooks.close()
-        final = {"engine": engine.status().to_json(), "ticker": ticker.metrics().to_json()}
+        ticking = ticker.metrics().to_json()
+        ticking["healthy"] = running.healthy
+        ticking["is_healthy"] = running.is_healthy()
+        session = report.summary()
+        problems = []
+        if session["failed"]:
+            problems.append(f"{session['failed']} run(s) failed")
+        ended = engine.status()
+        if ended.result == "error" and ended.detail not in faults:
+            faults.append(ended.detail or "error")
+        problems += [f"engine: {fault}" for fault in faults]
+        if running.ticks_failed:
+            problems.append(f"{running.ticks_failed} tick(s) failed to publish")
+        session["healthy"] = not problems
+        session["problems"] = "; ".join(problems) or None
+        final = {"session": session, "engine": ended.to_json(), "ticker": ticking}
         if hooks is not None:  # H: deliveries by outcome, and events dropped
             final["hooks"] = hooks.status()
     finally:
         await store.close()
     if lapse is not None:
         final["time_lapse"] = await asyncio.to_thread(lapse.summary)
-    print(json.dumps(final), file=sys.stderr)
+    if opts.shown == JSON:
+        print(json.dumps(redact_data({"event": "summary", **session})), flush=True)
+    print_stderr(summary_line(session))
+    print(json.dumps(redact_data(final)), file=sys.stderr)
     return 0
+
+
+async def _say_stopping(
+    store: Store, owner: str, why: str, grace: int, log: logging.Logger
+) -> None:
+    """At the stop: which of this engine's runs it waits for, and for how long."""
+    try:
+        mine = [o for o in await store.active_occurrences() if o.owner == owner]
+    except DATABASE_ERRORS:  # the stop goes on; the engine reports the database itself
+        mine = []
+    if not mine:
+        log.info("%s: stopping", why)
+        return
+    names = ", ".join(sorted({o.task for o in mine}))
+    if grace:
+        log.warning(
+            "%s: waiting up to %s (--stop-grace) for %d running run(s) (%s), then cancelling them",
+            why, format_duration(grace), len(mine), names,
+        )  # fmt: skip
+    else:
+        log.warning("%s: cancelling %d running run(s) (%s)", why, len(mine), names)

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
+import re
+import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from tickui.cli.output import UsageError, print_json, say, table, task_line, with_store
+from tickui.cli.output import (
+    UsageError,
+    print_json,
+    say,
+    shown_time,
+    shown_value,
+    table,
+    task_line,
+    with_store,
+)
 from tickui.common import checks
 from tickui.common.clock import SystemClock
 from tickui.common.errors import BadInput, NotFound
@@ -19,6 +32,38 @@ from tickui.model.retries import attempt_text, wait_text
 from tickui.model.spec import build_spec, check_name
 from tickui.schedules.triggers import preview
 from tickui.store import Store, lookup
+
+# What only a shell reads in a command line: && || | ; < > & $( ${ $NAME and backquotes.
+_SHELL_SYNTAX = re.compile(r"&&|\|\||[|;<>&`]|\$[({A-Za-z_]")
+
+
+def check_not_shell_line(command: list[str]) -> None:
+    """Refuse a command given as one argument that is a shell line (`-- "echo hi && date"`)
+    or several words (`-- "echo hi"`, its first word a program on PATH): tickui runs it
+    without a shell, so it would fail at every run as a missing program. A program whose
+    path has spaces and exists (or is on PATH) is taken as it is."""
+    if len(command) != 1:
+        return
+    line = command[0]
+    if not any(c.isspace() for c in line) or os.path.exists(line) or shutil.which(line):
+        return
+    shown = safe_text(shlex.quote(line))
+    if _SHELL_SYNTAX.search(line):
+        raise BadInput(
+            "command",
+            f"{shown} is a shell line given as one program name; tickui runs commands "
+            f"without a shell: write -- sh -c {shown}",
+        )
+    try:
+        words = shlex.split(line)
+    except ValueError:  # unbalanced quotes: only a shell can read it
+        words = []
+    if words and shutil.which(words[0]):
+        raise BadInput(
+            "command",
+            f"{shown} is several words given as one program name: write -- "
+            f"{safe_text(shlex.join(words))} (or -- sh -c {shown})",
+        )
 
 
 def _task_add_raw(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
@@ -73,7 +118,7 @@ def started_text(occ: Any, now: int) -> str:
     """When a run started; for a queued one, when it may ("next in 40s")."""
     if occ.state == "queued":
         return wait_text(occ.retry_at if occ.retry_at is not None else occ.scheduled_for, now)
-    return iso(occ.started_at) or "-"
+    return shown_time(occ.started_at)
 
 
 async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
@@ -108,6 +153,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     from tickui.cli import changes as commands
 
     clock = SystemClock()
+    if command:
+        check_not_shell_line(command)
     if args.action == "add":
         if not command:
             raise BadInput("command", "give the command to run after --")
@@ -150,7 +197,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             return 0
         if args.action == "add":
             task = await store.add_task(spec, clock.now())
-            nxt = iso(task.next_run_at) or "none"
+            nxt = shown_time(task.next_run_at) if task.next_run_at is not None else "none"
             say(task_line("added", task.name, task.spec.schedule_text(), nxt), redacted=True)
             return 0
         if args.action == "list":
@@ -162,7 +209,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                     [
                         t.name,
                         t.spec.schedule_text(),
-                        (iso(t.next_run_at) or "-") if t.enabled else "-",
+                        shown_time(t.next_run_at) if t.enabled else "-",
                         "yes" if t.enabled else f"no {t.note or ''}".strip(),
                         t.spec.misfire,
                         t.spec.concurrency,
@@ -186,10 +233,10 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                 # Redacted item by item, then joined: redacting the joined text again would
                 # let one argument's secret swallow the arguments after it.
                 for key, value in redact_data(data).items():
-                    shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+                    shown = shown_value(key, value)
                     if key == "pending" and isinstance(value, dict):
                         shown = value["text"]
-                    say(f"{key:>18}: {'-' if shown is None else shown}", redacted=True)
+                    say(f"{key:>18}: {shown}", redacted=True)
             return 0
         return await commands.change_task(store, args, clock)
 
@@ -205,6 +252,34 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     return await with_store(path, action, readonly=readonly, name=named, empty=empty)
 
 
+def _history_table(occs: list[Any], tasks: list[Any]) -> str:
+    """`tickui history`'s table, newest first."""
+    now = SystemClock().now()
+    tries = {t.name: t.spec.retries for t in tasks}
+    rows = [
+        [
+            str(o.id),
+            o.task,
+            o.kind,
+            shown_time(o.scheduled_for),
+            o.state,
+            started_text(o, now),
+            attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
+            o.error_code or "",
+            safe_text(o.detail or "")[:60],
+        ]
+        for o in occs
+    ]
+    headers = [
+        "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
+    ]  # fmt: skip
+    if any(o.worker for o in occs):  # runs on workers (Kafka dispatch): which one
+        headers.insert(6, "WORKER")
+        for row, o in zip(rows, occs, strict=True):
+            row.insert(6, o.worker or "-")
+    return table(rows, headers) if rows else "no occurrences"
+
+
 async def cmd_history(args: argparse.Namespace, path: Path) -> int:
     if args.name:
         check_name(args.name)
@@ -217,33 +292,22 @@ async def cmd_history(args: argparse.Namespace, path: Path) -> int:
         ):
             raise NotFound(f"no task named {args.name!r}")
         occs = await store.history(args.name, args.limit)
+        if args.follow:
+            from tickui.cli.follow import follow_history
+
+            if args.json:  # JSON lines, oldest first, as the followed ones come
+                for occ in reversed(occs):
+                    print(json.dumps(redact_data(occ.to_json())))
+            else:
+                say(_history_table(occs, await store.list_tasks(with_stats=False)))
+            sys.stdout.flush()
+            task = await store.find_task(args.name) if args.name else None
+            await follow_history(store, args.name, task.id if task else None, occs, args.json)
+            return 0
         if args.json:
             print_json([o.to_json() for o in occs])
             return 0
-        now = SystemClock().now()
-        tries = {t.name: t.spec.retries for t in await store.list_tasks(with_stats=False)}
-        rows = [
-            [
-                str(o.id),
-                o.task,
-                o.kind,
-                iso(o.scheduled_for),
-                o.state,
-                started_text(o, now),
-                attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
-                o.error_code or "",
-                safe_text(o.detail or "")[:60],
-            ]
-            for o in occs
-        ]
-        headers = [
-            "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
-        ]  # fmt: skip
-        if any(o.worker for o in occs):  # runs on workers (Kafka dispatch): which one
-            headers.insert(6, "WORKER")
-            for row, o in zip(rows, occs, strict=True):
-                row.insert(6, o.worker or "-")
-        say(table(rows, headers) if rows else "no occurrences")
+        say(_history_table(occs, await store.list_tasks(with_stats=False)))
         return 0
 
     empty = (

@@ -51,7 +51,7 @@ async def _post(hook: HookConfig, event: HookEvent, session: aiohttp.ClientSessi
         ) as response:  # the status is the answer: a body is not waited for
             if 200 <= response.status < 300:
                 return True, f"HTTP {response.status}"
-            return False, f"HTTP {response.status} {response.reason or ''}".rstrip()
+            return False, _said(hook, f"HTTP {response.status} {response.reason or ''}".rstrip())
     except aiohttp.ClientError as exc:
         return False, _said(hook, f"{type(exc).__name__}: {exc}")
 

@@ -111,6 +111,7 @@ class TickuiApp(App[int]):
         self.live.run_seconds()
         await self.live.drain()
         self.ready.set()
+        self.dashboard.show_titles()  # an empty database's hint, at once
         self.refresh_bindings()
 
     async def on_unmount(self) -> None:
@@ -147,8 +148,31 @@ class TickuiApp(App[int]):
 
     # ---- engine, ticker, simulated failures ----------------------------------------
 
+    def action_toggle_engine(self) -> None:
+        """Start at once; stop (no new runs start) only after a yes, as `f` asks, except
+        on the demo's own database."""
+        host = self.host
+        if not host.engine.running or host.demo:
+            self._toggle_engine()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes and host.engine.running:
+                self._toggle_engine()
+
+        active = host.engine.dispatcher.active()
+        runs = f" The {active} active run(s) finish first." if active else ""
+        self.push_screen(
+            ConfirmScreen(
+                f"Stop the engine? No run starts until you press s again.{runs}",
+                yes_label="Stop the engine (y)",
+                no_label="Keep it running (n)",
+            ),
+            answered,
+        )
+
     @work(exclusive=True, group="engine")
-    async def action_toggle_engine(self) -> None:
+    async def _toggle_engine(self) -> None:
         engine = self.host.engine
         if engine.running:
             active = engine.dispatcher.active()
@@ -221,6 +245,11 @@ class TickuiApp(App[int]):
         )
         self.push_screen(HelpScreen(help_groups(kind)))
 
+    async def action_help_quit(self) -> None:
+        """Where Textual's own ctrl+c binding still answers: quit as `q` does, rather
+        than say "press ctrl+q to quit"."""
+        await self.action_quit()
+
     async def action_quit(self) -> None:
         if self.board.quitting:  # already on the way out: say so, and how to hurry it
             active = self.host.engine.dispatcher.active() if self.host else 0
@@ -277,9 +306,12 @@ class TickuiApp(App[int]):
         self.exit(0)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """Textual's own (theme, keys, quit, ...) once, then tickui's: no duplicates."""
+        """Textual's own (theme, quit, ...) once, then tickui's: no duplicates. Textual's
+        "Keys" panel is left out: tickui's help (?) lists every key, grouped."""
         seen: set[str] = set()
         for command in super().get_system_commands(screen):
+            if command.title == "Keys":
+                continue
             seen.add(command.title.lower())
             yield command
         for key, action, label, text in KEYS:

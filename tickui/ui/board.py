@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from tickui.model.records import Occurrence
+from tickui.model.records import Occurrence, Task
 from tickui.runtime.host import Host
 from tickui.ui import settings as saved
 from tickui.ui.view.cells import MODES, TimeView, occurrence_cells, task_cells
@@ -32,7 +32,7 @@ class Board:
         self.task_rows = TaskRows()
         self.occ_rows = OccurrenceRows()
         self._apply_prefs_to_rows()
-        self.task_cells = CellSource(self.task_rows, task_cells)
+        self.task_cells = CellSource(self.task_rows, self._task_cells)
         self.occ_cells = CellSource(self.occ_rows, self._occurrence_cells)
         self.task_cells.view = self.occ_cells.view = self.view
         self.tasks_table = RowTable(TASK_COLUMNS, self.task_cells, self.now, id="tasks")
@@ -42,6 +42,10 @@ class Board:
 
     def now(self) -> int:
         return self.host.clock.now() if self.host is not None else 0
+
+    def _task_cells(self, task: Task, now: int, view: TimeView) -> list:
+        """A task's cells, its STATE from the runs held for the Occurrences pane."""
+        return task_cells(task, now, view, self.occ_rows.pending(task.id))
 
     def _occurrence_cells(self, occ: Occurrence, now: int, view: TimeView) -> list:
         """An occurrence's cells, its times in its task's zone when the view says so."""

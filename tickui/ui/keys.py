@@ -29,7 +29,8 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
             4),
     ]),
     ("Tasks", [
-        Key("a", "add_task", "Add", "Add a task (the form checks it as you type)", 6),
+        Key("a", "add_task", "Add",
+            "Add a task (the form checks it as you type; enter saves it once valid)", 6),
         Key("E", "edit_task", "Edit", "Edit the selected task (the add form, filled in)", 9),
         Key("e", "toggle_enabled", "Enable/disable", "Enable or disable the selected task", 5),
         Key("d", "delete_task", "Delete", "Delete the selected task (asks first; history stays)",
@@ -38,9 +39,11 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
     ("View", [
         Key("slash", "filter", "Filter",
             "Filter the focused pane by task name (enter keeps it, esc clears it)", 7),
+        Key("escape", "clear_filter", "Clear filter",
+            "Clear the focused pane's filters (name, state, task)", 7, show=False),
         Key("F", "cycle_state", "State",
             "Occurrences: show all, failed, running or not skipped runs", 12),
-        Key("T", "follow_task", "Follow",
+        Key("T", "follow_task", "Only",
             "Occurrences: only the selected task's runs (again: every task's)", 13),
         Key("S", "cycle_sort", "Sort",
             "Tasks: sort by the next column; click a header to sort by it, again to reverse",
@@ -55,7 +58,8 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
             show=False),
     ]),
     ("Engine", [
-        Key("s", "toggle_engine", "Start/stop engine", "Start or stop the engine", 8),
+        Key("s", "toggle_engine", "Start/stop engine",
+            "Start or stop the engine (stopping asks first, except on the demo's database)", 8),
         Key("t", "toggle_ticker", "Start/stop ticker", "Start or stop the tick emitter", 16),
         Key("f", "toggle_failures", "Fail publishes",
             "Simulate publish failures (watch the breaker; asks first on a real database)", 17),
@@ -63,11 +67,12 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
     ("App", [
         Key("question_mark", "help", "Help", "This help", 0),
         Key("q", "quit", "Quit", "Quit (asks about active runs)", 0),
+        Key("ctrl+c", "quit", "Quit", "Quit, as q does", 0, show=False),
     ]),
 ]  # fmt: skip
 KEYS = [(k.key, k.action, k.label, k.text) for _, keys in KEY_GROUPS for k in keys]
 RANKS = {k.action: k.rank for _, keys in KEY_GROUPS for k in keys}
-SHOWN_KEY = {"question_mark": "?", "slash": "/"}
+SHOWN_KEY = {"question_mark": "?", "slash": "/", "escape": "esc"}
 
 # Keys that act on the dashboard's panes: off under dialogs (the detail screen uses some).
 TASK_ACTIONS = (
@@ -76,6 +81,7 @@ TASK_ACTIONS = (
 )  # fmt: skip
 VIEW_ACTIONS = (
     "cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side", "hooks",
+    "clear_filter",
 )  # fmt: skip
 DASHBOARD_GROUPS = ("Runs", "Tasks", "View")  # the dashboard screen's; the rest are the app's
 DETAIL_DASHBOARD_ACTIONS = ("detail", "edit_task", "toggle_enabled")  # bound on a task's detail too
@@ -103,9 +109,18 @@ def rank(action: str) -> int:
 
 MOVING = [
     ("↑ ↓ pgup pgdn", "Move in a pane; mouse wheel and click work too"),
+    (
+        "home end",
+        "First / last row. The Tasks order holds off the first row and for 5 s "
+        "after a key (rows never move under the cursor); home resumes it",
+    ),
     ("ctrl+p", "Command palette (all of the above, and themes)"),
 ]
-APP_KEYS = [("?", "This help"), ("q", "Quit (asks about active runs)")]
+APP_KEYS = [
+    ("?", "This help"),
+    ("q", "Quit (asks about active runs)"),
+    ("ctrl+c", "Quit, as q does"),
+]
 
 # The other screens' keys, for their help and README (tests check them against each
 # screen's bindings, so neither can drift).
@@ -119,15 +134,20 @@ DETAIL_KEYS = [
     ("esc", "Back to the dashboard"),
 ]
 RUN_VIEW_KEYS = [
-    ("g home / G end", "First / last line"),
-    ("↑ ↓ k j pgup pgdn b space", "Scroll"),
+    ("g home / G end", "First line / last line and follow new lines (as less's F)"),
+    ("↑ ↓ k j pgup pgdn b space", "Scroll; any move up stops following, new lines never move"
+     " the view then"),
     ("← → h l", "Scroll sideways: a line cut at an edge of the view ends there in …"),
-    ("f", "Follow new lines (on while the run runs)"),
-    ("/", "Search the whole log (enter searches, esc closes the box)"),
-    ("n / N", "Next / previous match"),
+    ("f", "Follow new lines or stop (on while the run runs)"),
+    ("/", "Search the whole log from the view's top: lowercase ignores case, a capital makes"
+     " it case-sensitive, re:… is a regular expression; the status shows match 3/812"),
+    ("n / N", "Next / previous match from the view (wraps at the end, and says so)"),
+    ("y", "Copy the current match or the clicked line (OSC 52); shift-drag selects text in"
+     " most terminals"),
+    ("c", "Cancel this run while it runs (asks first)"),
     ("o", "Open the log in $PAGER (default less -R); the engine keeps running"),
     ("esc", "Back"),
-]
+]  # fmt: skip
 SCREENS = {"dashboard": "Dashboard", "detail": "Task detail", "run": "Run output view"}
 
 

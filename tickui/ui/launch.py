@@ -77,6 +77,12 @@ class Session:
     lapse: TimeLapse | None = None
 
 
+def check_scale(scale: float) -> float:
+    if not 1 <= scale <= 3600:
+        raise BadInput("time-scale", f"{scale:g} is out of range (1 to 3600)")
+    return scale
+
+
 @contextlib.contextmanager
 def dashboard_session(
     args: argparse.Namespace, settings: Settings, db: Path, demo: bool
@@ -84,9 +90,7 @@ def dashboard_session(
     """The demo's own throwaway database; under time-lapse a copy of `db` with simulated
     runs (real ones with --real-commands); else `db` itself. Whatever was made for the
     session is removed when it ends, however it ends."""
-    scale = args.time_scale
-    if not 1 <= scale <= 3600:
-        raise BadInput("time-scale", f"{scale:g} is out of range (1 to 3600)")
+    scale = check_scale(args.time_scale)
     with contextlib.ExitStack() as stack:
         lapse: TimeLapse | None = None
         if demo:  # its database is its own: real commands, time-lapse or not
@@ -119,9 +123,35 @@ def dashboard_session(
         yield Session(path, factory, lapse)
 
 
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # None, closed, or no descriptor
+        return False
+
+
+def require_terminal(stdin: object = None, stdout: object = None) -> None:
+    """The dashboard reads keys from a terminal and draws on one: without it, it would
+    draw into a file and spin. Said in one line before anything is opened or created."""
+    streams = (("stdin", stdin or sys.stdin), ("stdout", stdout or sys.stdout))
+    missing = [name for name, stream in streams if not _is_terminal(stream)]
+    if missing:
+        raise BadInput(
+            "",
+            f"the dashboard needs a terminal ({' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not one); "
+            "'tickui run' runs the engine without one",
+        )
+
+
 def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: bool) -> int:
     from tickui.ui.app import TickuiApp
 
+    # Bad input first (it is said the same with or without a terminal), then the
+    # terminal, then whatever the session makes.
+    if check_scale(args.time_scale) == 1 and not demo:  # time-lapse reads only its copy
+        inspect_file(db.expanduser())
+    require_terminal()
     # Installed around the session too: a signal while the demo folder or the time-lapse
     # copy is being removed is noted, not allowed to cut the clean-up short.
     with (

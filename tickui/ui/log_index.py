@@ -7,9 +7,11 @@ reading its one block; search reads the file in chunks. Nothing here holds the f
 from __future__ import annotations
 
 import os
+import re
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -18,6 +20,7 @@ from tickui.common.redact import safe_text
 BLOCK = 1 << 16  # the index keeps one count per block
 SCAN_SLICE = 16 << 20  # bytes indexed per step of the worker (then the view updates)
 READ_CHUNK = 1 << 20
+SEARCH_SLICE = 16 << 20  # bytes searched per step of counting matches
 MAX_LINE_BYTES = 16 * 1024  # shown of one line; a longer one ends in "…" (`o` shows it all)
 BLOCK_CACHE = 8
 PROBE = 64  # bytes re-read before extending the index, to notice a rewritten file
@@ -155,53 +158,185 @@ class LineIndex:
         shown = safe_text(text)
         return shown + " …" if cut else shown
 
-    def search(self, query: str, line: int, forward: bool) -> int | None:
-        """The next line (after `line`, or before it) whose shown text holds `query`.
-        Case-insensitive unless the query has capitals. Runs in a thread."""
-        fold = query == query.lower()
-        needle = (query.lower() if fold else query).encode()
-        if not needle:
-            return None
+    # -- search (runs in a thread; reads the file in chunks cut at line ends) --
+
+    def _chunks(self, start: int, end: int, line: int) -> Iterator[tuple[int, bytes, int]]:
+        """Bytes [start, end) in chunks of whole lines: (first line, bytes, byte offset
+        after them). `start` is where `line` starts."""
+        pos = start
+        while pos < end:
+            data = os.pread(self.fd, min(READ_CHUNK, end - pos), pos)
+            if not data:
+                return
+            if pos + len(data) < self.size:  # more follows: end at a line's end
+                cut = data.rfind(b"\n") + 1
+                if cut:
+                    data = data[:cut]
+                elif len(data) < READ_CHUNK:
+                    return  # the range ends inside a line: the next slice reads it whole
+            yield line, data, pos + len(data)
+            line += data.count(b"\n")
+            pos += len(data)
+
+    def find(self, search: Search, line: int, forward: bool, stop: int | None = None) -> int | None:
+        """The next matching line after `line` (or the last one before it), not past line
+        `stop` (forward: up to and with it; backward: down to it), without wrapping. Runs
+        in a thread."""
         blocks = Blocks(2)
-        size = self.size
-        overlap = len(needle) - 1
-
-        def shown(n: int) -> bool:
-            text = self.text(n, blocks)
-            return query in (text.lower() if fold else text)
-
         if forward:
-            pos = self.start_of(line + 1, blocks)
-            while pos < size:
-                chunk = os.pread(self.fd, min(READ_CHUNK, size - pos), pos)
-                if not chunk:
-                    return None
-                hit = (chunk.lower() if fold else chunk).find(needle)
-                if hit < 0:
-                    if pos + len(chunk) >= size:
-                        return None
-                    pos += max(1, len(chunk) - overlap)
-                    continue
-                found = self.line_at(pos + hit, blocks)
-                if shown(found):
+            first = max(0, line + 1)
+            end = self.start_of(stop + 1, blocks) if stop is not None else self.size
+            for at, data, _ in self._chunks(self.start_of(first, blocks), end, first):
+                found = next(_lines_matching(search, data, at), None)
+                if found is not None:
                     return found
-                pos = max(pos + hit + 1, self.start_of(found + 1, blocks))
             return None
+        floor = self.start_of(stop, blocks) if stop is not None else 0
         end = self.start_of(line, blocks)
-        while end > 0:
-            begin = max(0, end - READ_CHUNK)
-            chunk = os.pread(self.fd, end - begin, begin)
-            hit = (chunk.lower() if fold else chunk).rfind(needle)
-            if hit < 0:
-                if begin == 0:
-                    return None
-                end = begin + overlap
-                continue
-            found = self.line_at(begin + hit, blocks)
-            if shown(found):
-                return found
-            end = min(begin + hit + len(needle) - 1, self.start_of(found, blocks))
+        while end > floor:
+            begin = max(floor, end - READ_CHUNK)
+            if begin > floor:  # from the start of a line
+                head = os.pread(self.fd, min(MAX_LINE_BYTES, end - begin), begin)
+                cut = head.find(b"\n") + 1
+                begin = begin + cut if cut else begin
+            at = self.line_at(begin, blocks) if begin else 0
+            hits = [hit for _, data, _ in self._chunks(begin, end, at)
+                    for hit in _raw_hits(search, data, at)]  # fmt: skip
+            for found, raw in reversed(hits):  # the last first: most are never made safe
+                if _shown_match(search, raw):
+                    return found
+            end = begin
         return None
 
+    def find_wrapping(self, search: Search, line: int, forward: bool) -> tuple[int | None, bool]:
+        """The next match from `line`, else the first from the other end back to `line` (as
+        less does; a single match finds itself), and whether it wrapped. Runs in a thread."""
+        found = self.find(search, line, forward)
+        if found is not None:
+            return found, False
+        return self.find(search, -1 if forward else self.lines, forward, stop=line), True
 
-# ---- the view -------------------------------------------------------------------------
+    def count(
+        self, search: Search, line: int, limit: int = SEARCH_SLICE, most: int | None = None
+    ) -> Counted:
+        """The matching lines from `line` on, up to about `limit` bytes of the indexed file
+        or `most` lines found. Runs in a thread, one slice at a time (as the index is
+        built)."""
+        start = self.start_of(line, Blocks(2))
+        end = min(self.size, start + limit)
+        found: list[int] = []
+        reached = start
+        for first, data, after in self._chunks(start, end, line):
+            for hit in _lines_matching(search, data, first):
+                found.append(hit)
+                if most is not None and len(found) >= most:
+                    return Counted(found, hit + 1, False)
+            line, reached = first + data.count(b"\n"), after
+        return Counted(found, line, reached >= self.size)
+
+
+@dataclass
+class Counted:
+    """One slice of counting matches: the lines found and the line to go on from."""
+
+    lines: list[int]
+    next_line: int
+    done: bool
+
+
+# ---- what a search matches ------------------------------------------------------------
+
+REGEX_PREFIX = "re:"  # `/re:…` searches for a regular expression
+
+
+@dataclass(frozen=True)
+class Search:
+    """A search as typed, and the regular expression it means: plain text unless it
+    starts with `re:`; smart case as in less and vim (a lowercase pattern ignores case,
+    any capital makes it case-sensitive)."""
+
+    typed: str
+    regex: re.Pattern[str]
+
+    @property
+    def needle(self) -> bytes | None:
+        """Plain text as bytes, looked for with bytes.find (lowercased when case is
+        ignored): many times faster than the expression over decoded text. None for a
+        regular expression, or text whose case ASCII cannot fold."""
+        if self.typed.startswith(REGEX_PREFIX):
+            return None
+        text = self.typed
+        if self.case_sensitive:
+            return text.encode()
+        return text.lower().encode() if text.isascii() else None
+
+    @classmethod
+    def parse(cls, typed: str) -> Search:
+        """Raises ValueError (saying why) for an empty pattern or a bad expression."""
+        is_regex = typed.startswith(REGEX_PREFIX)
+        body = typed.removeprefix(REGEX_PREFIX) if is_regex else typed
+        if not body:
+            raise ValueError("nothing to search for")
+        # an escape such as \S or \W is not a capital the user typed
+        letters = re.sub(r"\\.", "", body) if is_regex else body
+        flags = re.MULTILINE | (0 if letters != letters.lower() else re.IGNORECASE)
+        try:
+            return cls(typed, re.compile(body if is_regex else re.escape(body), flags))
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+
+    @property
+    def case_sensitive(self) -> bool:
+        return not self.regex.flags & re.IGNORECASE
+
+    def ignoring_case(self) -> Search:
+        """The same pattern ignoring case: a capitalised word found nowhere as typed
+        (`DONE` in a log that says "done") is looked for again this way."""
+        return Search(self.typed, re.compile(self.regex.pattern, self.regex.flags | re.IGNORECASE))
+
+    def matches(self, shown: str) -> bool:
+        return self.regex.search(shown) is not None
+
+
+def _lines_matching(search: Search, data: bytes, first: int) -> Iterator[int]:
+    """Lines of `data` (whole lines from line `first`) matching as the view shows them."""
+    for line, raw in _raw_hits(search, data, first):
+        if _shown_match(search, raw):
+            yield line
+
+
+def _shown_match(search: Search, raw: str) -> bool:
+    """A hit in the raw text checked against the line as the view shows it: made safe (a
+    redacted secret is not found)."""
+    return search.matches(safe_text(raw.rstrip("\r").expandtabs(8)))
+
+
+def _raw_hits(search: Search, data: bytes, first: int) -> Iterator[tuple[int, str]]:
+    """The lines of `data` (whole lines from line `first`) where the raw text matches, with
+    that text: plain text is found in the bytes, an expression in the decoded text."""
+    needle = search.needle
+    if needle is None:
+        text = data.decode("utf-8", "replace")
+        hits = (hit.start() for hit in search.regex.finditer(text))
+    else:
+        text = data.lower() if not search.case_sensitive else data
+        hits = _finds(text, needle)
+    newline = "\n" if isinstance(text, str) else b"\n"
+    line, counted, skip_to = first, 0, 0
+    for at in hits:
+        if at < skip_to:
+            continue
+        line += text.count(newline, counted, at)
+        begin = text.rfind(newline, 0, at) + 1
+        end = text.find(newline, at)
+        end = len(text) if end < 0 else end
+        counted = skip_to = end  # one hit per line
+        raw = data[begin:end] if needle is not None else text[begin:end]
+        yield line, raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
+def _finds(data: bytes, needle: bytes) -> Iterator[int]:
+    at = data.find(needle)
+    while at >= 0:
+        yield at
+        at = data.find(needle, data.find(b"\n", at) + 1 or len(data))

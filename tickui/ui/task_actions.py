@@ -122,7 +122,9 @@ class TaskActions:
             return task.spec.retries if task is not None else None
 
         remote = store.remote_output  # what workers reported (Kafka)
-        source = RunSource(occurrence, self.board.now, short_path, zone, retries, remote)
+        source = RunSource(
+            occurrence, self.board.now, short_path, zone, retries, remote, cancel=self.cancel
+        )
         self.push(RunScreen(occ, source))
 
     def add(self) -> None:

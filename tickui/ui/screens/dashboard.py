@@ -31,9 +31,12 @@ from tickui.ui.task_actions import TaskActions
 from tickui.ui.view.cells import MODES, TimeView
 from tickui.ui.view.rows import OccurrenceRows, TaskRows
 from tickui.ui.widgets.panes import Banner, BreakerPane, KeyFooter, StatusLine, TablePane, TicksPane
+from tickui.ui.widgets.table import RowTable
 from tickui.ui.widgets.workers import WorkersPane
 
-NARROW = 110  # below this width the side panes move under the tables
+# Below this width the side panes move under the tables: beside them (40 columns) at 120
+# the tables lost OK%, MISS/SKIP and the runs' details.
+NARROW = 140
 SHORT = 30  # below this height the narrow layout drops the sparkline
 
 
@@ -94,6 +97,8 @@ class Dashboard(Screen[None]):
             return False
         if action in VIEW_ACTIONS and shown is not self:
             return False
+        if action == "clear_filter":  # esc goes on to others where no filter is on
+            return self._filtered_pane() is not None
         if action in TASK_ACTIONS:
             return board.host is not None and board.ready.is_set()
         return True
@@ -209,7 +214,10 @@ class Dashboard(Screen[None]):
             await self._filter_occurrences(save=False, text=event.value)
         else:
             self.board.task_rows.set_filter(event.value)
-            self.tasks.sync_size()
+            if event.value.strip():
+                self.tasks.show_top()  # a new filter starts at its first match
+            else:
+                self.tasks.sync_size()  # cleared: the task found stays picked
             self.show_titles()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -220,6 +228,7 @@ class Dashboard(Screen[None]):
             (self.occurrences if self._filtering_occ else self.tasks).focus()
 
     async def on_key(self, event) -> None:
+        self.tasks.hold_briefly()  # before the key acts: its row stays where it is
         box = self.focused
         if event.key == "escape" and isinstance(box, Input) and box.id == "filter":
             event.stop()
@@ -228,6 +237,28 @@ class Dashboard(Screen[None]):
                 self.board.remember(occ_text="")
             box.display = False
             (self.occurrences if self._filtering_occ else self.tasks).focus()
+
+    def _filtered_pane(self) -> RowTable | None:
+        """The focused table when it has a filter on (esc clears it), else None."""
+        board = self.board
+        if self.focused is self.tasks and board.task_rows.filter:
+            return self.tasks
+        occ = board.occ_rows
+        if self.focused is self.occurrences and (
+            occ.text or occ.state != "all" or occ.task_id is not None
+        ):
+            return self.occurrences
+        return None
+
+    async def action_clear_filter(self) -> None:
+        """One key out of any filter: the focused pane shows everything again."""
+        pane = self._filtered_pane()
+        if pane is self.tasks:
+            self.board.task_rows.set_filter("")
+            self.tasks.sync_size()
+            self.show_titles()
+        elif pane is self.occurrences:
+            await self._filter_occurrences(text="", state="all", task_id=None)
 
     async def _filter_occurrences(self, save: bool = True, **changes: object) -> None:
         """Change the Occurrences pane's filters and read its rows again from the store."""
@@ -243,8 +274,10 @@ class Dashboard(Screen[None]):
         if board.host is not None:
             keep = self.occurrences.selected_key
             await board.load_occurrences()
-            if keep is not None and keep in rows.by_id:
-                self.occurrences.select_key(keep)
+            if rows.filter_label() or keep is None or not self.occurrences.select_key(keep):
+                self.occurrences.show_top()  # a new filter starts at the newest runs
+            # else cleared: the run found through the filter stays picked, among all
+            self.show_titles()
 
     async def action_cycle_state(self) -> None:
         states = OccurrenceRows.STATES
@@ -263,8 +296,10 @@ class Dashboard(Screen[None]):
         await self._filter_occurrences(task_id=task.id)
 
     def action_cycle_sort(self) -> None:
-        """The next sortable column, ascending (a header click picks one, or reverses)."""
-        columns = TaskRows.CYCLE
+        """The next sortable column on screen, ascending (a header click picks one, or
+        reverses): sorting by a column the width hides would change nothing visible."""
+        shown = set(self.tasks.shown_titles())
+        columns = [c for c in TaskRows.CYCLE if c in shown] or list(TaskRows.CYCLE)
         title, _ = self.board.task_rows.sort
         nxt = columns[(columns.index(title) + 1) % len(columns)] if title in columns else "NEXT"
         self._sort(nxt, False)
@@ -291,6 +326,7 @@ class Dashboard(Screen[None]):
         if board.host is not None:
             self.live.show_status()
             self.live.show_ticker()
+        self.show_titles()
         self.notify(f"times in {board.view.label()}")
 
     def action_toggle_side(self) -> None:
@@ -321,17 +357,43 @@ class Dashboard(Screen[None]):
             occ = self.query_one("#occ-pane")
         except NoMatches:  # mounted but not composed yet, or being taken down: next second
             return
-        rows = self.board.task_rows
+        board = self.board
+        rows = board.task_rows
         title, descending = rows.sort
         text = f"Tasks · by {title} {'▼' if descending else '▲'}"
+        if rows.held and rows.stale:  # the order waits for the cursor to go back up
+            text += " · order held (home resumes)"
         if rows.filter:
-            text += f" · {len(rows)} of {rows.total} match {rows.filter!r}"
+            text += f" · {len(rows)} of {rows.total} match {rows.filter!r} · esc clears"
         if tasks.border_title != text:  # called each second: repaint on a change only
             tasks.border_title = text
-        label = self.board.occ_rows.filter_label()
-        text = "Occurrences" + (f" · {label}" if label else " (newest first)")
+        label = board.occ_rows.filter_label()
+        text = "Occurrences" + (f" · {label} · esc clears" if label else " (newest first)")
         above = self.occurrences.scroll_offset.y
         if above:  # kept on the picked run, newer ones went out of sight: say how many
             text += f" · ↑ {above} newer above"
         if occ.border_title != text:
             occ.border_title = text
+        zone = f"times in {board.view.label()} · z changes"  # one zone per table, said
+        for pane in (tasks, occ):
+            if pane.border_subtitle != zone:
+                pane.border_subtitle = zone
+        self._say_when_empty(bool(label))
+
+    def _say_when_empty(self, occ_filtered: bool) -> None:
+        """An empty pane says why and the way on: a new database how to add a task, a
+        filter that matches nothing the key that clears it."""
+        board = self.board
+        if not board.ready.is_set():
+            return
+        rows = board.task_rows
+        if rows.total == 0:
+            hint = "No tasks yet: press a to add one, or tickui task add NAME --every 1m -- CMD"
+        elif rows.filter:
+            hint = f"No task matches {rows.filter!r}: esc clears the filter"
+        else:
+            hint = ""
+        self.tasks.say_when_empty(hint)
+        self.occurrences.say_when_empty(
+            "No run matches this filter: esc clears it" if occ_filtered else "No runs yet"
+        )

@@ -416,6 +416,15 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         if self.spec is not None:
             self.dismiss(self.spec)
 
+    @on(Input.Submitted)
+    def entered(self, event: Input.Submitted) -> None:
+        """Enter saves a valid form; on one not yet valid it moves to the next field."""
+        event.stop()
+        if self.spec is not None:
+            self.action_submit()
+        else:
+            self.focus_next()
+
     @on(Button.Pressed, "#add")
     def add(self) -> None:
         self.action_submit()

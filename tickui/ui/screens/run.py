@@ -1,5 +1,6 @@
 """One run: its facts and its whole output (log_view.LogView over log_index.LineIndex),
-its search and its pager; the run's own screen."""
+its search (as in less: smart case, wraps with a notice, counts matches) and its pager;
+the run's own screen."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import shlex
 import shutil
 import stat
 import tempfile
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
@@ -20,12 +22,13 @@ from textual import work
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from tickui.common.redact import safe_text
 from tickui.dispatch.output import human_bytes
 from tickui.model.records import Occurrence, RemoteOutput
-from tickui.ui.log_index import LineIndex
+from tickui.ui.keys import rank
+from tickui.ui.log_index import LineIndex, Search
 from tickui.ui.pager import page
 from tickui.ui.view.cells import (
     STATE_STYLE,
@@ -37,10 +40,25 @@ from tickui.ui.view.cells import (
     stamp_in,
 )
 from tickui.ui.widgets.log_view import LogView, Moved
+from tickui.ui.widgets.panes import KeyFooter
+
+# The run view's keys in its footer: when narrow the highest go first; the app's ? and q
+# (rank 0) always show.
+FOOTER_RANKS = {
+    "back": 1, "toggle_follow": 2, "search": 3, "cancel_run": 4, "next_match": 5,
+    "copy": 6, "pager": 7, "bottom": 8, "top": 9,
+}  # fmt: skip
+
+
+def _footer_rank(action: str) -> int:
+    bare = action.split("(", 1)[0]
+    return FOOTER_RANKS.get(bare, rank(bare))
+
 
 KIND_WORD = {"manual": "manual", "scheduled": "scheduled", "backfill": "backfill"}
 
 POLL = 0.25  # how often the file is looked at while the view is open
+MATCH_COUNT_CAP = 10_000  # counted no further (vim's search count stops at >99)
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,8 @@ class RunSource:
     retries: Callable[[Occurrence], int | None] | None = None  # how many its task allows
     # what a worker reported of a run it ran (Kafka dispatch): Store.remote_output
     remote: Callable[[int], Awaitable[RemoteOutput | None]] | None = None
+    # cancel a run, asking first (the dashboard's cancel)
+    cancel: Callable[[Occurrence], Awaitable[None]] | None = None
 
 
 class RunScreen(Screen[None]):
@@ -93,6 +113,8 @@ class RunScreen(Screen[None]):
         Binding("slash", "search", "Search", key_display="/"),
         Binding("n", "next_match(True)", "Next match"),
         Binding("N", "next_match(False)", "Prev match", key_display="N"),
+        Binding("y", "copy", "Copy"),
+        Binding("c", "cancel_run", "Cancel run"),
         Binding("o", "pager", "Open in pager"),
     ]
 
@@ -100,12 +122,15 @@ class RunScreen(Screen[None]):
         super().__init__()
         self.occ = occ
         self.source = source
-        self.follow = occ.active
         self.problem: str | None = None  # why the log cannot be shown
         self.fd: int | None = None
         self.indexing = False
         self.indexed = False  # the whole file (as it was) is indexed
-        self.to_end = False  # `G` pressed before the index was complete
+        self.matched: list[int] = []  # the lines matching the search, counted so far
+        self.counted_to = 0  # the line counting goes on from
+        self.counted = False  # the whole indexed file is counted
+        self.capped = False  # counting stopped at MATCH_COUNT_CAP
+        self.notice = ""  # the last search's wrap notice, on the status line
         self._ticks = 0
         self._top = -1
         self.remote: RemoteOutput | None = None  # what the worker reported, once read
@@ -114,12 +139,20 @@ class RunScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="run-facts")
         yield LogView(id="run-log")
-        yield Input(placeholder="search the output (enter finds, esc closes)", id="run-search")
-        yield Footer()
+        yield Input(
+            placeholder="search the output: text (a capital makes it case-sensitive) or"
+            " re:regex (enter finds, esc closes)",
+            id="run-search",
+        )
+        yield KeyFooter(_footer_rank)
 
     @property
     def view(self) -> LogView:
         return self.query_one(LogView)
+
+    @property
+    def follow(self) -> bool:
+        return self.view.follow
 
     def on_mount(self) -> None:
         self.query_one(
@@ -132,6 +165,7 @@ class RunScreen(Screen[None]):
             self.read_remote()
         else:
             self._open()
+        self.view.follow = self.occ.active
         self.render_facts()
         self.view.focus()
         self.set_interval(POLL, self.poll)
@@ -181,6 +215,7 @@ class RunScreen(Screen[None]):
         self.problem = None
         self.indexed = False
         self.view.set_index(LineIndex(fd))
+        self.recount()  # a search goes on over the new tail
         self.render_facts()
         self.index_more()
 
@@ -285,13 +320,35 @@ class RunScreen(Screen[None]):
         top, bottom = view.visible_range()
         parts = [f"lines {top + 1 if bottom else 0}-{bottom} of {view.count:,}"]
         if self.occ.active:
-            parts.append("following (f)" if self.follow else "paused (f follows)")
-        if view.query_text:
-            where = f"line {view.match + 1}" if view.match is not None else "no match"
-            parts.append(f"/{safe_text(view.query_text)}: {where}")
+            parts.append("following (f)" if self.follow else "paused (G or f follows)")
+        if view.search is not None:
+            case = " (any case)" if self._folded(view.search) else ""
+            parts.append(f"/{safe_text(view.search.typed)}{case}: {self._match_text()}")
+            if self.notice:
+                parts.append(self.notice)
         self._top = view.scroll_offset.y
         view.border_title = "Output"
         view.border_subtitle = " · ".join(parts)
+
+    @staticmethod
+    def _folded(search: Search) -> bool:
+        """Case ignored although the pattern has capitals (nothing matched as typed)."""
+        try:
+            return not search.case_sensitive and Search.parse(search.typed).case_sensitive
+        except ValueError:
+            return False
+
+    def _match_text(self) -> str:
+        """`match 3/812` (`3/…` while counting), or why there is none."""
+        view = self.view
+        total = f"{len(self.matched):,}" if self.counted else "…"
+        if self.capped:
+            total = f">{MATCH_COUNT_CAP:,}"
+        if view.match is None:
+            return "no match" if self.counted and not self.matched else f"{total} matches"
+        if view.match < self.counted_to or (self.counted and not self.capped):
+            return f"match {bisect_left(self.matched, view.match) + 1:,}/{total}"
+        return f"line {view.match + 1:,}, matches {total}"
 
     # ---- reading the file -------------------------------------------------------------
 
@@ -316,14 +373,52 @@ class RunScreen(Screen[None]):
                 partial = index.newlines if not step.reset else 0
                 index.apply(step)
                 view.forget(partial)
-                view.sync_size()
-                if self.follow or self.to_end:
-                    view.action_bottom()
-                    self.to_end = self.to_end and step.size < os.fstat(self.fd).st_size
+                view.sync_size()  # holds the view still unless it follows
+                if step.reset:
+                    self.recount()
+                elif view.search is not None:
+                    self.count_matches()
                 self.render_facts()
         finally:
             self.indexing = False
         self.render_facts()
+
+    def recount(self) -> None:
+        """Count the search's matches from the first line (a new search, or a new file)."""
+        self.matched, self.counted_to, self.counted, self.capped = [], 0, False, False
+        self.count_matches()
+
+    @work(exclusive=True, group="count")
+    async def count_matches(self) -> None:
+        """Count the lines matching the search, a slice at a time in a thread, from where
+        the last count stopped (the log grows while the run runs)."""
+        view = self.view
+        index, search = view.index, view.search
+        if index is None or search is None or self.capped:
+            return
+        self.counted = False
+        while True:
+            start = self.counted_to
+            try:
+                step = await asyncio.to_thread(
+                    index.count, search, start, most=MATCH_COUNT_CAP + 1 - len(self.matched)
+                )
+            except OSError:
+                break
+            if view.search is not search:
+                return
+            # a last line read while partial is counted again, whole
+            self.matched = [line for line in self.matched if line < start] + step.lines
+            self.counted_to = step.next_line
+            if len(self.matched) > MATCH_COUNT_CAP:  # one past it: there are more
+                del self.matched[MATCH_COUNT_CAP:]
+                self.counted_to = self.matched[-1] + 1
+                self.capped = True
+            if step.done or self.capped:
+                self.counted = True
+                break
+            self._title()
+        self._title()
 
     async def poll(self) -> None:
         """The file grows while the run runs; the run's facts change until it ends."""
@@ -340,13 +435,17 @@ class RunScreen(Screen[None]):
         if self.occ.active and self._ticks % 2 == 0:
             fresh = await self.source.occurrence(self.occ.id)
             if fresh is not None:
+                ended = fresh.active != self.occ.active
                 self.occ = fresh
+                if ended:
+                    self.refresh_bindings()  # `c` goes with the run
             if self.on_worker is not None and not self.occ.active:
                 self.read_remote()  # it ended: its worker's tail came with the outcome
             elif self.on_worker is not None and self.fd is None:
                 self.problem = self._remote_wait()  # it started on a worker meanwhile
             self.render_facts()
         elif self.view.scroll_offset.y != self._top:
+            self.notice = ""  # the user moved on from what the search said
             self._title()
 
     # ---- keys ---------------------------------------------------------------------------
@@ -360,17 +459,12 @@ class RunScreen(Screen[None]):
         self.app.pop_screen()
 
     def action_toggle_follow(self) -> None:
-        self.follow = not self.follow
-        if self.follow:
-            self.view.action_bottom()
-        self.notify("following new output" if self.follow else "stopped following")
-        self._title()
+        self.view.set_follow(not self.follow)
 
     def on_moved(self, message: Moved) -> None:
-        if message.up and self.follow:
-            self.follow = False
-        if not message.up and not self.indexed:
-            self.to_end = True
+        """The status line says following or paused (a toast would cover it); what the
+        last search said is done with."""
+        self.notice = ""
         self._title()
 
     def action_search(self) -> None:
@@ -381,48 +475,103 @@ class RunScreen(Screen[None]):
     async def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         view = self.view
-        view.query_text = event.value
-        view.match = None
+        if not event.value:
+            view.search = view.match = None
+            event.input.display = False
+            view.focus()
+            view.refresh()
+            self._title()
+            return
+        try:
+            search = Search.parse(event.value)
+        except ValueError as exc:  # a bad expression: said, the box stays to fix it
+            self.notify(safe_text(str(exc)), severity="error")
+            return
+        view.search, view.match = search, None
         event.input.display = False
         view.focus()
-        if event.value:
-            top, _ = view.visible_range()
-            self.find(top - 1, True)
+        self.recount()
+        top, _ = view.visible_range()
+        self.find(top - 1, True)  # from the top of the view, as less does
         view.refresh()
         self._title()
 
     def action_next_match(self, forward: bool) -> None:
+        """From the current match while it is in view, else from the view's edge: after
+        `G`, `n` finds the next match below the view (wrapping to the top)."""
         view = self.view
-        if not view.query_text:
+        if view.search is None:
             self.action_search()
             return
-        start = (
-            view.match
-            if view.match is not None
-            else view.visible_range()[0] - (1 if forward else 0)
-        )
+        top, bottom = view.visible_range()
+        if view.match is not None and top <= view.match < bottom:
+            start = view.match
+        else:
+            start = bottom - 1 if forward else top
         self.find(start, forward)
 
     @work(exclusive=True, group="search")
     async def find(self, start: int, forward: bool) -> None:
+        """The next match after (or before) line `start`, wrapping at either end as less
+        does and saying so; in a thread, so a 200 MB log never holds up the screen."""
         view = self.view
-        index = view.index
-        if index is None:
+        index, search = view.index, view.search
+        if index is None or search is None:
             return
-        query = view.query_text
         try:
-            found = await asyncio.to_thread(index.search, query, start, forward)
+            found, wrapped = await asyncio.to_thread(index.find_wrapping, search, start, forward)
+            if found is None and search.case_sensitive:
+                # found nowhere as typed (`DONE` in a log that says "done"): ignoring case
+                search = search.ignoring_case()
+                found, wrapped = await asyncio.to_thread(
+                    index.find_wrapping, search, start, forward
+                )
+                if found is not None and view.search is not None:
+                    view.search = search
+                    self.recount()
         except OSError as exc:
             self.notify(safe_text(f"search failed: {exc}"), severity="error")
             return
-        if found is None:
-            self.notify(f"no match {'below' if forward else 'above'}", severity="warning")
-        else:
-            view.match = found
-            self.follow = False
-            view.show_line(found)
+        # said on the status line, as less and vim do (a toast would cover the count)
+        self.notice = ""
+        if found is not None:
+            if wrapped:
+                self.notice = (
+                    "search hit BOTTOM, continuing at TOP"
+                    if forward
+                    else "search hit TOP, continuing at BOTTOM"
+                )
+            view.match = view.marked = found
+            view.show_line(found)  # and holds there: the status says paused
         view.refresh()
         self._title()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`c` is there (and in the footer) while the run runs."""
+        if action == "cancel_run":
+            return self.occ.active
+        return True
+
+    async def action_cancel_run(self) -> None:
+        """Cancel this run, asking first as the dashboard does."""
+        if self.source.cancel is None:
+            self.notify("cancel is not available here", severity="warning")
+            return
+        await self.source.cancel(self.occ)
+
+    def action_copy(self) -> None:
+        """The clicked line or the current match to the clipboard (OSC 52: the terminal
+        must allow it; shift-drag selects text in most terminals instead)."""
+        line, text = self.view.marked, self.view.marked_text()
+        if line is None or text is None:
+            self.notify(
+                "nothing to copy: click a line or search (/) first; shift-drag selects"
+                " text in most terminals",
+                severity="warning",
+            )
+            return
+        self.app.copy_to_clipboard(text)
+        self.notify(f"copied line {line + 1} to the clipboard")
 
     async def action_pager(self) -> None:
         """The log in `$PAGER` (default `less -R`), fed on its stdin as this view shows it:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
@@ -131,7 +132,33 @@ def rate_text(rate: float | None) -> str:
     return "100%" if rate >= 1 else f"{min(int(rate * 100), 99)}%"
 
 
-def task_cells(task: Task, now: int, view: TimeView = TimeView()) -> list[Cell]:
+def task_state(task: Task, now: int, pending: Sequence[Occurrence] = ()) -> Cell:
+    """What the task is doing now, the most pressing first: a run ("running 41s", from
+    its held occurrence, else from the stats), one starting, a retry or a slot waiting,
+    else on, off or paused. A disabled task's run says it is off too."""
+    stats, enabled = task.stats, task.enabled
+    active = [o for o in pending if o.active]
+    running = [o.started_at for o in active if o.state == "running" and o.started_at]
+    off = "" if enabled else ", off"
+    if running or (stats.active and not active):
+        text = f"running {span(now - min(running))}" if running else "running"
+        count = max(len(active), stats.active)
+        text += f" ×{count}" if count > 1 else ""
+        return (text + off, "bold cyan")
+    if active:
+        return ("starting" + off, "yellow")
+    if stats.retry_attempt is not None:
+        tries = f"{stats.retry_attempt}/{task.spec.retries + 1}"
+        return (f"retry {tries} in {countdown(stats.retry_at, now)}{off}", "yellow")
+    if any(o.state == "queued" for o in pending):
+        return ("queued" + off, "yellow")
+    return ("on", "green") if enabled else enabled_off(task.note)
+
+
+def task_cells(
+    task: Task, now: int, view: TimeView = TimeView(), pending: Sequence[Occurrence] = ()
+) -> list[Cell]:
+    """`pending`: the task's active and queued runs the board holds (its STATE)."""
     spec, stats = task.spec, task.stats
     zone = view.zone(spec.tz)
     enabled = task.enabled
@@ -142,7 +169,6 @@ def task_cells(task: Task, now: int, view: TimeView = TimeView()) -> list[Cell]:
         wait = countdown(stats.retry_at, now)
         tries = f"{stats.retry_attempt}/{spec.retries + 1}"
         result = (f"{stats.last_result or '-'}, retry {tries} in {wait}", "yellow")
-    on: Cell = ("on", "green") if enabled else enabled_off(task.note)
     counts = f"{stats.missed}/{stats.skipped}"
     rate = stats.success_rate
     return [
@@ -155,7 +181,7 @@ def task_cells(task: Task, now: int, view: TimeView = TimeView()) -> list[Cell]:
         result,
         (rate_text(rate), "" if rate is None or rate >= 1 else "yellow" if rate >= 0.9 else "red"),
         (span(stats.median_duration_us) if stats.median_duration_us is not None else "-", ""),
-        on,
+        task_state(task, now, pending),
         (f"{POLICY_SHORT.get(spec.misfire, spec.misfire)}/{spec.concurrency}", "bright_black"),
         (counts, "yellow" if stats.missed or stats.skipped else "bright_black"),
     ]
@@ -170,7 +196,7 @@ def paused(note: str | None) -> bool:
 
 
 def enabled_off(note: str | None) -> Cell:
-    """A disabled task's ENABLED cell: its note; loud when pause_after disabled it."""
+    """A disabled task's STATE cell: its note; loud when pause_after disabled it."""
     if paused(note):
         return (safe_text(f"PAUSED {(note or '').removeprefix('paused ')}"), "bold white on red")
     return (safe_text(f"off {note or ''}".strip()), "yellow")

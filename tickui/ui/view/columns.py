@@ -20,8 +20,9 @@ TASK_COLUMNS = [
     Column("RESULT", 9, 26, flex=True),  # "failed, retry 2/4 in 1m00s" when one waits
     Column("OK%", 4, priority=5, right=True),
     Column("MED", 5, priority=6, right=True),
-    # why a task is off ("off CRM migration") is worth more than PASSED or POLICY
-    Column("ENABLED", 7, 16, priority=2, flex=True),
+    # what it does now ("running 41s", "retry 2/4 in 40s") or why it is off ("off CRM
+    # migration"): worth more than PASSED or POLICY
+    Column("STATE", 7, 16, priority=2, flex=True),
     Column("POLICY", 6, 11, priority=9, flex=True),
     Column("MISS/SKIP", 9, priority=4, right=True),
 ]
@@ -80,3 +81,9 @@ class CellSource(RowSource):
 
     def index_of(self, key: Hashable) -> int | None:
         return self.rows.index_of(key)  # type: ignore[arg-type]
+
+    def hold(self, on: bool) -> bool:
+        return self.rows.hold(on) if isinstance(self.rows, TaskRows) else False
+
+    def reorders(self) -> bool:
+        return isinstance(self.rows, TaskRows) and not self.rows.held

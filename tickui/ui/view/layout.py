@@ -120,3 +120,13 @@ class RowSource:
 
     def index_of(self, key: Hashable) -> int | None:  # pragma: no cover
         raise NotImplementedError
+
+    def hold(self, on: bool) -> bool:
+        """Hold the rows' order while the user's cursor is off the top row; True when
+        releasing it reordered them. Rows kept in a fixed order ignore it."""
+        return False
+
+    def reorders(self) -> bool:
+        """The rows move by themselves now (a sort by time, not held): a cursor on the
+        top row stays on the top row instead of following a row down."""
+        return False

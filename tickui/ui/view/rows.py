@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Any
 
-from tickui.model.occurrence import ACTIVE
+from tickui.model.occurrence import ACTIVE, QUEUED
 from tickui.model.records import Occurrence, Task
 from tickui.schedules.triggers import CronSchedule, preview
 from tickui.store import ascii_lower
@@ -70,6 +70,16 @@ def _last_value(task: Task) -> int | None:
     return task.stats.last_started_at or task.stats.last_scheduled_for
 
 
+def _state_rank(task: Task) -> int:
+    """STATE sorts what is happening first: running, a retry waiting, on, off."""
+    stats = task.stats
+    if stats.active:
+        return 0
+    if stats.retry_attempt is not None:
+        return 1
+    return 2 if task.enabled else 3
+
+
 # What each sortable column sorts by: (kind, value of a task).
 _SORTS: dict[str, tuple[str, Callable[[Task], Any]]] = {
     "NAME": ("text", lambda t: t.name),
@@ -81,7 +91,7 @@ _SORTS: dict[str, tuple[str, Callable[[Task], Any]]] = {
     "RESULT": ("text?", lambda t: t.stats.last_result),
     "OK%": ("num", lambda t: t.stats.success_rate),
     "MED": ("num", lambda t: t.stats.median_duration_us),
-    "ENABLED": ("num", lambda t: 0 if t.enabled else 1),
+    "STATE": ("num", lambda t: _state_rank(t)),
     "POLICY": ("text", lambda t: f"{t.spec.misfire}/{t.spec.concurrency}"),
     "MISS/SKIP": ("num", lambda t: t.stats.missed + t.stats.skipped),
 }
@@ -104,6 +114,8 @@ class TaskRows:
         self._view: list[tuple] = []
         self.filter = ""
         self._sort = self.DEFAULT_SORT
+        self.held = False  # the order holds: a changed task keeps its place
+        self.stale = False  # held, and some task would have moved
 
     def __len__(self) -> int:
         return len(self._view)
@@ -134,7 +146,17 @@ class TaskRows:
             primary = _text_key(value, descending)
         return (primary, task.name, task.id)
 
+    def hold(self, on: bool) -> bool:
+        """Hold the order (a task that changes keeps its place; a new one is still put
+        in order) or release it; True when releasing re-sorted the rows."""
+        moved = self.held and not on and self.stale
+        self.held = on
+        if moved:
+            self._rekey()
+        return moved
+
     def _rekey(self) -> None:
+        self.stale = False
         self._keys = {task.id: self._key(task) for task in self.by_id.values()}
         self._order = sorted(self._keys.values())
         self._refilter()
@@ -177,6 +199,9 @@ class TaskRows:
         key = self._key(task)
         if key == old_key:
             return False
+        if self.held and old_key is not None and old_key[1] == task.name:
+            self.stale = True
+            return False
         if old_key is not None:
             self._drop(old_key)
         self._keys[task.id] = key
@@ -217,6 +242,24 @@ class OccurrenceRows:
         self.state = "all"
         self.task_id: int | None = None
         self.task_name: str | None = None  # for the label only
+        self._pending: dict[int, dict[int, Occurrence]] = {}  # task id: its active or queued
+
+    def pending(self, task_id: int) -> list[Occurrence]:
+        """The task's runs held here that are active or wait to start (its Tasks row
+        says so), oldest first."""
+        held = self._pending.get(task_id)
+        return sorted(held.values(), key=lambda o: o.id) if held else []
+
+    def _note_pending(self, occ: Occurrence) -> None:
+        if occ.active or occ.state == QUEUED:
+            self._pending.setdefault(occ.task_id, {})[occ.id] = occ
+        else:
+            self._forget_pending(occ)
+
+    def _forget_pending(self, occ: Occurrence) -> None:
+        held = self._pending.get(occ.task_id)
+        if held is not None and held.pop(occ.id, None) is not None and not held:
+            del self._pending[occ.task_id]
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -277,6 +320,7 @@ class OccurrenceRows:
     def load(self, occurrences: Iterable[Occurrence]) -> None:
         self.by_id = {}
         self._ids = []
+        self._pending = {}
         for occ in occurrences:
             self.upsert(occ)
 
@@ -301,18 +345,22 @@ class OccurrenceRows:
             return False
         if occ.id in self.by_id:
             self.by_id[occ.id] = occ
+            self._note_pending(occ)
             return True
         if len(self._ids) >= self.window and -occ.id > self._ids[-1]:
             return False
         insort(self._ids, -occ.id)
         self.by_id[occ.id] = occ
+        self._note_pending(occ)
         while len(self._ids) > self.window:
-            del self.by_id[-self._ids.pop()]
+            self._forget_pending(self.by_id.pop(-self._ids.pop()))
         return True
 
     def _remove(self, occ_id: int) -> None:
-        if self.by_id.pop(occ_id, None) is not None:
+        occ = self.by_id.pop(occ_id, None)
+        if occ is not None:
             del self._ids[bisect_left(self._ids, -occ_id)]
+            self._forget_pending(occ)
 
     def active_ids(self) -> list[int]:
         return [occ.id for occ in self.by_id.values() if occ.active]

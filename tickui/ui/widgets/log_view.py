@@ -1,6 +1,7 @@
 """The log view: a `ScrollView` drawing with `render_line` (as Toolong does) that asks the
 index only for the lines on screen, keeps a small cache of them, and shows every line
-through `safe_text`."""
+through `safe_text`. It holds its place as lines arrive unless it follows them (as
+`less +F`): a move up stops following, `G` (or the screen's `f`) resumes it."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollTo, ScrollUp
 from textual.strip import Strip
 
 from tickui.common.redact import safe_text
-from tickui.ui.log_index import LineIndex
+from tickui.ui.log_index import LineIndex, Search
 
 LINE_CACHE = 1024  # lines kept drawn, for scrolling back and forth
 
@@ -41,8 +44,10 @@ class LogView(ScrollView, can_focus=True):
         super().__init__(id=id)
         self.index: LineIndex | None = None
         self.lines: OrderedDict[int, str] = OrderedDict()
-        self.query_text = ""
-        self.match: int | None = None
+        self.search: Search | None = None
+        self.match: int | None = None  # the line of the current match
+        self.marked: int | None = None  # the line `y` copies: the match or a clicked line
+        self.follow = False  # new lines scroll the view to them
         self.widest = 0
 
     def set_index(self, index: LineIndex | None) -> None:
@@ -64,7 +69,10 @@ class LogView(ScrollView, can_focus=True):
         return len(str(max(1, self.count))) + 1
 
     def sync_size(self) -> None:
+        """The index grew (or shrank): the view keeps its lines unless it follows."""
         self.virtual_size = Size(self.number_width + self.widest, self.count)
+        if self.follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh()
 
     def text(self, line: int) -> str:
@@ -94,13 +102,9 @@ class LogView(ScrollView, can_focus=True):
             self.widest = length
             self.call_later(self.sync_size)
         number = Segment(f"{line + 1:>{numbers - 1}} ", Style(dim=True))
-        body = Text(text, style="bold" if line == self.match else "")
-        if self.query_text:
-            body.highlight_words(
-                [self.query_text],
-                "reverse",
-                case_sensitive=self.query_text != self.query_text.lower(),
-            )
+        body = Text(text, style="bold" if line == self.marked else "")
+        if self.search is not None:
+            body.highlight_regex(self.search.regex, "reverse")
         segments = list(body.render(self.app.console))
         left, room = self.scroll_offset.x, width - numbers
         strip = Strip(segments).crop(left, left + room)
@@ -119,36 +123,77 @@ class LogView(ScrollView, can_focus=True):
         top = self.scroll_offset.y
         return top, min(self.count, top + self.scrollable_content_region.height)
 
+    def set_follow(self, follow: bool) -> None:
+        """Follow new lines (from the last one) or hold still; the screen hears of it."""
+        self.follow = follow
+        if follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.post_message(Moved(following=follow))
+
     def action_top(self) -> None:
-        self.scroll_home(animate=False, immediate=True)
-        self.post_message(Moved(up=True))
+        self.set_follow(False)
+        self.scroll_home(animate=False, immediate=True, x_axis=False)
 
     def action_bottom(self) -> None:
-        self.scroll_end(animate=False, immediate=True)
-        self.post_message(Moved(up=False))
+        self.set_follow(True)  # as `less`'s F: the end, and what comes after it
+
+    # moves are not animated: the lines a key leaves in view are there at once, as in less
 
     def action_scroll_up(self) -> None:
-        super().action_scroll_up()
-        self.post_message(Moved(up=True))
+        self.set_follow(False)
+        self.scroll_up(animate=False, immediate=True)
+
+    def action_scroll_down(self) -> None:
+        self.scroll_down(animate=False, immediate=True)
 
     def action_page_up(self) -> None:
-        super().action_page_up()
-        self.post_message(Moved(up=True))
+        self.set_follow(False)
+        self.scroll_page_up(animate=False)
+
+    def action_page_down(self) -> None:
+        self.scroll_page_down(animate=False)
 
     def show_line(self, line: int) -> None:
+        """Bring `line` into view a third of the way down (a search found it): the view
+        holds there."""
+        self.follow = False
         height = self.scrollable_content_region.height
         self.scroll_to(y=max(0, line - height // 3), animate=False, immediate=True)
 
-    def on_mouse_scroll_up(self) -> None:
-        self.post_message(Moved(up=True))
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if not (event.ctrl or event.shift):
+            self.set_follow(False)
+        super()._on_mouse_scroll_up(event)
+
+    def _on_scroll_to(self, message: ScrollTo) -> None:  # the scrollbar dragged or clicked
+        if message.y is not None and message.y < self.scroll_offset.y:
+            self.set_follow(False)
+        super()._on_scroll_to(message)
+
+    def _on_scroll_up(self, event: ScrollUp) -> None:  # a click on the scrollbar above its thumb
+        self.set_follow(False)
+        super()._on_scroll_up(event)
+
+    def on_click(self, event: events.Click) -> None:
+        """A click marks its line (bold): `y` copies it."""
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        line = self.scroll_offset.y + offset.y
+        if line < self.count:
+            self.marked = line
+            self.refresh()
+
+    def marked_text(self) -> str | None:
+        """The marked line as shown (made safe), for the clipboard."""
+        if self.marked is None or self.index is None or self.marked >= self.count:
+            return None
+        return self.text(self.marked)
 
 
 class Moved(Message):
-    """The user moved in the log (up stops following)."""
+    """A key (or the wheel, or the scrollbar) moved the view: it follows or holds still."""
 
-    def __init__(self, up: bool) -> None:
+    def __init__(self, following: bool) -> None:
         super().__init__()
-        self.up = up
-
-
-# ---- the screen -----------------------------------------------------------------------
+        self.following = following

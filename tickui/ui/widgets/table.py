@@ -19,9 +19,12 @@ from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.timer import Timer
 
 from tickui.ui.view.cells import Cell
 from tickui.ui.view.layout import ARROWS, Column, RowSource, fit, layout_columns
+
+HOLD_AFTER_KEY = 5.0  # seconds a key holds the order of rows that reorder by themselves
 
 # Colour words the cell functions use, read as the theme's: a light theme gets readable
 # cells and a dark one the colours it chose.
@@ -113,6 +116,8 @@ class RowTable(ScrollView, can_focus=True):
         self._wanted: dict[int, int] = {}  # flexible column: widest content painted
         self._painted: dict[int, tuple[int, list[Cell] | None]] = {}  # line: (row, cells)
         self._styles: dict[tuple[str, bool], Style] = {}
+        self.empty_text = ""  # said on the first line when there is no row (what to do)
+        self._brief: Timer | None = None  # holds the order a moment after a key
 
     # ---- selection -------------------------------------------------------------------
 
@@ -138,15 +143,44 @@ class RowTable(ScrollView, can_focus=True):
         return True
 
     def move_to(self, index: int) -> None:
+        """The cursor on row `index`. Off the top row the source holds its order (rows do
+        not move under a cursor the user moved); back on the top row it resumes."""
         self._picked = True
         count = len(self.source)
         old = self._cursor
         self._cursor = max(0, min(index, count - 1)) if count else 0
+        if self.source.hold(self._cursor != 0 or self._brief is not None):
+            self.refresh()  # released: the rows took their order
         self._key = self.source.key_at(self._cursor) if count else None
         self._scroll_to_cursor()
         if old != self._cursor:
             self.refresh_row(old)
             self.refresh_row(self._cursor)
+
+    def hold_briefly(self, seconds: float = HOLD_AFTER_KEY) -> None:
+        """A key was pressed: the order holds a moment even on the top row, so a key that
+        changes the selected row (e, r) leaves it under the cursor for the next key."""
+        self.source.hold(True)
+        if self._brief is not None:
+            self._brief.stop()
+        self._brief = self.set_timer(seconds, self._brief_over)
+
+    def _brief_over(self) -> None:
+        self._brief = None
+        if self._cursor == 0 and self.source.hold(False):
+            self.sync_size()
+
+    def show_top(self) -> None:
+        """The cursor and the view on the first row, as for a pane nobody picked a row in
+        (a new filter starts at the newest rows, not deep in the old ones)."""
+        self._picked = False
+        self._cursor = 0
+        if self.source.hold(False):
+            self.refresh()
+        self._key = self.source.key_at(0) if len(self.source) else None
+        if self.is_mounted:
+            self.scroll_to(y=0, animate=False, immediate=True)
+        self.sync_size()
 
     def _scroll_to_cursor(self) -> None:
         if not self.is_mounted:
@@ -174,11 +208,11 @@ class RowTable(ScrollView, can_focus=True):
         self.virtual_size = Size(0, count + 1)  # no horizontal scrolling
         # A pane nobody is in, its cursor on the top row: it shows the newest rows (as a
         # log does) rather than keep a row nobody picked while newer ones push it away.
+        # A table whose order moves by itself keeps a cursor on its top row there too.
         watching = (
             self._cursor == 0
             and self.scroll_offset.y == 0
-            and not self.has_focus
-            and not self._picked
+            and ((not self.has_focus and not self._picked) or self.source.reorders())
         )
         index = self.source.index_of(self._key) if self._key is not None and not watching else None
         if index is None:
@@ -212,6 +246,16 @@ class RowTable(ScrollView, can_focus=True):
         self._laid_for = None
         self._painted = {}
         self.refresh()
+
+    def say_when_empty(self, text: str) -> None:
+        """What the first line says while there is no row; repainted when it changes."""
+        if text != self.empty_text:
+            self.empty_text = text
+            self.refresh()
+
+    def shown_titles(self) -> list[str]:
+        """The titles of the columns this width shows, left to right."""
+        return [self.columns[i].title for i, _ in self._columns_for(self._width)]
 
     def _columns_for(self, width: int) -> list[tuple[int, int]]:
         sort = self.source.sort
@@ -289,6 +333,9 @@ class RowTable(ScrollView, can_focus=True):
         cells = self.source.cells(index, self.now()) if index < len(self.source) else None
         self._painted[y] = (index, cells)
         if cells is None:
+            if y == 1 and self.empty_text and not len(self.source):
+                style = self._cell_style("bright_black", False)
+                return Strip([Segment(fit(" " + self.empty_text, width), style)], width)
             return Strip.blank(width, self.rich_style)
         self._measure(cells, layout)
         selected = index == self._cursor
@@ -350,6 +397,9 @@ class RowTable(ScrollView, can_focus=True):
         self.move_to(self._cursor + direction * max(1, self.size.height - 2))
 
     def action_jump(self, where: int) -> None:
+        if where == 0 and self._brief is not None:  # home: the order resumes now
+            self._brief.stop()
+            self._brief = None
         self.move_to(len(self.source) - 1 if where < 0 else 0)
 
     def column_at(self, x: int) -> str | None:

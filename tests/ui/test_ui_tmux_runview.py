@@ -1,0 +1,129 @@
+"""The run output view in a real terminal, as a user reads a run: tmux runs `tickui --db X`,
+keys go in, the screen comes out. The view holds still while lines arrive until told to
+follow, and search behaves as in less."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import cli, poll
+from ui_support import wait_for
+
+pytestmark = pytest.mark.slow
+
+ROW = re.compile(r"^│\s*\d+\s+(row \d+)", re.M)  # a line of the output pane
+
+
+def _open_run(tmux, db: Path, script: str, height: int = 30):
+    """Add a task running `script`, start tickui, run the task and open its output view."""
+    added = cli("task", "add", "ticker", "--cron", "0 0 1 1 *", "--", "sh", "-c", script, db=db)
+    assert added.returncode == 0, added.stderr
+    command = f"TERM=xterm-256color {sys.executable} -m tickui --db {db}; sleep 30"
+    tmux("new-session", "-d", "-s", "ui", "-x", "120", "-y", str(height), command)
+    tmux("set-option", "-t", "ui", "window-size", "manual")
+
+    def screen() -> str:
+        return tmux("capture-pane", "-p", "-t", "ui")
+
+    wait_for(screen, "engine running")
+    _keys(tmux, "r")
+    wait_for(screen, "ticker")
+    _keys(tmux, "Tab", "Enter")
+    wait_for(screen, "Run 1 of ticker")
+    return screen
+
+
+def _keys(tmux, *keys: str) -> None:
+    for key in keys:
+        tmux("send-keys", "-t", "ui", key)
+        time.sleep(0.15)  # a person's pace
+
+
+def _rows(shown: str) -> list[str]:
+    return ROW.findall(shown)
+
+
+def _total(shown: str) -> int:
+    found = re.search(r"lines \d+-\d+ of ([\d,]+)", shown)
+    assert found, shown
+    return int(found.group(1).replace(",", ""))
+
+
+def _holds(screen, seconds: float) -> list[str]:
+    """The same lines stay in view (exactly: no tolerance) for `seconds` while new lines
+    arrive (the count in the status grows); those lines."""
+    shown = screen()
+    rows, total = _rows(shown), _total(shown)
+    assert rows, shown
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = screen()
+        assert _rows(now) == rows, f"the view moved:\n{now}"
+    assert _total(screen()) > total, "no new lines arrived meanwhile"
+    return rows
+
+
+def test_a_running_runs_output_holds_still_when_scrolled_back(tmux, tmp_path: Path) -> None:
+    """k stops following and the view holds for 10 s while a line arrives every 0.5 s;
+    pgup and g hold too; G follows again."""
+    script = "seq -f 'row %g' 1 60; i=60; while :; do i=$((i+1)); echo row $i; sleep 0.5; done"
+    screen = _open_run(tmux, tmp_path / "hold.db", script)
+    footer = wait_for(screen, "following (f)").rstrip("\n").splitlines()[-1]
+    assert "c Cancel run" in footer and "? Help" in footer and "q Quit" in footer, footer
+    poll(lambda: "row 61" in screen(), 20, "the run's lines to arrive")
+    _keys(tmux, "k")
+    wait_for(screen, "paused (G or f follows)")
+    _holds(screen, 10)
+    for key in ("PageUp", "g"):
+        _keys(tmux, "G")
+        wait_for(screen, "following (f)")
+        _keys(tmux, key)
+        wait_for(screen, "paused")
+        rows = _holds(screen, 1.5)
+        assert key != "g" or rows[0] == "row 1"
+    _keys(tmux, "G")  # follows again: the newest line shows as it comes
+    wait_for(screen, "following (f)")
+
+    def newest_in_view() -> bool:
+        shown = screen()
+        rows = _rows(shown)
+        return bool(rows) and int(rows[-1].split()[1]) == _total(shown)
+
+    poll(newest_in_view, 10, "the newest line in view")
+    last = _total(screen())
+    poll(lambda: _total(screen()) >= last + 2 and newest_in_view(), 10, "following")
+    _keys(tmux, "q")
+
+
+def test_search_wraps_ignores_case_when_lowercase_and_counts(tmux, tmp_path: Path) -> None:
+    screen = _open_run(tmux, tmp_path / "search.db", "seq -f 'row %g' 1 300; echo all done")
+    wait_for(screen, "succeeded")
+    _keys(tmux, "G")
+    wait_for(screen, "all done")
+    _search(tmux, screen, "row 5")  # nothing below the end: from the top, and said
+    shown = wait_for(screen, "search hit BOTTOM, continuing at TOP")
+    assert "/row 5: match 1/11" in shown and "row 5" in _rows(shown)
+    _keys(tmux, "n")
+    wait_for(screen, "/row 5: match 2/11")
+    _keys(tmux, "N", "N")  # back over the top
+    wait_for(screen, "match 11/11 · search hit TOP, continuing at BOTTOM")
+    _search(tmux, screen, "DONE")  # a capital, found nowhere as typed: any case
+    wait_for(screen, "/DONE (any case): match 1/1")
+    _search(tmux, screen, "re:^row 29\\d$")
+    wait_for(screen, "match 1/10")
+    _keys(tmux, "q")
+
+
+def _search(tmux, screen, text: str) -> None:
+    """`/`, then the words once the box shows (keys sent before it has focus go elsewhere)."""
+    poll(lambda: "▊▔" not in screen(), 20, "the last search box to close")
+    _keys(tmux, "/")
+    wait_for(screen, "▊▔")
+    tmux("send-keys", "-t", "ui", "-l", text)
+    _keys(tmux, "Enter")
