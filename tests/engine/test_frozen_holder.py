@@ -31,7 +31,7 @@ def add(db, name: str, out, body: str, *flags: str) -> None:
     and writes `end <slot> <occurrence> <time> <status>` when it ends, killed by SIGTERM too."""
     mark = '"$TICKUI_SCHEDULED_FOR $TICKUI_OCCURRENCE_ID $(date +%s.%N)"'
     script = (
-        f'trap \'echo "end "{mark}" term" >> {out}; exit 143\' TERM; '
+        f'trap \'trap "" TERM; echo "end "{mark}" term" >> {out}; exit 143\' TERM; '
         f'echo "start "{mark} >> {out}; {body}; s=$?; echo "end "{mark}" $s" >> {out}; exit $s'
     )
     added = cli("task", "add", name, *flags, "--", "sh", "-c", script, db=db)
@@ -61,9 +61,9 @@ def frozen(engine: Engine):
 
 
 def engines(tmp_path, db, cfg) -> tuple[Engine, Engine]:
-    holder = Engine(db, tmp_path / "holder.err", "--config", cfg)
+    holder = Engine(db, tmp_path / "holder.err", "--config", cfg, "--stop-grace", "1s")
     wait_for(lambda: holder.owns(lease_owner(db)), 15, "the first engine to hold the lease")
-    standby = Engine(db, tmp_path / "standby.err", "--config", cfg)
+    standby = Engine(db, tmp_path / "standby.err", "--config", cfg, "--stop-grace", "1s")
     wait_for(lambda: "standby: lease held by" in standby.stderr(), 15, "the standby")
     return holder, standby
 
@@ -87,7 +87,9 @@ def test_a_frozen_holders_runs_end_before_their_slots_run_again(tmp_path):
     db, out = tmp_path / "t.db", tmp_path / "marks.txt"
     cfg = config(tmp_path, lease_ttl=f"{TTL:g}s")
     anchor = iso_second(time.time() + 2)
-    add(db, "work", out, "sleep 6", "--every", "2s", "--concurrency", "allow",
+    # longer than the fence's reach (7.8 s after the last renewal): every run in flight
+    # when the holder freezes is fenced, none ends by itself
+    add(db, "work", out, "sleep 20", "--every", "2s", "--concurrency", "allow",
         "--anchor", anchor, "--retries", "2", "--retry-delay", "1s",
         "--retry-on", "interrupted")  # fmt: skip
     holder, standby = engines(tmp_path, db, cfg)
@@ -103,7 +105,7 @@ def test_a_frozen_holders_runs_end_before_their_slots_run_again(tmp_path):
             slot for slot in {s for s, _ in marks(out)}
             if sum(1 for s, _ in marks(out) if s == slot) >= 2
         ]  # fmt: skip
-        wait_for(retried, 20, "a slot of the frozen holder run again")
+        wait_for(retried, 40, "a slot of the frozen holder run again")
         assert standby.stop() == 0, standby.stderr()
     finally:
         if thaw is not None:
@@ -135,7 +137,7 @@ def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
     back to their tasks, those that ran during the freeze keep their real exit codes."""
     db, out = tmp_path / "t.db", tmp_path / "marks.txt"
     cfg = config(tmp_path, lease_ttl=f"{TTL:g}s", misfire_grace="60s")
-    anchor = iso_second(time.time() + 4)
+    anchor = iso_second(time.time() + 12)  # after both engines are up, even under load
     codes = {f"t{k}": k for k in range(6)}
     for name, code in codes.items():
         add(db, name, out, f"sleep 0.5; exit {code}", "--every", "1h", "--anchor", anchor)
@@ -143,7 +145,7 @@ def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
     thaw = None
     try:
         first = (lambda: children(holder)) if freeze_at == "first-spawn" else (lambda: marks(out))
-        wait_for(first, 20, "the burst to start", step=0.001)
+        wait_for(first, 30, "the burst to start", step=0.001)
         thaw = frozen(holder)
         wait_for(lambda: standby.owns(lease_owner(db)), TTL + 10, "the standby to take over")
         wait_for(
@@ -153,7 +155,7 @@ def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
                     o[0] not in ("claimed", "accepted", "running") for o in outcomes(db).values()
                 )
             ),
-            20,
+            40,
             "every slot to run and be recorded",
         )
         assert standby.stop() == 0, standby.stderr()
@@ -182,8 +184,9 @@ def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
     by_holder = [task for task, _, _, owner, _ in rows if holder.owns(owner)]
     if freeze_at == "first-start":  # it ran during the freeze: the standby recorded it
         assert by_holder, rows
-    else:  # the holder had started none: all handed back, run by the standby
-        assert skipped and not by_holder, (rows, skipped)
+    else:  # frozen in the burst: what it had not started went back, run by the standby
+        assert skipped and len(by_holder) < len(codes), (rows, skipped)
+        assert {task for task, _ in skipped}.isdisjoint(by_holder), (rows, skipped)
     for _task, detail in skipped:  # never started by the frozen holder: handed back
         assert "never started" in detail or "not_started" in detail, detail
 

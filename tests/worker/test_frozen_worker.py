@@ -40,7 +40,7 @@ def add(db, name: str, out, anchor: str) -> None:
     included)."""
     mark = '"$TICKUI_TASK $TICKUI_SCHEDULED_FOR $TICKUI_OCCURRENCE_ID $(date +%s.%N)"'
     script = (
-        f'trap \'echo "end "{mark}" term" >> {out}; exit 143\' TERM; '
+        f'trap \'trap "" TERM; echo "end "{mark}" term" >> {out}; exit 143\' TERM; '
         f'echo "start "{mark} >> {out}; sleep 6; echo "end "{mark}" 0" >> {out}'
     )
     added = cli(
