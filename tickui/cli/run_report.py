@@ -66,7 +66,7 @@ class RunReport:
 
     def _see(self, occ: Occurrence) -> None:
         if occ.claimed_at < self.since or (occ.owner and occ.owner != self.owner):
-            return  # another session's run (one recovered after a crash, another engine's)
+            return  # not this `tickui run`'s (one recovered after a crash, another engine's)
         if occ.started_at is not None and occ.id not in self._started:
             self._started.add(occ.id)
             self.counts["started"] += 1
@@ -108,7 +108,7 @@ class RunReport:
         print(json.dumps(redact_data(fields)), flush=True)
 
     def summary(self) -> dict[str, Any]:
-        """This session's runs by outcome."""
+        """The runs this `tickui run` started, by outcome."""
         keys = ("started", "succeeded", "failed", "cancelled", "skipped")
         out: dict[str, Any] = {key: self.counts[key] for key in keys}
         out["cancelled_at_stop"] = len(self.cancelled_at_stop)
