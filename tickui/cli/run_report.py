@@ -9,9 +9,9 @@ import sys
 from collections import Counter
 from typing import Any
 
-from tickui.cli.output import say, shown_seconds, shown_time
+from tickui.cli.output import say, shown_time
 from tickui.common.redact import redact_data, safe_text
-from tickui.common.timeutil import iso
+from tickui.common.timeutil import iso, span
 from tickui.engine import EngineChange
 from tickui.model.records import FINISHED, Occurrence
 from tickui.store import Store
@@ -141,7 +141,7 @@ def end_text(occ: Occurrence, outcome: str | None = None) -> str:
     parts = [f"{outcome:<10} {_what(occ)}"]
     took = _took(occ)
     if took is not None:
-        parts.append(f"in {shown_seconds(took)}")
+        parts.append(f"in {span(took)}")
     if why:
         parts.append(f"({why})")
     return "  ".join(parts)
