@@ -90,7 +90,9 @@ def test_enter_on_a_run_opens_its_whole_output(tmux, tmp_path: Path) -> None:
     _keys(tmux, "r")
     wait_for(screen, "succeeded")
     _keys(tmux, "Tab", "Enter")
-    shown = wait_for(screen, "Run 1 of chatty")  # a finished run opens at its first line
+    wait_for(screen, "Run 1 of chatty")
+    # the title shows before the output is read; its status line says when all of it is
+    shown = wait_for(screen, "of 2,000")  # a finished run opens at its first line
     assert re.search(r"line 1(?!\d)", shown) and "line 2000" not in shown
     assert "scheduled" in shown and "started" in shown  # labels are never cut
     _keys(tmux, "G")

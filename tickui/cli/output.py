@@ -101,19 +101,3 @@ def shown_value(key: str, value: Any) -> str:
     if isinstance(value, str) and _ISO_INSTANT.fullmatch(value):
         return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S UTC")
     return str(value)
-
-
-def shown_seconds(micros: int) -> str:
-    """A duration for people: `35ms`, `1.35s`, `12s`, `3m 05s`, `2h 01m`."""
-    seconds = micros / 1_000_000
-    if seconds < 1:
-        return f"{micros // 1000}ms"
-    if seconds < 10:
-        return f"{seconds:.2f}s"
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"

@@ -9,9 +9,9 @@ import sys
 from collections import Counter
 from typing import Any
 
-from tickui.cli.output import say, shown_seconds, shown_time
+from tickui.cli.output import say, shown_time
 from tickui.common.redact import redact_data, safe_text
-from tickui.common.timeutil import iso
+from tickui.common.timeutil import iso, span
 from tickui.engine import EngineChange
 from tickui.model.records import FINISHED, Occurrence
 from tickui.store import Store
@@ -66,7 +66,7 @@ class RunReport:
 
     def _see(self, occ: Occurrence) -> None:
         if occ.claimed_at < self.since or (occ.owner and occ.owner != self.owner):
-            return  # another session's run (one recovered after a crash, another engine's)
+            return  # not this `tickui run`'s (one recovered after a crash, another engine's)
         if occ.started_at is not None and occ.id not in self._started:
             self._started.add(occ.id)
             self.counts["started"] += 1
@@ -108,7 +108,7 @@ class RunReport:
         print(json.dumps(redact_data(fields)), flush=True)
 
     def summary(self) -> dict[str, Any]:
-        """This session's runs by outcome."""
+        """The runs this `tickui run` started, by outcome."""
         keys = ("started", "succeeded", "failed", "cancelled", "skipped")
         out: dict[str, Any] = {key: self.counts[key] for key in keys}
         out["cancelled_at_stop"] = len(self.cancelled_at_stop)
@@ -141,7 +141,7 @@ def end_text(occ: Occurrence, outcome: str | None = None) -> str:
     parts = [f"{outcome:<10} {_what(occ)}"]
     took = _took(occ)
     if took is not None:
-        parts.append(f"in {shown_seconds(took)}")
+        parts.append(f"in {span(took)}")
     if why:
         parts.append(f"({why})")
     return "  ".join(parts)

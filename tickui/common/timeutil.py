@@ -83,6 +83,24 @@ def parse_instant(text: str, field: str = "at") -> int:
     return micros
 
 
+def span(micros: int) -> str:
+    """A compact, human span: 0.4s, 12s, 3m05s, 2h04m, 6d03h."""
+    seconds = micros / MICROS
+    if seconds < 10:
+        return f"{max(seconds, 0):.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, sec = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
 @lru_cache(maxsize=1)
 def machine_zone() -> tzinfo:
     """The machine's zone with its DST rules: $TZ, else /etc/localtime, else today's offset."""

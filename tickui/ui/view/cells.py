@@ -10,7 +10,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from tickui.common.redact import safe_text
-from tickui.common.timeutil import MICROS, machine_zone
+from tickui.common.timeutil import MICROS, machine_zone, span
 from tickui.model.records import Occurrence, Task
 
 MODES = ("local", "utc", "task")
@@ -95,24 +95,6 @@ def stamp_text(moment: int | None) -> str:
     if moment is None:
         return "-"
     return datetime.fromtimestamp(moment / MICROS, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def span(micros: int) -> str:
-    """A compact, human span: 0.4s, 12s, 3m05s, 2h04m, 6d03h."""
-    seconds = micros / MICROS
-    if seconds < 10:
-        return f"{max(seconds, 0):.1f}s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    minutes, sec = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m{sec:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
 
 
 def countdown(until: int | None, now: int) -> str:

@@ -200,6 +200,7 @@ class WorkersPane(Vertical):
         super().__init__(**kwargs)
         self._problem: str | None = None
         self._security: tuple[tuple[str, bool], ...] = ()
+        self._shown: list[Any] = []  # the workers last shown, in order, for the title
 
     def compose(self) -> ComposeResult:
         yield Static(id="workers-problem")
@@ -208,6 +209,14 @@ class WorkersPane(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = "Workers"
+
+    def on_resize(self) -> None:
+        self._retitle()  # as many states as fit the border's new width
+
+    def _retitle(self) -> None:
+        title = title_for(self._shown, (self.outer_size.width or 40) - 5)  # "╭─ " and " ─╮"
+        if self.border_title != title:
+            self.border_title = title
 
     def show(
         self,
@@ -218,11 +227,9 @@ class WorkersPane(Vertical):
     ) -> None:
         """`security`: (text, alarm) lines on signing (refusals.security_lines); only the
         alarms show here (an insecure party, messages refused)."""
-        shown = ordered(workers)
+        shown = self._shown = ordered(workers)
         self.query_one(WorkerLines).show([worker_cells(w, now) for w in shown])
-        title = title_for(shown, (self.outer_size.width or 40) - 5)  # "╭─ " and " ─╮"
-        if self.border_title != title:
-            self.border_title = title
+        self._retitle()
         if problem != self._problem:
             self._problem = problem
             line = self.query_one("#workers-problem", Static)
