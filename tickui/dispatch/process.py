@@ -77,6 +77,7 @@ class SupervisorNotes:
         self.health = health
         self.name = name
         self.pending = b""
+        self.failing = False  # this run's output could not all be written
         os.set_blocking(fd, False)
         loop.add_reader(fd, self._readable)
 
@@ -101,6 +102,7 @@ class SupervisorNotes:
     def _take(self, line: str) -> None:
         text = line.removeprefix(SAID)
         if text.startswith(OUTPUT_FAILING):
+            self.failing = True
             self.health.failed(0, text.removeprefix(OUTPUT_FAILING))
         elif text.startswith(OUTPUT_WRITTEN_AGAIN):
             lost = text.removeprefix(OUTPUT_WRITTEN_AGAIN)
@@ -155,6 +157,15 @@ def journal_outcome(
         return RUN_FAILED, payload
     if state == j.NOT_STARTED:
         payload.update(error_code="INTERRUPTED", detail=f"not started: {record.get('reason')}")
+        return RUN_FAILED, payload
+    if state == j.RUNNING and status is not None and status >= 0:
+        # it exited by itself with the command's status but could not record the end (a
+        # full disk): its starter, which saw it exit, has the outcome from the status
+        if status == 0:
+            return RUN_COMPLETED, payload
+        payload.update(
+            error_code="EXIT_NONZERO", detail=f"exit {status} (its end could not be recorded)"
+        )
         return RUN_FAILED, payload
     if state != j.ENDED:
         payload.update(
@@ -428,6 +439,8 @@ class ProcessRunner:
             notes.finish()
         if run.record is None:
             run.record = await asyncio.to_thread(j.read_journal, str(run.journal_path))
+        if notes is not None and not notes.failing and (run.record or {}).get("state") == j.ENDED:
+            self.health.recovered()  # this run's output and end were written in full
 
     def exit_code(self, run: ProcessRun) -> int | None:
         """The command's exit code (negative: the signal that ended it), as the journal

@@ -71,10 +71,7 @@ class Recovery:
                 continue
             verdict, record = words[occ.id]
             if verdict in (j.NEVER_STARTED, j.NOT_STARTED):
-                if occ.state == "claimed":
-                    unstarted.append(occ.id)
-                else:
-                    failed.append((occ.id, "INTERRUPTED", f"{gone}; its run never started"))
+                unstarted.append(occ.id)  # recorded running or not, its command never ran
             elif verdict in (j.ENDED, j.START_FAILED):
                 events.extend(self._ended(occ, record or {}, now, gone))
             else:  # lost, or a supervisor that would not end
@@ -88,7 +85,7 @@ class Recovery:
                 failed.append((occ.id, "INTERRUPTED", detail))
         released = await self.store.release_unstarted(
             unstarted, now, f"not_started: engine {'/'.join({o.owner or '?' for o in orphans})}"
-            " is gone; its run never started"
+            " is gone; its run never started", running=True,
         ) if unstarted else []  # fmt: skip
         if events:
             await self.store.append_events(events)
@@ -107,8 +104,7 @@ class Recovery:
             return None
         if occ.log_path:
             return Path(occ.log_path).with_suffix(".journal")
-        log_dir = getattr(self.store, "log_dir", None)
-        return Path(log_dir) / f"{occ.id}.journal" if log_dir is not None else None
+        return Path(self.store.log_dir) / f"{occ.id}.journal"
 
     def _ended(
         self, occ: Occurrence, record: dict[str, Any], now: int, gone: str

@@ -82,30 +82,35 @@ class Coordination(StoreBase):
             )
         return now + ttl if cursor.rowcount == 1 else None
 
-    async def release_unstarted(self, ids: Sequence[int], now: int, detail: str) -> list[int]:
+    async def release_unstarted(
+        self, ids: Sequence[int], now: int, detail: str, *, running: bool = False
+    ) -> list[int]:
         """Occurrences claimed here that may no longer be started (the lease was lost).
 
-        Each still `claimed` one is recorded `skipped` with `detail` (it never ran), and
+        Each still `claimed` one (with `running`, also one recorded `running` whose run is
+        known never to have started: its journal says so) is recorded `skipped` with
+        `detail` (it never ran), and
         its scheduled slot is handed back to its task (unless the definition changed or
         the task already points earlier), so the lease holder's misfire policy decides
         about it. Returns the ids recorded."""
         if not ids:
             return []
         released: list[int] = []
+        states = "('claimed', 'running')" if running else "('claimed')"
         async with self._write():
             for chunk in _chunks(list(ids), 500):
                 marks = ",".join("?" * len(chunk))
                 rows = await self._all(
                     "SELECT o.id, o.kind, o.scheduled_for, o.generation, t.id, t.name, t.spec"
                     " FROM occurrences o LEFT JOIN tasks t ON t.id = o.task_id"
-                    f" WHERE o.id IN ({marks}) AND o.state = 'claimed'"
+                    f" WHERE o.id IN ({marks}) AND o.state IN {states}"
                     " ORDER BY o.scheduled_for",
                     chunk,
                 )
                 for occ_id, kind, slot, generation, task_id, name, spec in rows:
                     await self._conn.execute(
                         "UPDATE occurrences SET state = 'skipped', finished_at = ?, detail = ?"
-                        " WHERE id = ? AND state = 'claimed'",
+                        f" WHERE id = ? AND state IN {states}",
                         (now, detail, occ_id),
                     )
                     released.append(occ_id)

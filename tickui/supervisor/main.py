@@ -308,8 +308,9 @@ class Supervisor:
                         if not data:
                             return "gate_closed"
                         line += data
-                        if b"\n" in line:
-                            return None
+                        if b"\n" in line:  # the lease looked at once more, now
+                            self.next_lease_check = 0.0
+                            return "fenced" if self.lease_lapsed(time.monotonic()) else None
         finally:
             self.poller.unregister(0)
 
