@@ -307,6 +307,33 @@ async def test_redelivered_command_is_not_run_twice(env):
     del again, other
 
 
+async def test_a_restarted_worker_reports_what_its_runs_did_while_it_was_away(env):
+    """kill -9 while two runs go on; one ends with 3, the other with 0 while no worker
+    process is there; the worker restarted with the same id reports each run's real
+    outcome from its journal (not lost, not interrupted)."""
+    bus, start, tmp = env
+    worker = await start("wa", "--slots", "2").ready()
+    release = tmp / "release"
+    wait = f"while [ ! -e {release} ]; do sleep 0.02; done"
+    ok = command(["sh", "-c", f"{wait}; echo fine"])
+    bad = command(["sh", "-c", f"{wait}; echo broke; exit 3"])
+    for cmd in (ok, bad):
+        await bus.send(cmd)
+    for cmd in (ok, bad):
+        await bus.wait(cmd.command_id, ("control.run_transition",))
+    worker.proc.send_signal(signal.SIGKILL)
+    worker.proc.wait(5)
+    release.touch()  # both end with no worker process there to see it
+    await start("wa").ready()
+    done, failed = await bus.wait(ok.command_id), await bus.wait(bad.command_id)
+    assert (done.type, done.payload["exit_code"]) == ("run.completed", 0), done
+    assert "fine" in done.payload["tail"]
+    assert (failed.type, failed.payload["exit_code"]) == ("run.failed", 3), failed
+    assert failed.payload["error_code"] == "EXIT_NONZERO" and "broke" in failed.payload["tail"]
+    for cmd in (ok, bad):
+        assert len([e for e in bus.of(cmd.command_id) if e.type in m.OUTCOMES]) == 1
+
+
 async def test_sigterm_drains_and_cancels_after_the_grace(env):
     bus, start, _tmp = env
     worker = await start("wd", "--stop-grace", "500ms", "--slots", "2").ready()

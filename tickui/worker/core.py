@@ -152,11 +152,41 @@ class Worker:
                 asyncio.create_task(self.beats.keep_beating()),
             ]
             consume = asyncio.create_task(self.intake.consume())
+            self._spawn_task(self.report_left_behind())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), self.opts.duration)
             self.stopping.set()
             await self.drain(consume, background)
         return 0
+
+    async def report_left_behind(self) -> None:
+        """Runs this worker id started before it restarted whose end no worker reported
+        (the events topic's last LOOKBACK_S): say what they did from their journals, so
+        the engine settles them by what happened instead of declaring them lost. A run
+        still going is stopped first, as no one here watches it; the engine ignores a
+        report for a run it has settled."""
+        assert self.view is not None
+        for _ in range(3):
+            if await self.view.read_to_end():
+                break
+        else:
+            return
+        left = [
+            cid for cid, worker in self.view.started_by.items()
+            if worker == self.id and cid not in self.view.finished
+            and cid not in self.runs.running and not self.reports.has_outcome(cid)
+        ]  # fmt: skip
+        told = 0
+        for cid in left:
+            log_path = self.opts.log_dir / f"{file_name(cid)}.log"
+            if self.stopping.is_set() or not log_path.with_suffix(".journal").exists():
+                continue
+            if cid in self.runs.running or self.reports.has_outcome(cid):
+                continue  # its command came again meanwhile and was answered
+            await self.reports.emit(await self.runs.restarted(cid, log_path))
+            told += 1
+        if told:
+            log.info("reported %d run(s) started before this worker restarted", told)
 
     async def drain(self, consume: asyncio.Task[None], background: list[asyncio.Task[Any]]) -> None:
         """No new commands; running ones get the stop grace, then are cancelled; outcomes
