@@ -5,6 +5,7 @@ processes; the commands write their own start and end times."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import signal
@@ -16,7 +17,11 @@ import pytest
 from engine_procs import Engine, iso_second, lease_owner, micros, wait_for
 
 from helpers import cli
+from tickui.common.timeutil import MICROS
+from tickui.model.spec import build_spec
+from tickui.store import Store
 
+BURST = 300  # slots due at once
 TTL = 12.0  # s; the runs' fence is 12 - (3 s grace + 0.2 s + 1 s) = 7.8 s after a renewal
 
 
@@ -26,16 +31,37 @@ def config(tmp_path, **engine: str) -> str:
     return str(path)
 
 
-def add(db, name: str, out, body: str, *flags: str) -> None:
-    """A task whose command writes `start <slot> <occurrence> <time>` first, runs `body`,
-    and writes `end <slot> <occurrence> <time> <status>` when it ends, killed by SIGTERM too."""
+def marked(out, body: str) -> str:
+    """A shell line that writes `start <slot> <occurrence> <time>` first, runs `body`, and
+    writes `end <slot> <occurrence> <time> <status>` when it ends, killed by SIGTERM too."""
     mark = '"$TICKUI_SCHEDULED_FOR $TICKUI_OCCURRENCE_ID $(date +%s.%N)"'
-    script = (
+    return (
         f'trap \'trap "" TERM; echo "end "{mark}" term" >> {out}; exit 143\' TERM; '
         f'echo "start "{mark} >> {out}; {body}; s=$?; echo "end "{mark}" $s" >> {out}; exit $s'
     )
-    added = cli("task", "add", name, *flags, "--", "sh", "-c", script, db=db)
+
+
+def add(db, name: str, out, body: str, *flags: str) -> None:
+    added = cli("task", "add", name, *flags, "--", "sh", "-c", marked(out, body), db=db)
     assert added.returncode == 0, added.stderr
+
+
+def add_many(db, out, bodies: dict[str, str], every: str, anchor: str) -> None:
+    """One task a body, added through the store in one go (the command line takes a
+    process a task)."""
+
+    async def seed() -> None:
+        store = await Store.open(db)
+        try:
+            now = int(time.time() * MICROS)
+            for name, body in bodies.items():
+                raw = {"name": name, "every": every, "anchor": anchor}
+                raw["command"] = ["sh", "-c", marked(out, body)]
+                await store.add_task(build_spec(raw, now), now)
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
 
 
 def marks(out) -> dict[tuple[int, int], dict[str, float]]:
@@ -131,16 +157,16 @@ def test_a_frozen_holders_runs_end_before_their_slots_run_again(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("freeze_at", ["first-spawn", "first-start"])
 def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
-    """Six slots due at once; the holder is frozen as it forks the first of their
+    """300 slots due at once; the holder is frozen as it forks the first of their
     supervisors (nothing has started yet) or as the first command starts. Within the misfire
     grace, the standby runs each slot exactly once: those the holder never started go
     back to their tasks, those that ran during the freeze keep their real exit codes."""
     db, out = tmp_path / "t.db", tmp_path / "marks.txt"
     cfg = config(tmp_path, lease_ttl=f"{TTL:g}s", misfire_grace="60s")
     anchor = iso_second(time.time() + 12)  # after both engines are up, even under load
-    codes = {f"t{k}": k for k in range(6)}
-    for name, code in codes.items():
-        add(db, name, out, f"sleep 0.5; exit {code}", "--every", "1h", "--anchor", anchor)
+    codes = {f"t{k:03d}": k % 5 for k in range(BURST)}
+    add_many(db, out, {name: f"sleep 0.5; exit {code}" for name, code in codes.items()},
+             "1h", anchor)  # fmt: skip
     holder, standby = engines(tmp_path, db, cfg)
     thaw = None
     try:
