@@ -179,3 +179,19 @@ def test_a_cut_off_workers_runs_end_before_their_slots_run_again(tmp_path, procs
         for before, later in itertools.pairwise(tries):
             assert "end" in before, f"an attempt of {slot} never ended before the next began"
             assert later["start"] >= before["end"], f"two attempts of slot {slot} overlapped"
+
+
+def test_a_worker_told_to_stop_while_cut_off_drains_and_exits_cleanly(tmp_path, procs):
+    """Its consumers' fetches keep failing while the broker refuses it: stopping them
+    must not end the worker before its runs got the stop grace and it said it drained."""
+    broker_port = free_port()
+    with TcpProxy(broker_port) as proxy, private_tansu(broker_port, proxy.port):
+        bootstrap = f"127.0.0.1:{proxy.port}"
+        worker = Worker(bootstrap, unique("g-cutoff"), unique("c"), tmp_path, 2)
+        procs.append(worker)
+        wait_for(lambda: worker.ready, 30, "the worker holding partitions")
+        proxy.cut(worker.pid, DROP)
+        wait_for(lambda: proxy.refused >= 5, 30, "the worker trying to reconnect, refused")
+        code = worker.stop(30)
+    assert code == 0, worker.output()[-3000:]
+    assert f"worker {worker.id} drained" in worker.output()
