@@ -75,7 +75,6 @@ class TcpProxy:
     def __init__(self, upstream: int) -> None:
         self.upstream = upstream
         self.port = 0
-        self.accepted = 0
         self.refused = 0  # connections of the cut-off process closed or held at once
         self._cut: tuple[int, str] | None = None
         self._links: set[_Link] = set()
@@ -109,10 +108,7 @@ class TcpProxy:
 
     def _call(self, fn, *args):
         assert self._loop is not None
-        done: asyncio.Future = asyncio.run_coroutine_threadsafe(
-            self._in_loop(fn, *args), self._loop
-        )
-        return done.result(10)
+        return asyncio.run_coroutine_threadsafe(self._in_loop(fn, *args), self._loop).result(10)
 
     @staticmethod
     async def _in_loop(fn, *args):
@@ -165,7 +161,6 @@ class TcpProxy:
             await self._forward(reader, writer)
 
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
         peer_port = writer.get_extra_info("peername")[1]
         link = _Link(peer_inode(peer_port, self.port), writer)
         how = self._cut_off_now(link.inode)
