@@ -432,16 +432,23 @@ class PrivateRedis(PrivateServer):
 class PrivateTansu(PrivateServer):
     name = "tansu"
 
+    def __init__(
+        self, binary: str, port: int | None = None, advertised_port: int | None = None
+    ) -> None:
+        super().__init__(binary, port)
+        self.advertised_port = advertised_port  # where clients are told to connect (a proxy)
+
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
         url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://127.0.0.1:{self.advertised_port or self.port}"
         return [
             self.binary, "broker",
             "--listener-url", url,
-            "--advertised-listener-url", url,
+            "--advertised-listener-url", advertised,
             "--storage-engine", "memory://tansu/",
         ]  # fmt: skip
 
@@ -533,14 +540,18 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 
 @contextlib.contextmanager
-def private_tansu() -> Iterator[PrivateTansu]:
+def private_tansu(
+    port: int | None = None, advertised_port: int | None = None
+) -> Iterator[PrivateTansu]:
     """A Tansu broker of the test's own: ``.bootstrap``, ``.kill()``, ``.restart()``, ``.stop()``.
 
     It keeps topics in memory only: after ``restart()`` create them again with the admin client.
+    With ``advertised_port`` its clients are sent there after their first request (a proxy
+    in front of it, forwarding to ``port``, listening before it starts).
     """
-    server = PrivateTansu(_tansu_binary())
+    server = PrivateTansu(_tansu_binary(), port, advertised_port)
     try:
-        server.start_with_retries(same_port=False)
+        server.start_with_retries(same_port=port is not None)
         yield server
     finally:
         server.close()

@@ -26,7 +26,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from tickui.common.errors import BadInput, Unavailable
-from tickui.common.kafka import KafkaAccess, describe
+from tickui.common.kafka import KafkaAccess, describe, quietly_stop
 from tickui.common.procs import stop_on_signals
 from tickui.dispatch.refusals import Refusals
 from tickui.worker.control import ControlReader
@@ -197,10 +197,10 @@ class Worker:
             await asyncio.wait_for(consume, 5)
         except (TimeoutError, Exception):
             consume.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(
-                self.intake.consumer.stop(), 5
-            )  # leaves the group: others take over
+        # leaves the group: others take over. While the broker cannot be reached aiokafka's
+        # consumer stop() raises the CancelledError of its own pending fetch: quietly_stop
+        # keeps that from ending the drain.
+        await quietly_stop(self.intake.consumer, timeout=5)
         self._spawn_task(self.beats.beat())
         await self.runs.stop(self.opts.stop_grace)
         await self.pub.drain(5)
@@ -211,7 +211,6 @@ class Worker:
         await asyncio.gather(*background, return_exceptions=True)
         await self.pub.stop()
         for client in (self.events, self.control.consumer, self.probe):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.stop(), 3)
+            await quietly_stop(client)
         await self.runs.close()
         log.info("worker %s drained", self.id)
