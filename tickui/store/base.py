@@ -219,13 +219,29 @@ class StoreBase(Store):
     async def _write(self):
         """One write transaction at a time on this connection, taken eagerly (IMMEDIATE)."""
         async with self._lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
+            began = False
             try:
+                await self._begin()
+                began = True
                 yield
-            except BaseException:
-                await self._conn.execute("ROLLBACK")
+            except BaseException as exc:
+                # cancelled while its BEGIN was on the connection's thread, the BEGIN still
+                # runs: roll it back too, or the next writer finds a transaction open
+                if began or not isinstance(exc, sqlite3.Error):
+                    with contextlib.suppress(sqlite3.Error):
+                        await self._conn.execute("ROLLBACK")
                 raise
             await self._conn.execute("COMMIT")
+
+    async def _begin(self) -> None:
+        try:
+            await self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "within a transaction" not in str(exc):
+                raise
+            # one left open by a writer cancelled twice: never committed, so undone
+            await self._conn.execute("ROLLBACK")
+            await self._conn.execute("BEGIN IMMEDIATE")
 
     async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row (every caller's query has at most one). One trip to the
