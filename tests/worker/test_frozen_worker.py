@@ -27,6 +27,7 @@ from kafka_support import (
 )
 
 from helpers import cli
+from services import private_tansu
 from tickui.dispatch.messages import WORKER_LOST
 
 pytestmark = pytest.mark.slow
@@ -58,6 +59,14 @@ def marks(out) -> dict[tuple[str, int, int], dict[str, float]]:
         kind, task, slot, occ, at, *_ = line.split()
         found[(task, micros(slot), int(occ))][kind] = float(at)
     return dict(found)
+
+
+@pytest.fixture
+def kafka_bootstrap():
+    """A broker of the test's own: on the shared one, workers of other tests (other groups,
+    the same key) would take this engine's commands."""
+    with private_tansu() as broker:
+        yield broker.bootstrap
 
 
 def test_a_frozen_workers_runs_end_before_their_slots_run_again(tmp_path, kafka_bootstrap, procs):
