@@ -230,7 +230,7 @@ def _noted(signum: int, frame: object) -> None:
 
 
 class Supervisor:
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, env: dict[bytes, bytes] | None = None) -> None:
         self.opts = opts
         self.me = os.getpid()
         self.journal = j.JournalWriter(opts.journal)
@@ -252,7 +252,7 @@ class Supervisor:
         self.killing = False
         self.stuck = False  # processes outlived SIGKILL (uninterruptible sleep)
         self.signalled: set[tuple[int, int]] = set()
-        self.env = environment_given()
+        self.env = environment_given() if env is None else env
         self.subreaper = False  # orphans of the command re-parent here
 
     # ---- signals, lease ----------------------------------------------------------------
@@ -535,7 +535,9 @@ class Supervisor:
         say(text)
 
 
-def main(args: list[str] | None = None) -> int:
+def main(args: list[str] | None = None, env: dict[bytes, bytes] | None = None) -> int:
+    """`env`: the command's environment (default: the one this process was started with;
+    a supervisor forked by tickui.supervisor.server has the server's)."""
     try:
         opts = parse(sys.argv[1:] if args is None else args)
     except Usage as exc:
@@ -545,7 +547,7 @@ def main(args: list[str] | None = None) -> int:
         attempt(os.setsid)  # fails for a group leader: still out of its starter's group
     subreaper = enable_subreaper()
     try:
-        sup = Supervisor(opts)
+        sup = Supervisor(opts, env)
     except OSError as exc:
         print(f"tickui supervisor: journal {opts.journal}: {exc.strerror}", file=sys.stderr)
         return EXIT_START_FAILED
