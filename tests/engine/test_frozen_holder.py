@@ -6,6 +6,7 @@ processes; the commands write their own start and end times."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -76,9 +77,8 @@ def marks(out) -> dict[tuple[int, int], dict[str, float]]:
 
 
 def children(engine: Engine) -> bool:
-    """Whether the engine has a child process (a run's supervisor) now."""
-    with open(f"/proc/{engine.pid}/task/{engine.pid}/children") as handle:
-        return bool(handle.read().strip())
+    """Whether a run's supervisor is below the engine now."""
+    return bool(_supervisors(engine.pid))
 
 
 def frozen(engine: Engine):
@@ -229,7 +229,7 @@ def test_a_run_whose_supervisor_was_killed_is_ended_and_interrupted(tmp_path):
     thaw = None
     try:
         wait_for(lambda: marks(out), 20, "the run to start")
-        (supervisor,) = _children(holder.pid)
+        (supervisor,) = _supervisors(holder.pid)
         (command,) = _children(supervisor)
         thaw = frozen(holder)
         os.kill(supervisor, signal.SIGKILL)
@@ -251,8 +251,25 @@ def test_a_run_whose_supervisor_was_killed_is_ended_and_interrupted(tmp_path):
 
 
 def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as handle:
-        return [int(p) for p in handle.read().split()]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(p) for p in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _supervisors(pid: int) -> list[int]:
+    """The runs' supervisors below `pid` at any depth (the engine's children, or its
+    supervisor server's): the processes there that lead a session of their own."""
+    found, stack = [], _children(pid)
+    while stack:
+        child = stack.pop()
+        with contextlib.suppress(OSError):
+            if os.getsid(child) == child:
+                found.append(child)
+                continue  # what a supervisor runs is below it
+        stack.extend(_children(child))
+    return found
 
 
 def _running(pid: int) -> bool:

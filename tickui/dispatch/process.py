@@ -8,7 +8,12 @@ Each run is started through its run supervisor (tickui.supervisor): the supervis
 the start gate, writes the bounded log, ends the command's whole tree on SIGTERM (after
 the kill grace) or when the runner's lease file runs out, and records each step in the
 run's journal, so a run ends and its end is known even when this process freezes or
-dies. The outcome is read from that journal."""
+dies. The outcome is read from that journal.
+
+Supervisors are forked by a supervisor server (tickui.supervisor.server) the runner
+starts at its first run: a fork of an interpreter that has them imported costs a small
+part of starting a new one. When the server cannot be started or cannot fork, a run's
+supervisor is started as a program of its own instead."""
 
 from __future__ import annotations
 
@@ -32,7 +37,8 @@ from tickui.dispatch.containment import Containment
 from tickui.dispatch.output import HEAD_BYTES_DEFAULT, TAIL_BYTES_DEFAULT, OutputHealth
 from tickui.model.occurrence import RUN_CANCELED, RUN_COMPLETED, RUN_FAILED, bound
 from tickui.supervisor import journal as j
-from tickui.supervisor.launch import supervisor_argv
+from tickui.supervisor.client import ServedProcess, ServerGone, SupervisorServer
+from tickui.supervisor.launch import supervisor_args, supervisor_command
 from tickui.supervisor.lease import write_lease
 from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK, OUTPUT_FAILING, OUTPUT_WRITTEN_AGAIN
 
@@ -44,6 +50,7 @@ SAID = "tickui supervisor: "
 NOTES_MAX = 64 * 1024  # of a supervisor's stderr kept for its lines (it says little)
 JOURNAL_POLL = 0.1  # seconds between looks at a journal whose run is being ended
 GATE_WAIT = 10.0  # seconds a supervisor gets to end after its gate was closed
+SERVER_RETRY = 30.0  # seconds after a server failed to start before another is tried
 
 
 @dataclass
@@ -52,7 +59,7 @@ class ProcessRun:
     (unique per runner); `tag` is the caller's (the occurrence, the run command)."""
 
     key: int
-    process: asyncio.subprocess.Process
+    process: asyncio.subprocess.Process | ServedProcess
     run_id: str
     log_path: Path
     journal_path: Path
@@ -282,7 +289,8 @@ class ProcessRunner:
     run's events are recorded: `outcome` only says what they are.
 
     `lease`: the lease file every run is fenced by, once `renew` gave it a deadline
-    (before that, and without one, runs are not fenced)."""
+    (before that, and without one, runs are not fenced). `fork_server`: supervisors are
+    forked by a supervisor server (else each is started as a program of its own)."""
 
     def __init__(
         self,
@@ -291,6 +299,7 @@ class ProcessRunner:
         tail_bytes: int = TAIL_BYTES_DEFAULT,
         health: OutputHealth | None = None,
         lease: Path | None = None,
+        fork_server: bool = True,
     ) -> None:
         self.kill_grace = kill_grace
         self.head_bytes = head_bytes
@@ -299,6 +308,11 @@ class ProcessRunner:
         self.lease = lease
         self.lease_deadline: float | None = None  # time.monotonic(), as last written
         self.containment = Containment()  # a supervisor that is killed leaves no orphan
+        self.fork_server = fork_server
+        self.server: SupervisorServer | None = None
+        self._server_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._server_failed_at: float | None = None  # time.monotonic() of the last failure
+        self._fallback_said = False
 
     async def spawn(
         self,
@@ -350,7 +364,7 @@ class ProcessRunner:
         try:
             gate_read, gate_write = os.pipe()
             notes_read, notes_write = os.pipe()
-            supervised = supervisor_argv(
+            args = supervisor_args(
                 command,
                 journal=journal,
                 log=log_path,
@@ -360,15 +374,7 @@ class ProcessRunner:
                 head=self.head_bytes,
                 tail=self.tail_bytes,
             )
-            process = await asyncio.create_subprocess_exec(
-                *supervised,
-                cwd=cwd or None,
-                env=env,
-                stdin=gate_read,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=notes_write,
-                start_new_session=True,
-            )
+            process = await self._start_supervisor(args, cwd, env, gate_read, notes_write)
         except BaseException:
             for fd in (gate_read, gate_write, notes_read, notes_write):
                 if fd >= 0:
@@ -389,6 +395,77 @@ class ProcessRunner:
         if not gated:
             open_gate(run)
         return run
+
+    async def _start_supervisor(
+        self, args: list[str], cwd: str | None, env: dict[str, str], gate: int, notes: int
+    ) -> asyncio.subprocess.Process | ServedProcess:
+        """The run's supervisor, forked by the server, else started as a program."""
+        if self.fork_server:
+            process = await self._fork_supervisor(args, cwd, env, gate, notes)
+            if process is not None:
+                return process
+        return await asyncio.create_subprocess_exec(
+            *supervisor_command(args),
+            cwd=cwd or None,
+            env=env,
+            stdin=gate,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=notes,
+            start_new_session=True,
+        )
+
+    async def _fork_supervisor(
+        self, args: list[str], cwd: str | None, env: dict[str, str], gate: int, notes: int
+    ) -> ServedProcess | None:
+        """Forked by the server; None when it cannot be (said once). A cwd that cannot
+        be entered raises as it does for a supervisor started as a program."""
+        directory = -1
+        if cwd:
+            directory = os.open(cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            if directory >= 0 and not os.access(cwd or ".", os.X_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), cwd)
+            server = await self._server()
+            if server is None:
+                return None
+            fds = [gate, notes] if directory < 0 else [gate, notes, directory]
+            try:
+                return await server.fork(args, env, fds)
+            except (OSError, ServerGone, TimeoutError) as exc:
+                self._fell_back(f"it could not fork one: {exc}")
+                return None
+        finally:
+            if directory >= 0:
+                os.close(directory)
+
+    async def _server(self) -> SupervisorServer | None:
+        """The running server of this loop, started if there is none (a dead one is
+        replaced); None if it cannot be started."""
+        loop = asyncio.get_running_loop()
+        if self._server_lock is None or self._server_lock[0] is not loop:
+            self._server_lock = (loop, asyncio.Lock())  # one start at a time, in this loop
+        async with self._server_lock[1]:
+            server = self.server
+            if server is not None and server.alive and server.loop is loop:
+                return server
+            if server is not None:
+                server.end()
+                self.server = None
+            failed = self._server_failed_at
+            if failed is not None and time.monotonic() < failed + SERVER_RETRY:
+                return None
+            try:
+                self.server = await SupervisorServer.start()
+            except Exception as exc:
+                self._server_failed_at = time.monotonic()
+                self._fell_back(f"it could not be started: {exc}")
+                return None
+            return self.server
+
+    def _fell_back(self, why: str) -> None:
+        if not self._fallback_said:
+            self._fallback_said = True
+            log.warning("supervisor server: %s; run supervisors are started as programs", why)
 
     def renew(self, deadline: float) -> None:
         """Runs end once time.monotonic() passes `deadline` (unless renewed again): written
@@ -505,6 +582,12 @@ class ProcessRunner:
 
     async def shutdown(self) -> None:
         await self.containment.shutdown(self.kill_grace)
+        server, self.server = self.server, None
+        if server is not None:
+            try:
+                await server.close()
+            except Exception:
+                log.exception("ending the supervisor server failed")
         if self.lease is not None:  # its runs are over: no one reads it any more
             with contextlib.suppress(OSError):
                 self.lease.unlink()
