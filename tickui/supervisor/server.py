@@ -25,6 +25,7 @@ from __future__ import annotations
 import _signal as signal
 import collections
 import contextlib
+import gc
 import marshal
 import os
 import select
@@ -180,7 +181,11 @@ def run_supervisor(fds: list[int], args: list[str], env: dict[bytes, bytes]) -> 
 def serve(args: list[str]) -> int:
     """Serve on the socket whose fd is the one argument."""
     sock = socket.socket(fileno=int(args[0]))
-    return Server(sock).serve()
+    server = Server(sock)
+    with contextlib.suppress(ImportError):
+        import _ctypes  # noqa: F401  the supervisor's subreaper call: loaded once, here
+    gc.freeze()  # what is here now is never collected: a fork's collections leave it shared
+    return server.serve()
 
 
 if __name__ == "__main__":
