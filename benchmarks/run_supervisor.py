@@ -13,8 +13,12 @@ also scans /proc for leftovers, closes the log and records the end). Memory is V
 RssAnon (its own, unshared pages) of the supervisor while it waits at the gate and
 while the command runs, against the gate's sh while it waits (once the gate opens, sh
 is the command). One journal record (write, fsync, rename, fsync of the directory) is
-timed on its own. Last, ProcessRunner itself (what both dispatchers use): spawn to
-outcome of `true` one at a time and `--burst` at once. The last line is one JSON object.
+timed on its own. Last, ProcessRunner itself (what both dispatchers use), once with its
+supervisor server (supervisors forked from it) and once starting each supervisor as a
+program, alternating: spawn to the command running, spawn to outcome of `true` one at a
+time and `--burst` at once, and the CPU its processes spent per run (every process below
+the benchmark, the server and what it forked included: they are all reaped by the end).
+The last line is one JSON object.
 
     .venv/bin/python benchmarks/run_supervisor.py [--rounds 30]
 """
@@ -140,21 +144,41 @@ def journal_write(work: Path, times: int = 20) -> float:
     return statistics.median(spent)
 
 
-async def runner_runs(work: Path, rounds: int, burst: int) -> dict[str, float]:
-    """ProcessRunner as the dispatchers use it, spawn to outcome in hand, for `true`: one
-    at a time, then `burst` at once; against a bare asyncio spawn and wait of `true`."""
+async def runner_runs(
+    work: Path, rounds: int, burst: int, fork_server: bool, attempt: int
+) -> dict[str, float]:
+    """ProcessRunner as the dispatchers use it: spawn to the command running, spawn to
+    outcome in hand for `true` one at a time, then `burst` at once; against a bare
+    asyncio spawn and wait of `true`. CPU per run: of every process below this one (the
+    runner's server is reaped at its shutdown, its supervisors by it, their commands by
+    them, so all of it is in RUSAGE_CHILDREN once the runner is shut down)."""
     import asyncio
+    import resource
 
-    runner = ProcessRunner(kill_grace=1.0)
+    tag = f"{'fork' if fork_server else 'exec'}{attempt}"
     env = dict(os.environ)
 
     async def one(n: int) -> float:
         began = time.perf_counter()
-        run = await runner.spawn(n, ["true"], cwd=None, env=env, log_path=work / f"r{n}.log")
+        log = work / f"r-{tag}-{n}.log"
+        run = await runner.spawn(n, ["true"], cwd=None, env=env, log_path=log)
         timed_out = await runner.wait(run, None)
         await runner.finish(run)
         runner.outcome(run, None, timed_out)
         return time.perf_counter() - began
+
+    async def started(n: int) -> float:
+        fifo = work / f"rf-{tag}-{n}"
+        os.mkfifo(fifo)
+        log = work / f"rs-{tag}-{n}.log"
+        began = time.perf_counter()
+        run = await runner.spawn(n, [*OPEN_FIFO, str(fifo)], cwd=None, env=env, log_path=log)
+        reader = os.open(fifo, os.O_RDONLY)  # the supervisor needs nothing of this loop
+        latency = time.perf_counter() - began
+        os.close(reader)
+        await runner.terminate(run)
+        await runner.finish(run)
+        return latency
 
     async def bare() -> float:
         began = time.perf_counter()
@@ -162,19 +186,33 @@ async def runner_runs(work: Path, rounds: int, burst: int) -> dict[str, float]:
         await proc.wait()
         return time.perf_counter() - began
 
-    singles = [await one(n) for n in range(rounds)]
     bares = [await bare() for _ in range(rounds)]
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    self_before = resource.getrusage(resource.RUSAGE_SELF)
+    runner = ProcessRunner(kill_grace=1.0, fork_server=fork_server)
+    starts = [await started(50_000 + n) for n in range(rounds)]
+    singles = [await one(n) for n in range(rounds)]
     began = time.perf_counter()
     await asyncio.gather(*(one(10_000 + n) for n in range(burst)))
     burst_s = time.perf_counter() - began
     await runner.shutdown()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    runs = 2 * rounds + burst
+    children_cpu = (children.ru_utime + children.ru_stime) - (
+        children_before.ru_utime + children_before.ru_stime
+    )
+    self_cpu = (mine.ru_utime + mine.ru_stime) - (self_before.ru_utime + self_before.ru_stime)
     return {
+        "start_ms": statistics.median(starts) * 1000,
         "runner_true_ms": statistics.median(singles) * 1000,
         "runner_true_p90_ms": statistics.quantiles(singles, n=10)[8] * 1000,
         "bare_true_ms": statistics.median(bares) * 1000,
         "burst": burst,
         "burst_s": burst_s,
         "burst_runs_per_s": burst / burst_s,
+        "processes_cpu_ms_per_run": children_cpu * 1000 / runs,
+        "runner_cpu_ms_per_run": self_cpu * 1000 / runs,
     }
 
 
@@ -201,7 +239,14 @@ def main() -> None:
         record = journal_write(work)
         import asyncio
 
-        runs = asyncio.run(runner_runs(work, args.rounds, args.burst))
+        runs = {}
+        for attempt, fork_server in enumerate((True, False, True, False)):  # the load drifts
+            found = asyncio.run(runner_runs(work, args.rounds, args.burst, fork_server, attempt))
+            runs.setdefault("fork_server" if fork_server else "exec", []).append(found)
+        runs = {
+            path: {k: statistics.median(f[k] for f in found) for k in found[0]}
+            for path, found in runs.items()
+        }
 
     def med(values: list[float]) -> float:
         return round(statistics.median(values) * ms, 2)
@@ -218,7 +263,9 @@ def main() -> None:
         "run_true_ms": {"supervisor": med(run[True]), "sh_gate": med(run[False])},
         "run_ratio": round(statistics.median(run[True]) / statistics.median(run[False]), 1),
         "journal_record_ms": round(record * ms, 2),
-        "process_runner": {k: round(v, 2) for k, v in runs.items()},
+        "process_runner": {
+            path: {k: round(v, 2) for k, v in found.items()} for path, found in runs.items()
+        },
         "rss_kib": {
             "supervisor_running": statistics.median(m[0] for m in running_mem),
             "supervisor_at_gate": statistics.median(m[0] for m in gate_sup),
@@ -248,13 +295,15 @@ def main() -> None:
         f"({anon['supervisor_at_gate']}); sh at the gate {rss['sh_at_gate']} KiB "
         f"({anon['sh_at_gate']})"
     )
-    pr = s["process_runner"]
-    print(
-        f"ProcessRunner, spawn to outcome of `true`, median: {pr['runner_true_ms']} ms "
-        f"(p90 {pr['runner_true_p90_ms']} ms; a bare asyncio spawn and wait: "
-        f"{pr['bare_true_ms']} ms); {pr['burst']} at once: {pr['burst_s']} s "
-        f"({pr['burst_runs_per_s']} runs/s)"
-    )
+    for path, pr in s["process_runner"].items():
+        print(
+            f"ProcessRunner ({path}), spawn to command running {pr['start_ms']} ms; spawn "
+            f"to outcome of `true`, median: {pr['runner_true_ms']} ms "
+            f"(p90 {pr['runner_true_p90_ms']} ms; a bare asyncio spawn and wait: "
+            f"{pr['bare_true_ms']} ms); {pr['burst']} at once: {pr['burst_s']} s "
+            f"({pr['burst_runs_per_s']} runs/s); CPU a run: its processes "
+            f"{pr['processes_cpu_ms_per_run']} ms, the runner {pr['runner_cpu_ms_per_run']} ms"
+        )
     print(json.dumps(summary))
 
 
