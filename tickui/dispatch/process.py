@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,8 @@ NOTES_MAX = 64 * 1024  # of a supervisor's stderr kept for its lines (it says li
 JOURNAL_POLL = 0.1  # seconds between looks at a journal whose run is being ended
 GATE_WAIT = 10.0  # seconds a supervisor gets to end after its gate was closed
 SERVER_RETRY = 30.0  # seconds after a server failed to start before another is tried
+# the server follows its supervisors by pidfd (Linux 5.3) and passes fds over a socket
+FORK_SERVER = sys.platform.startswith("linux")
 
 
 @dataclass
@@ -299,7 +302,7 @@ class ProcessRunner:
         tail_bytes: int = TAIL_BYTES_DEFAULT,
         health: OutputHealth | None = None,
         lease: Path | None = None,
-        fork_server: bool = True,
+        fork_server: bool = FORK_SERVER,
     ) -> None:
         self.kill_grace = kill_grace
         self.head_bytes = head_bytes
@@ -421,7 +424,7 @@ class ProcessRunner:
         be entered raises as it does for a supervisor started as a program."""
         directory = -1
         if cwd:
-            directory = os.open(cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            directory = os.open(cwd, getattr(os, "O_PATH", 0) | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             if directory >= 0 and not os.access(cwd or ".", os.X_OK):
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), cwd)
