@@ -3,14 +3,15 @@
     python -I -S -c BOOT SOURCE_ROOT --journal J --log L [--lease F --lease-deadline D]
         [--grace S] [--head N] [--tail N] -- argv...
 
-(`tickui.supervisor.launch.supervisor_argv` builds it.) It leaves the session and
-process group of whoever started it (`setsid`) and becomes a child subreaper, then waits
-at the gate: one line on stdin starts the command, EOF first ends it with 125, the
-command never started. The command runs in a process group of its own, in the
-supervisor's session, with /dev/null as stdin and its stdout and stderr into a pipe the
-supervisor copies into the run's bounded log (tickui.common.boundedlog: head, marker,
-tail, as tickui's own logs). Each step is recorded durably in the journal
-(tickui.supervisor.journal).
+(`tickui.supervisor.launch.supervisor_argv` builds it; tickui.supervisor.server forks
+it instead and calls `main` with those arguments and the command's environment.) It
+leaves the session and process group of whoever started it (`setsid`) and becomes a
+child subreaper, then waits at the gate: one line on stdin starts the command, EOF
+first ends it with 125, the command never started. The command runs in a process group
+of its own, in the supervisor's session, with /dev/null as stdin and its stdout and
+stderr into a pipe the supervisor copies into the run's bounded log
+(tickui.common.boundedlog: head, marker, tail, as tickui's own logs). Each step is
+recorded durably in the journal (tickui.supervisor.journal).
 
 Guarantees, whatever happens to the process that started it (frozen, killed, cut off):
 - the command never runs unrecorded: `running` is durable before it is released;
