@@ -80,6 +80,8 @@ async def test_runs_outlive_a_killed_server_and_the_next_spawn_gets_a_new_one(tm
                 "EXIT_NONZERO",
             )
         assert not server.alive
+        if runner.containment.subreaper:  # they were re-parented here: their own statuses
+            assert [run.process.returncode for run in going] == [0, 1, 2]
         after = await spawn(runner, tmp_path, 10, "exit 4")
         assert isinstance(after.process, ServedProcess)
         assert runner.server is not server and runner.server.process.pid != server.process.pid
