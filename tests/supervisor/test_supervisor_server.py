@@ -194,3 +194,24 @@ async def test_the_server_ends_when_its_runner_closes_and_leaves_runs_going(tmp_
     kind, payload = await asyncio.wait_for(ended(runner, run), 20)
     assert (kind, payload["exit_code"]) == (RUN_FAILED, 5)
     await runner.shutdown()
+
+
+async def test_a_stuck_server_is_replaced_and_its_run_started_once(tmp_path, monkeypatch):
+    monkeypatch.setattr("tickui.supervisor.client.REPLY_WAIT", 0.5)
+    runner = ProcessRunner()
+    try:
+        first = await spawn(runner, tmp_path, 1, "exit 0")
+        stuck = runner.server
+        assert stuck is not None
+        os.kill(stuck.process.pid, signal.SIGSTOP)
+        run = await spawn(runner, tmp_path, 2, "echo once >> twice.txt; exit 6")
+        assert not isinstance(run.process, ServedProcess)  # started as a program
+        assert not stuck.alive and await stuck.process.wait() == -signal.SIGKILL
+        assert (await ended(runner, first))[0] == RUN_COMPLETED
+        assert (await ended(runner, run))[1]["exit_code"] == 6
+        assert (tmp_path / "twice.txt").read_text() == "once\n"
+        after = await spawn(runner, tmp_path, 3, "exit 0")
+        assert isinstance(after.process, ServedProcess) and runner.server is not stuck
+        assert (await ended(runner, after))[0] == RUN_COMPLETED
+    finally:
+        await runner.shutdown()

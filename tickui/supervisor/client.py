@@ -154,7 +154,9 @@ class SupervisorServer:
         """A supervisor running `args` (its command line after the interpreter's), the
         command's environment `env`; `fds`: its stdin, its stderr and, optionally, a
         directory fd of its cwd. Raises OSError when the fork failed, ServerGone or
-        TimeoutError when the server did not answer."""
+        TimeoutError when the server did not answer (it is then killed: a supervisor it
+        forked for this request before it died is still returned, never left running
+        unknown beside the one a caller would start instead)."""
         if self.sock is None:
             raise ServerGone("the supervisor server has ended")
         request_id = next(self.ids)
@@ -163,11 +165,21 @@ class SupervisorServer:
         answer: asyncio.Future[ServedProcess] = self.loop.create_future()
         self.pending[request_id] = answer
         try:
-            await self._send(data, fds)
-            return await asyncio.wait_for(asyncio.shield(answer), REPLY_WAIT)
-        except TimeoutError:
-            self.end(kill=True)  # stuck: what it forks from now on nobody would follow
-            raise
+            try:
+                await self._send(data, fds)
+            except TimeoutError:  # nothing was sent
+                self.end(kill=True)
+                raise
+            try:
+                return await asyncio.wait_for(asyncio.shield(answer), REPLY_WAIT)
+            except TimeoutError:
+                # stuck: killed, and what it said before dying read up to its EOF
+                self._kill_process()
+                try:
+                    return await asyncio.wait_for(answer, SERVER_END_WAIT)
+                except TimeoutError:
+                    self._lost()
+                    raise
         finally:
             self.pending.pop(request_id, None)
 
@@ -257,10 +269,14 @@ class SupervisorServer:
     def end(self, kill: bool = False) -> None:
         """Close our end: the server ends at EOF (`kill`: at once), leaving its running
         supervisors to their work, followed by pidfd from here."""
-        if kill and self.process.returncode is None:
+        if kill:
+            self._kill_process()
+        self._lost()
+
+    def _kill_process(self) -> None:
+        if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
-        self._lost()
 
     async def close(self) -> None:
         self.end()
