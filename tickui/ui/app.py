@@ -36,6 +36,7 @@ from tickui.ui.keys import (
 from tickui.ui.screens.dashboard import Dashboard
 from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.screens.form import AddTaskScreen
 from tickui.ui.screens.run import RunScreen
 
 WAIT_FOREVER = 24 * 3600.0
@@ -251,6 +252,30 @@ class TickuiApp(App[int]):
         await self.action_quit()
 
     async def action_quit(self) -> None:
+        """Quit, asking first when runs are active or a form holds what was typed (ctrl+c
+        reaches here from inside a form's field too)."""
+        form = next(
+            (s for s in self.screen_stack if isinstance(s, AddTaskScreen) and s.edited), None
+        )
+        if form is not None and not self.board.quitting:
+
+            async def answered(yes: bool | None) -> None:
+                if yes:
+                    form.initial = None  # not asked again on the way out
+                    await self._quit()
+
+            self.push_screen(
+                ConfirmScreen(
+                    "Quit and discard the form? What you typed is lost.",
+                    "Quit (y)",
+                    "Keep editing (n)",
+                ),
+                answered,
+            )
+            return
+        await self._quit()
+
+    async def _quit(self) -> None:
         if self.board.quitting:  # already on the way out: say so, and how to hurry it
             active = self.host.engine.dispatcher.active() if self.host else 0
             self.notify(f"already quitting: waiting for {active} run(s); c cancels them")

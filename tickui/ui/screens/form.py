@@ -28,6 +28,7 @@ from tickui.model.spec import TaskSpec, build_spec, check_name
 from tickui.schedules.cron import MACROS
 from tickui.schedules.triggers import preview
 from tickui.store import default_anchor
+from tickui.ui.screens.dialogs import ConfirmScreen
 
 SCHEDULE_KINDS = [("every (duration)", "every"), ("cron", "cron"), ("at (instant)", "at")]
 MISFIRE = [("run_once", "run_once"), ("skip", "skip"), ("run_all", "run_all")]
@@ -205,7 +206,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
     }
     """
     BINDINGS = [
-        Binding("escape", "dismiss(None)", "Cancel"),
+        Binding("escape", "cancel", "Cancel"),
         Binding("ctrl+s", "submit", "Save"),
     ]
 
@@ -228,6 +229,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         self.spec: TaskSpec | None = None
         self.field_errors: dict[str, Text] = {}  # input id: what is wrong with it
         self.said = ""  # the verdict's kind last shown: hint, error or ok ("" before any)
+        self.initial: dict[str, Any] | None = None  # the values it opened with
 
     def compose(self) -> ComposeResult:
         task = self.task_row
@@ -296,7 +298,13 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             for widget in self.query(Input):
                 widget.cursor_blink = False
         self.query_one("#name", Input).focus()
+        self.initial = self.values()
         self.check()
+
+    @property
+    def edited(self) -> bool:
+        """Something was typed or chosen since it opened: leaving loses it, so it asks."""
+        return self.initial is not None and self.values() != self.initial
 
     def values(self) -> dict[str, Any]:
         fields: dict[str, Any] = {w.id: w.value for w in self.query(Input) if w.id}
@@ -430,8 +438,23 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         self.action_submit()
 
     @on(Button.Pressed, "#cancel")
-    def cancel(self) -> None:
-        self.dismiss(None)
+    def action_cancel(self) -> None:
+        """Closed at once when nothing was typed; otherwise after a yes, as what was typed
+        is lost."""
+        if not self.edited:
+            self.dismiss(None)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.dismiss(None)
+
+        self.app.push_screen(
+            ConfirmScreen(
+                "Discard this form? What you typed is lost.", "Discard (y)", "Keep editing (n)"
+            ),
+            answered,
+        )
 
 
 def input_of(field: str) -> str | None:
