@@ -319,6 +319,22 @@ async def test_n_after_g_finds_the_match_below_the_view_wrapping_to_the_top(dash
     await until(pilot, lambda: view.match == 1399)
 
 
+async def test_at_80_columns_the_status_line_keeps_the_match_count_and_the_wrap_notice(
+    dashboard,
+) -> None:
+    """Shorter forms of the line range and the follow state make room; the count stays."""
+    app, pilot = await dashboard(size=(80, 24), notifications=True)
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_text(numbered(3000, 700))
+    screen = await open_from_occurrences(pilot, occ)
+    view = screen.view
+    await pilot.press("slash", *"NEEDLE", "enter")
+    await until(pilot, lambda: view.match == 699)
+    await until(pilot, lambda: "/NEEDLE (any case): match 1/4" in screen_text(app))
+    await pilot.press("G", "n")
+    await until(pilot, lambda: "match 1/4 · hit BOTTOM, continuing at TOP" in screen_text(app))
+
+
 async def test_search_is_smart_case_and_takes_a_regular_expression(dashboard) -> None:
     app, pilot = await dashboard(notifications=True)
     occ = await run_once(pilot)
