@@ -21,6 +21,7 @@ from tickui.cli.output import (
     shown_value,
     table,
     task_line,
+    task_zone,
     with_store,
 )
 from tickui.common import checks
@@ -114,11 +115,11 @@ def _task_edit_raw(args: argparse.Namespace, command: list[str] | None) -> dict[
     return changes
 
 
-def started_text(occ: Any, now: int) -> str:
+def started_text(occ: Any, now: int, zone: str | None = None) -> str:
     """When a run started; for a queued one, when it may ("next in 40s")."""
     if occ.state == "queued":
         return wait_text(occ.retry_at if occ.retry_at is not None else occ.scheduled_for, now)
-    return shown_time(occ.started_at)
+    return shown_time(occ.started_at, zone)
 
 
 async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
@@ -197,7 +198,11 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             return 0
         if args.action == "add":
             task = await store.add_task(spec, clock.now())
-            nxt = shown_time(task.next_run_at) if task.next_run_at is not None else "none"
+            nxt = (
+                shown_time(task.next_run_at, task_zone(task))
+                if task.next_run_at is not None
+                else "none"
+            )
             say(task_line("added", task.name, task.spec.schedule_text(), nxt), redacted=True)
             return 0
         if args.action == "list":
@@ -209,7 +214,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                     [
                         t.name,
                         t.spec.schedule_text(),
-                        shown_time(t.next_run_at) if t.enabled else "-",
+                        shown_time(t.next_run_at, task_zone(t)) if t.enabled else "-",
                         "yes" if t.enabled else f"no {t.note or ''}".strip(),
                         t.spec.misfire,
                         t.spec.concurrency,
@@ -232,8 +237,9 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             else:
                 # Redacted item by item, then joined: redacting the joined text again would
                 # let one argument's secret swallow the arguments after it.
+                zone = task_zone(task)
                 for key, value in redact_data(data).items():
-                    shown = shown_value(key, value)
+                    shown = shown_value(key, value, zone)
                     if key == "pending" and isinstance(value, dict):
                         shown = value["text"]
                     say(f"{key:>18}: {shown}", redacted=True)
@@ -256,14 +262,15 @@ def _history_table(occs: list[Any], tasks: list[Any]) -> str:
     """`tickui history`'s table, newest first."""
     now = SystemClock().now()
     tries = {t.name: t.spec.retries for t in tasks}
+    zones = {t.name: task_zone(t) for t in tasks}
     rows = [
         [
             str(o.id),
             o.task,
             o.kind,
-            shown_time(o.scheduled_for),
+            shown_time(o.scheduled_for, zones.get(o.task)),
             o.state,
-            started_text(o, now),
+            started_text(o, now, zones.get(o.task)),
             attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
             o.error_code or "",
             safe_text(o.detail or "")[:60],
