@@ -31,6 +31,7 @@ from tickui.model import backfill
 from tickui.model.retries import REASONS
 from tickui.model.spec import MISFIRE_POLICIES, OVERLAP_POLICIES, check_name
 from tickui.runtime import settings as config_mod
+from tickui.schedules.cron import MACROS
 from tickui.store import DATABASE_ERRORS, os_failure
 from tickui.ticks.config import TOPIC, add_kafka_arguments
 from tickui.ticks.wire import DEFAULT_TOPIC
@@ -247,8 +248,8 @@ def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
     when.add_argument(
         "--cron",
         metavar="EXPR",
-        help="a cron schedule: 5 fields (6 with seconds, first), or @hourly, @daily, "
-        "@weekly, @monthly, @yearly; e.g. '30 2 * * *'",
+        help="a cron schedule: 5 fields (6 with seconds, first), or "
+        f"{', '.join(MACROS)}; e.g. '30 2 * * *'",
     )
     when.add_argument("--every", metavar="DURATION", help="an interval: 30s, 5m, 1h (100ms-366d)")
     when.add_argument(
