@@ -148,8 +148,9 @@ RUN_VIEW_KEYS = [
      " the view then"),
     ("← → h l", "Scroll sideways: a line cut at an edge of the view ends there in …"),
     ("f", "Follow new lines or stop (on while the run runs)"),
-    ("/", "Search the whole log from the view's top: lowercase ignores case, a capital makes"
-     " it case-sensitive, re:… is a regular expression; the status shows match 3/812"),
+    ("/", "Search the whole log as shown (a hidden secret as ***) from the view's top:"
+     " lowercase ignores case, a capital makes it case-sensitive, re:… is a regular"
+     " expression; the status shows match 3/812"),
     ("n / N", "Next / previous match from the view (wraps at the end, and says so)"),
     ("y", "Copy the current match or the clicked line (OSC 52); shift-drag selects text in"
      " most terminals"),
