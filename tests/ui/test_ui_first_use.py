@@ -258,3 +258,13 @@ async def test_esc_on_a_half_typed_form_asks_before_discarding_it(dashboard) -> 
     await pilot.press("y")
     await until(pilot, lambda: not isinstance(app.screen, AddTaskScreen | ConfirmScreen))
     assert app.is_running
+
+
+async def test_ctrl_c_twice_over_a_half_typed_form_quits(dashboard) -> None:
+    app, pilot = await dashboard()
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    await pilot.press(*"half", "ctrl+c")
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("ctrl+c")  # as the yes, not a second question
+    await until(pilot, lambda: not app.is_running)
