@@ -104,5 +104,6 @@ def wait_text(retry_at: int | None, now: int) -> str:
     if retry_at is None or retry_at <= now:
         return "due"
     left = retry_at - now
-    left = -(-left // MICROS) * MICROS if left >= MICROS else left
+    step = MICROS if left >= MICROS else 1000  # up to a whole second, or millisecond
+    left = -(-left // step) * step
     return f"next in {format_duration(left)}"
