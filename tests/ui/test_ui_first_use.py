@@ -268,3 +268,26 @@ async def test_ctrl_c_twice_over_a_half_typed_form_quits(dashboard) -> None:
     await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
     await pilot.press("ctrl+c")  # as the yes, not a second question
     await until(pilot, lambda: not app.is_running)
+
+
+async def test_enter_alone_walks_the_form_to_a_saved_task(dashboard) -> None:
+    """Enter on a text field moves on; on a select it opens the list, and enter there
+    picks and moves on (not back to the same select, round and round)."""
+    app, pilot = await dashboard()
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    form = app.screen
+    await pilot.press(*"ping", "enter")
+    for _ in range(30):
+        focused = form.focused
+        if focused is not None and focused.id == "command":
+            break
+        if focused is not None and focused.id == "expr":
+            await pilot.press(*"10s")
+        await pilot.press("enter")
+        await pilot.pause()
+    assert form.focused is not None and form.focused.id == "command", form.focused
+    await pilot.press(*"echo hi", "enter")
+    await until(pilot, lambda: not isinstance(app.screen, AddTaskScreen))
+    task = await app.host.store.get_task("ping")
+    assert task.spec.command == ["echo", "hi"] and task.spec.misfire == "run_once"

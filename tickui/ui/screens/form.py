@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Collapsible, Footer, Input, Label, Select, Static
+from textual.widgets._select import SelectOverlay
 
 from tickui.common.errors import BadInput
 from tickui.common.redact import safe_text
@@ -153,6 +154,16 @@ def fire_times(times: list[int], zone: tzinfo) -> list[str]:
     return [fire_time(t, zone, seconds) for t in times]
 
 
+class ChoiceField(Select[str]):
+    """A select of the form: a choice made in its list (enter or a click) moves on to the
+    next field, as enter does in a text field; enter on the same select would only open
+    the list again, round and round."""
+
+    @on(SelectOverlay.UpdateSelection)
+    def _chosen(self) -> None:
+        self.call_after_refresh(self.screen.focus_next)
+
+
 class AddTaskScreen(ModalScreen[TaskSpec | None]):
     """Add a task, or edit one (`task` given): checks the definition on every keystroke,
     reads the schedule back in words and previews its next 5 fire times."""
@@ -250,7 +261,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             yield Label(title, classes="dialog-title")
             yield field("Name", box("name", "e.g. backup"))
             with Horizontal(classes="row"):
-                kind = Select(
+                kind = ChoiceField(
                     SCHEDULE_KINDS, value=start.get("kind", "every"), allow_blank=False, id="kind"
                 )
                 yield field("Schedule kind", kind)
@@ -263,13 +274,15 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
                 misfire = start.get("misfire", "run_once")
                 yield field(
                     "Misfire",
-                    Select(MISFIRE, value=misfire, allow_blank=False, id="misfire"),
+                    ChoiceField(MISFIRE, value=misfire, allow_blank=False, id="misfire"),
                     "misfire-help",
                 )
                 concurrency = start.get("concurrency", "forbid")
                 yield field(
                     "Concurrency",
-                    Select(CONCURRENCY, value=concurrency, allow_blank=False, id="concurrency"),
+                    ChoiceField(
+                        CONCURRENCY, value=concurrency, allow_blank=False, id="concurrency"
+                    ),
                     "concurrency-help",
                 )
             with Horizontal(classes="row"):
@@ -432,6 +445,13 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             self.action_submit()
         else:
             self.focus_next()
+
+    @on(Collapsible.Toggled)
+    def toggled(self, event: Collapsible.Toggled) -> None:
+        """Enter on "When runs fail" opens it and moves into it (or closes it and moves
+        past it), as enter moves on from every other field."""
+        event.stop()
+        self.call_after_refresh(self.focus_next)
 
     @on(Button.Pressed, "#add")
     def add(self) -> None:
