@@ -333,6 +333,12 @@ async def test_at_80_columns_the_status_line_keeps_the_match_count_and_the_wrap_
     await until(pilot, lambda: "/NEEDLE (any case): match 1/4" in screen_text(app))
     await pilot.press("G", "n")
     await until(pilot, lambda: "match 1/4 · hit BOTTOM, continuing at TOP" in screen_text(app))
+    await pilot.resize_terminal(160, 40)  # wider: the long forms come back
+    await until(pilot, lambda: " of 3,000 · " in screen_text(app))
+    assert "match 1/4 · search hit BOTTOM, continuing at TOP" in screen_text(app)
+    await pilot.resize_terminal(80, 24)
+    await until(pilot, lambda: " of 3,000 · " not in screen_text(app))
+    assert "match 1/4 · hit BOTTOM" in screen_text(app)
 
 
 async def test_search_is_smart_case_and_takes_a_regular_expression(dashboard) -> None:

@@ -475,6 +475,10 @@ class RunScreen(Screen[None]):
             return
         self.app.pop_screen()
 
+    def on_resize(self) -> None:
+        """The status line is fitted to the view's width: fitted again to the new one."""
+        self.call_after_refresh(self._title)
+
     def action_toggle_follow(self) -> None:
         self.view.set_follow(not self.follow)
 
