@@ -75,6 +75,10 @@ def test_a_program_whose_path_looks_like_a_shell_line_but_exists_is_taken(tmp_pa
         (["task", "lsit"], "list"),
         (["histroy"], "history"),
         (["task", "add", "j", "--every", "1h", "--misfire", "skp", "--", "true"], "skip"),
+        (
+            ["task", "add", "j", "--cron", "0 9 * * *", "--tz", "Europe/Pari", "--", "true"],
+            "Europe/Paris",
+        ),
     ],
 )
 def test_a_misspelt_command_or_choice_names_the_closest(tmp_path, args, close):

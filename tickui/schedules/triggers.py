@@ -14,13 +14,14 @@ are mapped to instants on DST days as cron(8) does:
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from tickui.common.errors import BadInput
 from tickui.common.timeutil import MICROS, format_duration, from_micros, iso, to_micros
@@ -338,7 +339,8 @@ def check_zone(tz: str, field: str = "tz") -> str:
     try:
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        hint = "use an IANA name such as Europe/Berlin"
+        close = difflib.get_close_matches(tz, sorted(available_timezones()), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else "use an IANA name such as Europe/Berlin"
         raise BadInput(field, f"unknown time zone {tz!r} ({hint})") from None
     return tz
 
