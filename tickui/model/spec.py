@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import re
@@ -68,6 +67,8 @@ class TaskSpec:
         for key, default in _LATER_DEFAULTS.items():  # a definition from before them
             if data[key] == default:  # hashes as it did then
                 data.pop(key)
+        import hashlib  # loads OpenSSL: a listing never hashes a definition
+
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_json(self) -> str:

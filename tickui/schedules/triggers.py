@@ -14,7 +14,6 @@ are mapped to instants on DST days as cron(8) does:
 
 from __future__ import annotations
 
-import hashlib
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -381,5 +380,7 @@ def jitter_offset(task: str, slot: int, jitter: int) -> int:
     """A delay in [0, jitter] fixed by (task, slot), so it is the same after a restart."""
     if jitter <= 0:
         return 0
+    import hashlib  # loads OpenSSL: paid only by a task with jitter
+
     digest = hashlib.blake2b(f"{task}\0{slot}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % (jitter + 1)
