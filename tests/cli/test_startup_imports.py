@@ -26,7 +26,14 @@ HEAVY = (
     "tickui.cli.changes",
 )
 # --help reads no database and runs no event loop.
-HELP_ALSO = ("asyncio", "aiosqlite", "sqlite3", "tickui.store", "tickui.runtime")
+HELP_ALSO = (
+    "asyncio",
+    "aiosqlite",
+    "sqlite3",
+    "tickui.store",
+    "tickui.runtime",
+    "tickui.schedules",
+)
 
 
 def loaded(*args: str) -> set[str]:

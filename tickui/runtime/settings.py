@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,8 @@ from tickui.ticks.config import TickerConfig
 from tickui.ticks.config import build as build_ticker
 
 if TYPE_CHECKING:
+    import tomllib
+
     from tickui.hooks.config import HookConfig
     from tickui.model.spec import TaskSpec
 
@@ -254,6 +255,8 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
             env=env,
             dispatch=dispatch_settings({}, env),
         )
+    import tomllib  # read only when there is a file to read
+
     try:
         if not path.is_file():
             raise ConfigError("config", f"{path} is not a regular file")
