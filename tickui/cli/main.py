@@ -449,8 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _complain(os_failure(exc, what))
         code = EXIT_FAILURE
     except Exception as exc:
-        # The store is loaded only here, when something failed: a listing or --help that
-        # went well does not pay for it.
+        # The store's error types, loaded here: --help and the commands that open no
+        # database do not load the store.
         from tickui.store import DATABASE_ERRORS
 
         if isinstance(exc, DATABASE_ERRORS):
