@@ -16,7 +16,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import printable, redact_data, safe_text
 from tickui.common.timeutil import from_micros, machine_zone, to_micros
-from tickui.store import DATABASE_ERRORS, Store, database_failure, lookup
 
 
 class UsageError(BadInput):
@@ -48,6 +47,8 @@ async def with_store(
     """Run `action` on the database. Read-only commands open it read-only. With no database
     at `path` nothing is created: a command about one named task says that task does not
     exist (exit 2); a listing says there is no database and prints `empty` (exit 0)."""
+    from tickui.store import DATABASE_ERRORS, Store, database_failure, lookup
+
     if (name is not None or empty is not None) and lookup(path) is None:
         if name is not None:
             raise NotFound(f"no task named {name!r} (no database at {path})")

@@ -151,8 +151,6 @@ async def _read_task(path: Path, name: str) -> Any:
 
 
 async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path) -> int:
-    from tickui.cli import changes as commands
-
     clock = SystemClock()
     if command:
         check_not_shell_line(command)
@@ -168,6 +166,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
         check_name(args.name) if hasattr(args, "name") and args.name else None
 
     if args.action == "edit":
+        from tickui.cli import changes as commands  # with the engine's requests: not for a listing
+
         # Read (read-only: a refused edit leaves the file's bytes as they were), check,
         # then write in one transaction that refuses a task changed meanwhile.
         changes = _task_edit_raw(args, command)
@@ -183,6 +183,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     if args.action == "backfill" and args.cancel and (args.start or args.end):
         raise BadInput("--cancel", "cancels every queued backfill run: give it alone")
     if args.action == "backfill" and not args.cancel:
+        from tickui.cli import changes as commands
+
         # Read-only first: a refused backfill (too many slots, ...) writes nothing.
         task = await _read_task(path, args.name)
         slots = commands.backfill_plan(task, args, clock.now())
@@ -244,6 +246,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                         shown = value["text"]
                     say(f"{key:>18}: {shown}", redacted=True)
             return 0
+        from tickui.cli import changes as commands
+
         return await commands.change_task(store, args, clock)
 
     readonly = args.action in ("list", "show", "export")
