@@ -102,10 +102,11 @@ def test_history_follow_shows_a_run_that_settles_after_it_started(tmp_path):
     out = tmp_path / "follow.out"
     with open(out, "w") as handle:
         follow = _tickui(db, "history", "--follow", out=handle)
-        engine = _tickui(db, "run", "--for", "4", "-q")
+        engine = _tickui(db, "run", "--for", "60", "-q")  # stopped once the run is seen
         try:
-            poll(lambda: "succeeded" in out.read_text(), 20, "the settled run")
+            poll(lambda: "succeeded" in out.read_text(), 30, "the settled run")
         finally:
+            engine.send_signal(signal.SIGTERM)
             engine.wait(30)
             follow.send_signal(signal.SIGINT)
             _, err = follow.communicate(timeout=10)
