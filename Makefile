@@ -78,8 +78,11 @@ venv install: $(STAMP)
 # ---- targets ---------------------------------------------------------------------------------
 # pytest runs under scripts/services.sh, which starts Redis and Tansu first and stops them by their
 # own PIDs afterwards. pytest's status is the target's status; 5 (no tests collected) is a failure.
+# tickui's modules are compiled first: the tests start many tickui processes, and
+# with PYTHONDONTWRITEBYTECODE set (as it may be) each would compile every module it imports.
 # services.sh exports TICKUI_TEST_REQUIRE_SERVICES=1: a test whose service is missing fails, CI or not.
 test: deps $(STAMP)
+	@$(VPY) -m compileall -q -j 0 tickui >/dev/null
 	@rc=0; scripts/services.sh run -- $(VPY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED: pytest collected no tests (exit 5)" >&2; fi; \
 	exit $$rc

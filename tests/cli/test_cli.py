@@ -302,13 +302,19 @@ def test_time_scale_defaults_to_real_time(argv) -> None:
 
 def test_every_subcommand_and_flag_has_help_text():
     """`tickui <any command> --help` explains each subcommand, argument and flag, and a
-    flag that takes one of a few values lists them all in its help."""
+    flag that takes one of a few values lists them all (as `choices`, or in its help when
+    the values are checked after parsing: settings, a comma-separated list, cron's @words)."""
     import argparse
 
     from tickui.cli.main import build_parser
     from tickui.common.options import OPTIONS
+    from tickui.model.retries import REASONS
+    from tickui.schedules.cron import MACROS
 
-    missing, unlisted = [], []
+    # closed sets argparse does not check itself: each flag's values, where they are defined
+    later = {opt.flag: opt.choices for opt in OPTIONS if opt.flag and opt.choices}
+    later |= {"--retry-on": REASONS, "--cron": tuple(MACROS)}
+    missing, unlisted, found = [], [], set()
 
     def walk(parser: argparse.ArgumentParser, path: str) -> None:
         for action in parser._actions:
@@ -322,14 +328,14 @@ def test_every_subcommand_and_flag_has_help_text():
             named = f"{path} {'/'.join(action.option_strings) or action.dest}"
             if not isinstance(action, argparse._HelpAction) and not action.help:
                 missing.append(named)
-            if action.choices:
-                shown = f"{action.metavar or ''} {action.help or ''}"
-                unlisted.extend(f"{named}: {c}" for c in action.choices if str(c) not in shown)
+            shown = f"{action.metavar or ''} {action.help or ''}"
+            values = list(action.choices or ())
+            for flag in set(action.option_strings) & set(later):
+                found.add(flag)
+                values += later[flag]
+            unlisted.extend(f"{named}: {c}" for c in values if str(c) not in shown)
 
     walk(build_parser(), "tickui")
-    for opt in OPTIONS:  # flags of a few values that argparse leaves to the settings' check
-        if opt.flag and opt.choices and opt.kind != "choice":
-            shown = f"{opt.metavar or ''} {opt.help}"
-            unlisted += [f"{opt.flag}: {c}" for c in opt.choices if c not in shown]
+    assert found == set(later), set(later) - found  # each closed set was looked at
     assert not missing, missing
     assert not unlisted, unlisted

@@ -75,6 +75,10 @@ def test_a_program_whose_path_looks_like_a_shell_line_but_exists_is_taken(tmp_pa
         (["task", "lsit"], "list"),
         (["histroy"], "history"),
         (["task", "add", "j", "--every", "1h", "--misfire", "skp", "--", "true"], "skip"),
+        (
+            ["task", "add", "j", "--cron", "0 9 * * *", "--tz", "Europe/Pari", "--", "true"],
+            "Europe/Paris",
+        ),
     ],
 )
 def test_a_misspelt_command_or_choice_names_the_closest(tmp_path, args, close):
@@ -108,3 +112,28 @@ def test_times_are_shown_to_the_second_with_their_zone(tmp_path):
         assert "+00:00" not in out and not re.search(r":\d\d\.\d{6}", out), out
     history = cli_json("history", db=db)
     assert history and history[0]["scheduled_for"].endswith("+00:00")
+
+
+def test_times_are_in_the_machines_zone_and_a_cron_tasks_own_zone_is_said_too(tmp_path):
+    """TZ stands for the machine's zone: every time in it, named; a cron task with --tz
+    also says its times in that zone, where its schedule is read."""
+    db, paris = tmp_path / "t.db", {"TZ": "Europe/Paris"}
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    both = re.compile(rf"{stamp} CET \(\d{{4}}-\d\d-\d\d 09:00:00 JST\)")
+    added = cli("task", "add", "tokyo", "--cron", "0 9 * * *", "--tz", "Asia/Tokyo", "--",
+                "echo", "hi", db=db, env=paris)  # fmt: skip
+    assert added.returncode == 0 and both.search(added.stdout), added.stdout
+    cli("task", "add", "often", "--every", "1s", "--", "true", db=db, env=paris)
+    shown = cli("task", "show", "tokyo", db=db, env=paris).stdout
+    assert both.fullmatch(re.search(r"next_run_at: (.*)", shown)[1]), shown
+    assert all(both.fullmatch(t) for t in re.search(r"preview: (.*)", shown)[1].split(", "))
+    listed = cli("task", "list", db=db, env=paris).stdout
+    assert both.search(listed), listed
+    often = next(line for line in listed.splitlines() if line.startswith("often"))
+    assert re.search(rf"{stamp} CET  ", often) and "(" not in often  # no zone of its own
+    assert cli("run", "--for", "1.5", "-q", db=db, env=paris).returncode == 0
+    for args in (["history"], ["logs", "1"]):
+        said = cli(*args, db=db, env=paris)
+        out = said.stdout + said.stderr
+        assert re.search(rf"{stamp} CET", out) and " UTC" not in out, out
+        assert "+00:00" not in out and not re.search(r":\d\d\.\d{6}", out), out

@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 
-from helpers import cli, cli_json, poll
+from helpers import T0, cli, cli_json, poll
+from tickui.cli.run_report import end_text
+from tickui.model.records import Occurrence
 
 
 def _final(stderr: str) -> dict:
@@ -100,10 +102,11 @@ def test_history_follow_shows_a_run_that_settles_after_it_started(tmp_path):
     out = tmp_path / "follow.out"
     with open(out, "w") as handle:
         follow = _tickui(db, "history", "--follow", out=handle)
-        engine = _tickui(db, "run", "--for", "4", "-q")
+        engine = _tickui(db, "run", "--for", "60", "-q")  # stopped once the run is seen
         try:
-            poll(lambda: "succeeded" in out.read_text(), 20, "the settled run")
+            poll(lambda: "succeeded" in out.read_text(), 30, "the settled run")
         finally:
+            engine.send_signal(signal.SIGTERM)
             engine.wait(30)
             follow.send_signal(signal.SIGINT)
             _, err = follow.communicate(timeout=10)
@@ -165,3 +168,13 @@ async def test_logs_of_a_remote_run_print_the_workers_tail(capsys):
     assert out.splitlines()[0] == "first" and out.splitlines()[-1] == "last"
     assert "s3cr3tvalue" not in out
     assert "worker w-1" in err and "/var/log/7.log" in err and "succeeded" in err
+
+
+def test_a_failed_line_names_its_exit_code_once() -> None:
+    occ = Occurrence(
+        3, 1, "bad", "scheduled", T0, "failed", T0, started_at=T0, finished_at=T0,
+        exit_code=3, error_code="EXIT_NONZERO", detail="exit 3: disk full",
+    )  # fmt: skip
+    assert end_text(occ).endswith("(EXIT_NONZERO exit 3: disk full)")
+    occ.detail = None
+    assert end_text(occ).endswith("(EXIT_NONZERO exit 3)")

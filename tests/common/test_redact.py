@@ -9,7 +9,15 @@ import logging
 import pytest
 
 from helpers import cli
-from tickui.common.redact import RedactingFilter, printable, redact, redact_data, safe_text
+from tickui.common.redact import (
+    RedactingFilter,
+    hide,
+    printable,
+    redact,
+    redact_data,
+    safe_text,
+    secret_markers,
+)
 
 # (text holding a secret, the secret) for every form the issue names, and a few more.
 FORMS = [
@@ -237,3 +245,15 @@ def test_a_bearer_token_is_hidden_without_an_authorization_header_before_it(text
     shown = redact(text)
     assert "eyJhbGciOiJIUzI1NiJ9" not in shown and "c2VjcmV0Lg" not in shown, shown
     assert "***" in shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [text for text, _ in FORMS]
+    + ["Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0Lg", "PROXY-AUTHORIZATION = x y", "a HIDDEN-42 b"],
+)
+def test_every_line_redact_changes_holds_a_secret_marker(text) -> None:
+    """A search for `***` looks only at lines holding one (the run view's log search)."""
+    hide("HIDDEN-42")
+    assert redact(text) != text
+    assert any(marker.lower() in text.lower() for marker in secret_markers())

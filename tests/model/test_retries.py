@@ -75,6 +75,7 @@ def test_texts():
     assert retries.wait_text(T0 + 40 * S, T0) == "next in 40s"
     assert retries.wait_text(T0 + 39_500_000, T0) == "next in 40s"
     assert retries.wait_text(T0, T0) == "due"
+    assert retries.wait_text(T0 + 917_275, T0) == "next in 918ms"  # not 0.917275s
 
 
 # ---- the spec -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from tickui.common.clock import ManualClock
 from tickui.common.timeutil import MICROS
 from tickui.model.records import Occurrence, Task, TaskStats
 from tickui.model.spec import build_spec
-from tickui.ui.screens.dialogs import QuitScreen
+from tickui.ui.screens.dialogs import ConfirmScreen, QuitScreen
 from tickui.ui.screens.form import AddTaskScreen
 from tickui.ui.view.cells import task_state
 from ui_support import pick, screen_text, until
@@ -216,3 +216,78 @@ async def test_each_table_names_the_zone_of_its_times(dashboard) -> None:
     await pilot.press("z")
     await until(pilot, lambda: all(p.border_subtitle.startswith("times in UTC") for p in panes))
     assert "times in UTC · z changes" in screen_text(app)
+
+
+async def test_ctrl_c_in_a_half_typed_form_asks_before_quitting(dashboard) -> None:
+    app, pilot = await dashboard()
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    await pilot.press(*"half")
+    await pilot.press("ctrl+c")  # from inside the Name field, whose own ctrl+c copies
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    assert "discard" in screen_text(app)
+    await pilot.press("n")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    assert app.screen.query_one("#name").value == "half" and app.is_running
+    await pilot.press("ctrl+c")
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("y")
+    await until(pilot, lambda: not app.is_running)
+    assert app.host.closed
+
+
+async def test_ctrl_c_in_an_untouched_form_quits_at_once(dashboard) -> None:
+    app, pilot = await dashboard()
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    await pilot.press("ctrl+c")
+    await until(pilot, lambda: not app.is_running)
+
+
+async def test_esc_on_a_half_typed_form_asks_before_discarding_it(dashboard) -> None:
+    app, pilot = await dashboard()
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    await pilot.press(*"half", "escape")
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("escape")  # no: back to the form, nothing lost
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    assert app.screen.query_one("#name").value == "half"
+    await pilot.press("escape")
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("y")
+    await until(pilot, lambda: not isinstance(app.screen, AddTaskScreen | ConfirmScreen))
+    assert app.is_running
+
+
+async def test_ctrl_c_twice_over_a_half_typed_form_quits(dashboard) -> None:
+    app, pilot = await dashboard()
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    await pilot.press(*"half", "ctrl+c")
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("ctrl+c")  # as the yes, not a second question
+    await until(pilot, lambda: not app.is_running)
+
+
+async def test_enter_alone_walks_the_form_to_a_saved_task(dashboard) -> None:
+    """Enter on a text field moves on; on a select it opens the list, and enter there
+    picks and moves on (not back to the same select, round and round)."""
+    app, pilot = await dashboard()
+    await pilot.press("a")
+    await until(pilot, lambda: isinstance(app.screen, AddTaskScreen))
+    form = app.screen
+    await pilot.press(*"ping", "enter")
+    for _ in range(30):
+        focused = form.focused
+        if focused is not None and focused.id == "command":
+            break
+        if focused is not None and focused.id == "expr":
+            await pilot.press(*"10s")
+        await pilot.press("enter")
+        await pilot.pause()
+    assert form.focused is not None and form.focused.id == "command", form.focused
+    await pilot.press(*"echo hi", "enter")
+    await until(pilot, lambda: not isinstance(app.screen, AddTaskScreen))
+    task = await app.host.store.get_task("ping")
+    assert task.spec.command == ["echo", "hi"] and task.spec.misfire == "run_once"

@@ -319,6 +319,28 @@ async def test_n_after_g_finds_the_match_below_the_view_wrapping_to_the_top(dash
     await until(pilot, lambda: view.match == 1399)
 
 
+async def test_at_80_columns_the_status_line_keeps_the_match_count_and_the_wrap_notice(
+    dashboard,
+) -> None:
+    """Shorter forms of the line range and the follow state make room; the count stays."""
+    app, pilot = await dashboard(size=(80, 24), notifications=True)
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_text(numbered(3000, 700))
+    screen = await open_from_occurrences(pilot, occ)
+    view = screen.view
+    await pilot.press("slash", *"NEEDLE", "enter")
+    await until(pilot, lambda: view.match == 699)
+    await until(pilot, lambda: "/NEEDLE (any case): match 1/4" in screen_text(app))
+    await pilot.press("G", "n")
+    await until(pilot, lambda: "match 1/4 · hit BOTTOM, continuing at TOP" in screen_text(app))
+    await pilot.resize_terminal(160, 40)  # wider: the long forms come back
+    await until(pilot, lambda: " of 3,000 · " in screen_text(app))
+    assert "match 1/4 · search hit BOTTOM, continuing at TOP" in screen_text(app)
+    await pilot.resize_terminal(80, 24)
+    await until(pilot, lambda: " of 3,000 · " not in screen_text(app))
+    assert "match 1/4 · hit BOTTOM" in screen_text(app)
+
+
 async def test_search_is_smart_case_and_takes_a_regular_expression(dashboard) -> None:
     app, pilot = await dashboard(notifications=True)
     occ = await run_once(pilot)
@@ -400,6 +422,40 @@ async def test_an_escape_sequence_and_a_password_are_shown_made_safe(dashboard) 
     assert "\\x1b[31mred text\\x1b[0m\\x07" in text
     assert "\x1b" not in text and "\x07" not in text
     assert "hunter2" not in text and "u:***@h" in text
+
+
+async def test_search_finds_what_the_view_shows_never_the_hidden_secret(dashboard) -> None:
+    """`***` and an escaped `\\x1b` are found where they are shown; the secret they stand
+    for is not found, nor shown (counted, found, highlighted, on the status line)."""
+    app, pilot = await dashboard(notifications=True)
+    occ = await run_once(pilot)
+    Path(occ.log_path).write_bytes(
+        b"start\n" + b"hay\n" * 40 + b"db postgres://u:hunter2@h/x\n\x1b[31mred\x1b[0m\n"
+        b"col\tumn\nend\n"
+    )
+    screen = await open_from_occurrences(pilot, occ)
+    view = screen.view
+
+    async def search(typed: str) -> None:
+        await pilot.press("slash")
+        screen.query_one("#run-search").value = typed
+        await pilot.press("enter")
+
+    await search("***")
+    await until(pilot, lambda: view.match == 41 and "/***: match 1/1" in screen_text(app))
+    await search("re:u:\\*+@")
+    await until(pilot, lambda: view.match == 41 and "match 1/1" in screen_text(app))
+    await search("\\x1b[31m")
+    await until(pilot, lambda: view.match == 42 and "match 1/1" in screen_text(app))
+    await search("col     umn")  # the tab as the view shows it
+    await until(pilot, lambda: view.match == 43 and "match 1/1" in screen_text(app))
+    for secret in ("hunter2", "re:hunt.r2"):
+        await search(secret)
+        await until(pilot, lambda: "no match" in screen_text(app))
+        assert view.match is None
+    await pilot.press("n", "N")
+    await pilot.pause()
+    assert view.match is None and "hunter2" not in screen_text(app)
 
 
 async def test_o_opens_the_log_in_the_pager_and_comes_back(

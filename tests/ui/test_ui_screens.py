@@ -505,6 +505,25 @@ async def test_detail_counts_missed_and_skipped_runs_with_their_reasons(
         await store.close()
 
 
+async def test_missed_slots_of_a_run_that_failed_keep_their_misfire_reason(tmp_db: Path) -> None:
+    """A run that covered missed slots and then failed: its detail says how it failed, and
+    the slots it covered are still counted under the misfire policy, not 'exit 3'."""
+    _app, store = await detail_app(tmp_db)
+    try:
+        task_id = (await store.get_task("backup")).id
+        with sqlite3.connect(tmp_db) as conn:
+            conn.execute(
+                "UPDATE occurrences SET state = 'failed', detail = 'exit 3: boom'"
+                " WHERE task_id = ? AND detail LIKE 'misfire_coalesced%'",
+                (task_id,),
+            )
+        reasons = await store.miss_reasons(task_id)
+        assert reasons["misfire_coalesced"] == (0, 2)
+        assert not [r for r in reasons if r.startswith("exit")], reasons
+    finally:
+        await store.close()
+
+
 async def test_detail_times_in_the_view_zone_named_in_the_titles(tmp_db: Path, run_app) -> None:
     app, store = await detail_app(tmp_db)
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli, cli_json
+from helpers import cli, cli_json, poll
 from ui_support import wait_for
 
 pytestmark = pytest.mark.slow
@@ -78,3 +78,37 @@ def test_without_a_terminal_the_dashboard_says_so_and_makes_nothing(
     panes = tmux("list-panes", "-t", "ui", "-F", "#{pane_pid}").split()
     children = Path(f"/proc/{panes[0]}/task/{panes[0]}/children").read_text().split()
     assert all("tickui" not in Path(f"/proc/{c}/cmdline").read_text() for c in children)
+
+
+def test_ctrl_c_in_a_form_field_asks_before_the_typed_form_is_lost(tmux, tmp_path: Path) -> None:
+    """In a field, ctrl+c still quits (the field does not keep it to copy), but a form with
+    something typed asks first: n keeps the form and what was typed, y quits."""
+    db = tmp_path / "form.db"
+    exit_file = tmp_path / "exit"
+    command = (
+        f"TERM=xterm-256color {sys.executable} -m tickui --db {db}; echo $? > {exit_file}; sleep 5"
+    )
+    tmux("new-session", "-d", "-s", "ui", "-x", "100", "-y", "30", command)
+
+    def screen() -> str:
+        return tmux("capture-pane", "-p", "-t", "ui")
+
+    wait_for(screen, "engine running")
+    tmux("send-keys", "-t", "ui", "a")
+    wait_for(screen, "Add a task")
+    tmux("send-keys", "-t", "ui", "-l", "halfway")
+    wait_for(screen, "halfway")
+    tmux("send-keys", "-t", "ui", "C-c")
+    wait_for(screen, "Quit and discard the form?")
+    tmux("send-keys", "-t", "ui", "n")
+    poll(lambda: "discard" not in screen(), 15, "the question to close")
+    assert "halfway" in screen() and "Add a task" in screen()
+    tmux("send-keys", "-t", "ui", "C-c")
+    wait_for(screen, "Quit and discard the form?")
+    tmux("send-keys", "-t", "ui", "y")
+    deadline = time.monotonic() + 15
+    while not (exit_file.exists() and exit_file.read_text().strip()):
+        assert time.monotonic() < deadline, "no exit code in 15 s"
+        time.sleep(0.1)
+    assert exit_file.read_text().strip() == "0"
+    assert cli_json("task", "list", db=db) == []

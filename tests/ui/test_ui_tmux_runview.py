@@ -127,3 +127,24 @@ def _search(tmux, screen, text: str) -> None:
     wait_for(screen, "▊▔")
     tmux("send-keys", "-t", "ui", "-l", text)
     _keys(tmux, "Enter")
+
+
+def test_search_finds_what_is_shown_not_the_secret_behind_it(tmux, tmp_path: Path) -> None:
+    """`***` and an escaped `\\x1b` are found as the view shows them; the password they
+    stand for is found nowhere and never shown."""
+    script = (
+        "seq -f 'row %g' 1 100; echo 'db postgres://app:hunter2@db/x';"
+        " printf '\\033[31mred\\033[0m\\n'; seq -f 'row %g' 101 200"
+    )
+    screen = _open_run(tmux, tmp_path / "shown.db", script)
+    wait_for(screen, "succeeded")
+    _search(tmux, screen, "***")
+    shown = wait_for(screen, "/***: match 1/1")
+    assert "postgres://app:***@db/x" in shown
+    _search(tmux, screen, "\\x1b[31m")
+    shown = wait_for(screen, "match 1/1")
+    assert "\\x1b[31mred\\x1b[0m" in shown
+    _search(tmux, screen, "hunter2")
+    shown = wait_for(screen, "/hunter2: no match")
+    assert shown.count("hunter2") == 1  # only what was typed, on the status line
+    _keys(tmux, "q")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from tickui.cli.output import shown_time, task_line
+from tickui.cli.output import shown_time, task_line, task_zone
 from tickui.common import procs
 from tickui.common.clock import Clock
 from tickui.common.errors import BadInput, TickuiError
@@ -46,7 +46,11 @@ async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> i
     name = args.name
     if args.action == "enable":
         task = await store.set_enabled(name, True, clock.now())
-        nxt = shown_time(task.next_run_at) if task.next_run_at is not None else "none"
+        nxt = (
+            shown_time(task.next_run_at, task_zone(task))
+            if task.next_run_at is not None
+            else "none"
+        )
         say(f"enabled {name}; next run {nxt}")
     elif args.action == "disable":
         await store.set_enabled(name, False, clock.now(), note=args.note)
@@ -132,7 +136,11 @@ async def save_edit(store: Store, task: Task, spec: TaskSpec, changes: dict, clo
     result = await store.edit_task(
         task.name, spec, clock.now(), enabled=enabled, generation=task.generation
     )
-    nxt = shown_time(result.next_run_at) if result.next_run_at is not None else "none"
+    nxt = (
+        shown_time(result.next_run_at, task_zone(result))
+        if result.next_run_at is not None
+        else "none"
+    )
     line = task_line("edited", result.name, result.spec.schedule_text(), nxt)
     if not result.enabled:
         line += " (disabled)"
@@ -154,7 +162,8 @@ async def save_backfill(store: Store, task: Task, slots: list[int], clock: Clock
     ids, had = await store.queue_backfill(task.name, slots, now)
     line = f"queued {len(ids)} backfill run(s) of {task.name}"
     if ids:
-        line += f", slots {shown_time(slots[0])} to {shown_time(slots[-1])}"
+        zone = task_zone(task)
+        line += f", slots {shown_time(slots[0], zone)} to {shown_time(slots[-1], zone)}"
     if had:
         line += f"; {len(had)} slot(s) already had a run"
     if ids:

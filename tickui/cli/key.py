@@ -11,7 +11,6 @@ from pathlib import Path
 
 from tickui.common.errors import BadInput
 from tickui.common.options import add_argument, option
-from tickui.dispatch import keyfile
 
 WORKER_KEY_FILE = "the key the engine signs with ([dispatch] key_file, TICKUI_KEY_FILE)"
 WORKER_INSECURE = "run without a key: any command on the runs topic runs (never on a shared broker)"
@@ -48,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from tickui.dispatch import keyfile  # the dispatch package: only `tickui key` needs it
+
     path = Path(args.path).expanduser()
     what = args.key_command
     if what == "new":

@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
-import difflib
 import logging
 import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from tickui.cli import key as key_cli
 from tickui.cli import worker as worker_cli
 from tickui.cli import workers as workers_cli
 from tickui.cli.output import UsageError
-from tickui.cli.task import cmd_history, cmd_task
 from tickui.common import checks
 from tickui.common.checks import arg, arg_number
-from tickui.common.clock import SystemClock
 from tickui.common.errors import BadInput, NotFound, StoreError, TickuiError
 from tickui.common.options import add_argument, env_value, option
 from tickui.common.redact import safe_text
@@ -30,10 +26,12 @@ from tickui.common.timeutil import parse_instant
 from tickui.model import backfill
 from tickui.model.retries import REASONS
 from tickui.model.spec import MISFIRE_POLICIES, OVERLAP_POLICIES, check_name
-from tickui.runtime import settings as config_mod
-from tickui.store import DATABASE_ERRORS, os_failure
+from tickui.schedules.cron import MACROS
 from tickui.ticks.config import TOPIC, add_kafka_arguments
 from tickui.ticks.wire import DEFAULT_TOPIC
+
+if TYPE_CHECKING:
+    from tickui.runtime import settings as config_mod
 
 EXIT_BAD_INPUT = 2
 MAX_HISTORY = 100_000
@@ -64,6 +62,8 @@ def did_you_mean(message: str) -> str:
     found = _INVALID_CHOICE.search(message)
     if found is None:
         return ""
+    import difflib
+
     value = found["value"].strip("'\"")
     choices = [c.strip().strip("'\"") for c in found["choices"].split(",")]
     close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
@@ -247,8 +247,8 @@ def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
     when.add_argument(
         "--cron",
         metavar="EXPR",
-        help="a cron schedule: 5 fields (6 with seconds, first), or @hourly, @daily, "
-        "@weekly, @monthly, @yearly; e.g. '30 2 * * *'",
+        help="a cron schedule: 5 fields (6 with seconds, first), or "
+        f"{', '.join(MACROS)}; e.g. '30 2 * * *'",
     )
     when.add_argument("--every", metavar="DURATION", help="an interval: 30s, 5m, 1h (100ms-366d)")
     when.add_argument(
@@ -314,6 +314,8 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
     """The database path, with a leading `~` expanded here, once, so that every command
     (the read-only ones too) looks at the same file."""
+    from tickui.runtime import settings as config_mod
+
     given, name = getattr(args, "db", None), "--db"
     if given is None and (from_env := env_value(option("engine", "db"), dict(os.environ))):
         given, name = from_env
@@ -356,6 +358,13 @@ def parse(args_part: list[str], command: list[str] | None) -> argparse.Namespace
 def run(argv: Sequence[str]) -> int:
     args_part, command = _split_command(argv)
     args = parse(args_part, command)
+    # Loaded once the command line is read: `--help` and a bad command line need neither
+    # the settings nor the event loop, and each command loads only its own part.
+    import asyncio
+
+    from tickui.common.clock import SystemClock
+    from tickui.runtime import settings as config_mod
+
     config_path = getattr(args, "config", None)
     settings = config_mod.load(Path(config_path) if config_path else None, SystemClock().now())
     dispatch = settings.dispatch.with_flags(
@@ -387,6 +396,8 @@ def run(argv: Sequence[str]) -> int:
     if args.command == "ticks":
         return cmd_ticks(args, settings)
     if args.command == "task":
+        from tickui.cli.task import cmd_task
+
         return asyncio.run(cmd_task(args, command, path))
     if args.command in ("worker", "workers"):
         if command is not None:
@@ -406,6 +417,8 @@ def run(argv: Sequence[str]) -> int:
         from tickui.cli.follow import cmd_logs
 
         return asyncio.run(cmd_logs(args, path))
+    from tickui.cli.task import cmd_history
+
     return asyncio.run(cmd_history(args, path))
 
 
@@ -431,14 +444,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 128 + 13  # SIGPIPE
     except OSError as exc:
+        from tickui.store import os_failure
+
         what = f"{exc.filename}" if exc.filename else "system error"
         _complain(os_failure(exc, what))
         code = EXIT_FAILURE
-    except DATABASE_ERRORS as exc:
-        _complain(f"database: {exc}")
-        code = EXIT_FAILURE
-    except Exception as exc:  # a bug: still one line, never a traceback on the terminal
-        _complain(f"internal error: {type(exc).__name__}: {exc} (please report this)")
+    except Exception as exc:
+        # The store's error types, loaded here: --help and the commands that open no
+        # database do not load the store.
+        from tickui.store import DATABASE_ERRORS
+
+        if isinstance(exc, DATABASE_ERRORS):
+            _complain(f"database: {exc}")
+        else:  # a bug: still one line, never a traceback on the terminal
+            _complain(f"internal error: {type(exc).__name__}: {exc} (please report this)")
         code = EXIT_FAILURE
     sys.exit(code)
 

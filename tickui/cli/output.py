@@ -7,14 +7,15 @@ import json
 import re
 import shlex
 import sys
-from datetime import datetime
+from datetime import datetime, tzinfo
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import printable, redact_data, safe_text
-from tickui.common.timeutil import from_micros
-from tickui.store import DATABASE_ERRORS, Store, database_failure, lookup
+from tickui.common.timeutil import from_micros, machine_zone, to_micros
 
 
 class UsageError(BadInput):
@@ -46,6 +47,8 @@ async def with_store(
     """Run `action` on the database. Read-only commands open it read-only. With no database
     at `path` nothing is created: a command about one named task says that task does not
     exist (exit 2); a listing says there is no database and prints `empty` (exit 0)."""
+    from tickui.store import DATABASE_ERRORS, Store, database_failure, lookup
+
     if (name is not None or empty is not None) and lookup(path) is None:
         if name is not None:
             raise NotFound(f"no task named {name!r} (no database at {path})")
@@ -74,20 +77,48 @@ def table(rows: list[list[Any]], headers: list[str]) -> str:
     return "\n".join(lines)
 
 
-def shown_time(value: int | None) -> str:
-    """A time as the CLI's human output shows it: to the second, its zone named
-    (`2026-12-05 14:03:07 UTC`); `-` for none. JSON keeps ISO 8601."""
+STAMP = "%Y-%m-%d %H:%M:%S %Z"
+
+
+def shown_time(value: int | None, task_zone: str | None = None) -> str:
+    """A time as the CLI's human output shows it: to the second in the machine's zone,
+    named (`2026-12-05 14:03:07 CET`); a cron task's own zone (`task_zone`) after it
+    when that reads otherwise (`... UTC (2026-12-06 09:00:00 JST)`); `-` for none. JSON
+    keeps ISO 8601."""
     if value is None:
         return "-"
-    return from_micros(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+    moment = from_micros(value)
+    shown = moment.astimezone(machine_zone()).strftime(STAMP)
+    zone = _zone(task_zone)
+    if zone is not None:
+        own = moment.astimezone(zone).strftime(STAMP)
+        if own != shown:
+            shown += f" ({own})"
+    return shown
+
+
+def task_zone(task: Any) -> str | None:
+    """The zone a task's slots are reckoned in, when it has one: a cron's."""
+    return task.spec.tz if task.spec.kind == "cron" else None
+
+
+@lru_cache(maxsize=64)
+def _zone(name: str | None) -> tzinfo | None:
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ValueError, ZoneInfoNotFoundError):
+        return None
 
 
 _ISO_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
 
 
-def shown_value(key: str, value: Any) -> str:
-    """A field of a record's JSON as the human output shows it: times to the second with
-    their zone, yes/no, commands as a shell would write them, lists joined by commas."""
+def shown_value(key: str, value: Any, zone: str | None = None) -> str:
+    """A field of a record's JSON as the human output shows it: times as shown_time (in
+    `zone` too, a cron task's own), yes/no, commands as a shell would write them, lists
+    joined by commas."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -95,9 +126,9 @@ def shown_value(key: str, value: Any) -> str:
     if key == "command" and isinstance(value, list):
         return shlex.join(str(word) for word in value)
     if isinstance(value, list):
-        return ", ".join(shown_value(key, item) for item in value)
+        return ", ".join(shown_value(key, item, zone) for item in value)
     if isinstance(value, dict):
-        return ", ".join(f"{k}={shown_value(k, v)}" for k, v in value.items()) or "-"
+        return ", ".join(f"{k}={shown_value(k, v, zone)}" for k, v in value.items()) or "-"
     if isinstance(value, str) and _ISO_INSTANT.fullmatch(value):
-        return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return shown_time(to_micros(datetime.fromisoformat(value)), zone)
     return str(value)

@@ -129,15 +129,11 @@ def start_text(occ: Occurrence) -> str:
 def end_text(occ: Occurrence, outcome: str | None = None) -> str:
     """`failed     backup  slot ...  run 12  in 1.20s  (EXIT_NONZERO exit 4)`, redacted."""
     outcome = outcome or occ.state
-    why = " ".join(
-        part
-        for part in (
-            occ.error_code or "",
-            f"exit {occ.exit_code}" if occ.exit_code not in (None, 0) else "",
-            _detail(occ) if outcome != "succeeded" else "",
-        )
-        if part
-    )
+    detail = _detail(occ) if outcome != "succeeded" else ""
+    code = f"exit {occ.exit_code}" if occ.exit_code not in (None, 0) else ""
+    if code and detail.startswith(code):  # `exit 3: disk full` says the code itself
+        code = ""
+    why = " ".join(part for part in (occ.error_code or "", code, detail) if part)
     parts = [f"{outcome:<10} {_what(occ)}"]
     took = _took(occ)
     if took is not None:

@@ -21,6 +21,7 @@ from tickui.cli.output import (
     shown_value,
     table,
     task_line,
+    task_zone,
     with_store,
 )
 from tickui.common import checks
@@ -114,11 +115,11 @@ def _task_edit_raw(args: argparse.Namespace, command: list[str] | None) -> dict[
     return changes
 
 
-def started_text(occ: Any, now: int) -> str:
+def started_text(occ: Any, now: int, zone: str | None = None) -> str:
     """When a run started; for a queued one, when it may ("next in 40s")."""
     if occ.state == "queued":
         return wait_text(occ.retry_at if occ.retry_at is not None else occ.scheduled_for, now)
-    return shown_time(occ.started_at)
+    return shown_time(occ.started_at, zone)
 
 
 async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
@@ -150,8 +151,6 @@ async def _read_task(path: Path, name: str) -> Any:
 
 
 async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path) -> int:
-    from tickui.cli import changes as commands
-
     clock = SystemClock()
     if command:
         check_not_shell_line(command)
@@ -167,6 +166,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
         check_name(args.name) if hasattr(args, "name") and args.name else None
 
     if args.action == "edit":
+        from tickui.cli import changes as commands  # with the engine's requests: not for a listing
+
         # Read (read-only: a refused edit leaves the file's bytes as they were), check,
         # then write in one transaction that refuses a task changed meanwhile.
         changes = _task_edit_raw(args, command)
@@ -182,6 +183,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     if args.action == "backfill" and args.cancel and (args.start or args.end):
         raise BadInput("--cancel", "cancels every queued backfill run: give it alone")
     if args.action == "backfill" and not args.cancel:
+        from tickui.cli import changes as commands
+
         # Read-only first: a refused backfill (too many slots, ...) writes nothing.
         task = await _read_task(path, args.name)
         slots = commands.backfill_plan(task, args, clock.now())
@@ -197,7 +200,11 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             return 0
         if args.action == "add":
             task = await store.add_task(spec, clock.now())
-            nxt = shown_time(task.next_run_at) if task.next_run_at is not None else "none"
+            nxt = (
+                shown_time(task.next_run_at, task_zone(task))
+                if task.next_run_at is not None
+                else "none"
+            )
             say(task_line("added", task.name, task.spec.schedule_text(), nxt), redacted=True)
             return 0
         if args.action == "list":
@@ -209,7 +216,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                     [
                         t.name,
                         t.spec.schedule_text(),
-                        shown_time(t.next_run_at) if t.enabled else "-",
+                        shown_time(t.next_run_at, task_zone(t)) if t.enabled else "-",
                         "yes" if t.enabled else f"no {t.note or ''}".strip(),
                         t.spec.misfire,
                         t.spec.concurrency,
@@ -232,12 +239,15 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             else:
                 # Redacted item by item, then joined: redacting the joined text again would
                 # let one argument's secret swallow the arguments after it.
+                zone = task_zone(task)
                 for key, value in redact_data(data).items():
-                    shown = shown_value(key, value)
+                    shown = shown_value(key, value, zone)
                     if key == "pending" and isinstance(value, dict):
                         shown = value["text"]
                     say(f"{key:>18}: {shown}", redacted=True)
             return 0
+        from tickui.cli import changes as commands
+
         return await commands.change_task(store, args, clock)
 
     readonly = args.action in ("list", "show", "export")
@@ -256,14 +266,15 @@ def _history_table(occs: list[Any], tasks: list[Any]) -> str:
     """`tickui history`'s table, newest first."""
     now = SystemClock().now()
     tries = {t.name: t.spec.retries for t in tasks}
+    zones = {t.name: task_zone(t) for t in tasks}
     rows = [
         [
             str(o.id),
             o.task,
             o.kind,
-            shown_time(o.scheduled_for),
+            shown_time(o.scheduled_for, zones.get(o.task)),
             o.state,
-            started_text(o, now),
+            started_text(o, now, zones.get(o.task)),
             attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
             o.error_code or "",
             safe_text(o.detail or "")[:60],

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
 import re
-import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tickui.cli.key import add_signing_arguments
 from tickui.common import checks
 from tickui.common.checks import arg, arg_duration, arg_number
 from tickui.common.errors import BadInput
 from tickui.common.options import add_argument, option
-from tickui.runtime.settings import Settings
 from tickui.ticks.config import add_kafka_arguments
+
+if TYPE_CHECKING:
+    from tickui.runtime.settings import Settings
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 GROUP = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -76,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+    import logging
+    import socket
+
     import platformdirs
 
     from tickui.cli.run import setup_logging

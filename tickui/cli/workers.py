@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tickui.cli.output import print_json, say, table, with_store
 from tickui.common.clock import SystemClock
 from tickui.common.redact import safe_text
 from tickui.common.timeutil import MICROS, format_duration
-from tickui.dispatch.refusals import said, security_lines
-from tickui.store import Store
+
+if TYPE_CHECKING:
+    from tickui.store import Store
 
 NONE = "no workers heard from (runs go to workers with tickui run --dispatch kafka)"
 
@@ -30,6 +32,8 @@ def ago(then: int, now: int) -> str:
 
 
 async def main(args: argparse.Namespace, path: Path) -> int:
+    from tickui.dispatch.refusals import said, security_lines  # the dispatch package
+
     async def action(store: Store) -> int:
         workers = await store.list_workers()
         engines = await store.dispatch_security()

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import functools
 import os
-import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickui.common.errors import BadInput, Unavailable
 from tickui.common.redact import hide, printable, redact
+
+if TYPE_CHECKING:
+    import ssl  # loaded by the clients that use TLS: the settings readers do not need it
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -100,6 +102,8 @@ class KafkaAccess:
     def refusal(self, exc: BaseException) -> str | None:
         """When `exc` says the broker refused us (a login, a certificate), one line naming
         which; None for anything else (a broker that is down, a timeout)."""
+        import ssl
+
         text = f"{type(exc).__name__}: {exc}"
         cause = exc.__cause__ or exc.__context__
         if cause is not None:
@@ -124,6 +128,8 @@ class KafkaAccess:
 
 @functools.lru_cache(maxsize=8)
 def _ssl_context(cafile: str | None, certfile: str | None, keyfile: str | None) -> ssl.SSLContext:
+    import ssl
+
     try:
         context = ssl.create_default_context(cafile=cafile)
     except (OSError, ssl.SSLError) as exc:

@@ -180,3 +180,15 @@ class RedactingFilter(logging.Filter):
         if cleaned != message or record.args:
             record.msg, record.args = cleaned, None
         return True
+
+
+def secret_markers() -> tuple[str, ...]:
+    """What every stretch redact hides has in or next to it, in any case: the words its
+    patterns need (`-u` stands for --user and --proxy-user too, `@` for a URL's password)
+    and each secret given to `hide`. A line holding none of them is left as it is, so a
+    search for `***` need not redact every line to find the hidden ones."""
+    return (*_MARKER_WORDS, *sorted(_KNOWN))
+
+
+_MARKER_WORDS = ("pass", "pw", "secret", "token", "key", "auth", "cred", "cookie", "session",
+                 "bearer", "basic", "-u", "@")  # fmt: skip

@@ -6,7 +6,6 @@ import os
 import re
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
-from zoneinfo import ZoneInfo
 
 MICROS = 1_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -104,6 +103,8 @@ def span(micros: int) -> str:
 @lru_cache(maxsize=1)
 def machine_zone() -> tzinfo:
     """The machine's zone with its DST rules: $TZ, else /etc/localtime, else today's offset."""
+    from zoneinfo import ZoneInfo  # the dashboard's local times only: not for the parser
+
     name = os.environ.get("TZ", "").lstrip(":")
     try:
         if name:

@@ -11,9 +11,13 @@ backfill yesterday."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tickui.common.errors import BadInput
 from tickui.common.timeutil import iso
-from tickui.schedules.triggers import IntervalSchedule, Schedule
+
+if TYPE_CHECKING:
+    from tickui.schedules.triggers import Schedule
 
 DEFAULT_MAX = 100
 MAX_MAX = 5000  # below schedules.COUNT_CAP, so a cron's count is exact up to it
@@ -21,6 +25,8 @@ MAX_MAX = 5000  # below schedules.COUNT_CAP, so a cron's count is exact up to it
 
 def backfill_slots(schedule: Schedule, start: int, end: int, now: int, limit: int) -> list[int]:
     """The schedule's slots in (start, end], oldest first, at most `limit` of them."""
+    from tickui.schedules.triggers import IntervalSchedule  # --max's bounds are read without it
+
     if not 1 <= limit <= MAX_MAX:
         raise BadInput("--max", f"{limit} is out of range (1 to {MAX_MAX})")
     if start > end:

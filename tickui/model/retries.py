@@ -4,7 +4,6 @@ and how failed slots count towards pausing a task. Pure: plain values in, plain 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from tickui.common.timeutil import MICROS, format_duration
@@ -41,6 +40,8 @@ def retryable(state: str, error_code: str | None, retry_on: tuple[str, ...]) -> 
 
 def jitter_fraction(first_id: int, attempt: int) -> float:
     """A stable number in [0, 1) from the first attempt's id and the attempt number."""
+    import hashlib  # loads OpenSSL: only a retry needs it
+
     digest = hashlib.sha256(f"retry:{first_id}:{attempt}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
 
@@ -104,5 +105,6 @@ def wait_text(retry_at: int | None, now: int) -> str:
     if retry_at is None or retry_at <= now:
         return "due"
     left = retry_at - now
-    left = -(-left // MICROS) * MICROS if left >= MICROS else left
+    step = MICROS if left >= MICROS else 1000  # up to a whole second, or millisecond
+    left = -(-left // step) * step
     return f"next in {format_duration(left)}"

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickui.common import checks
 from tickui.common.errors import BadInput
 from tickui.common.timeutil import format_duration, iso, parse_duration, parse_instant
 from tickui.model import retries as rules
-from tickui.schedules import triggers as schedules
+
+if TYPE_CHECKING:
+    # Imported where a schedule is made or read: the command line's parser takes this
+    # module's names and policies without loading the schedules.
+    from tickui.schedules import triggers as schedules
 
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)  # always fullmatch
 MISFIRE_POLICIES = ("run_once", "skip", "run_all")
@@ -48,6 +51,8 @@ class TaskSpec:
     pause_after: int | None = None
 
     def schedule(self, anchor: int) -> schedules.Schedule:
+        from tickui.schedules import triggers as schedules
+
         if self.kind == "cron":
             return schedules.CronSchedule(self.expr, self.tz)
         if self.kind == "interval":
@@ -55,6 +60,8 @@ class TaskSpec:
         return schedules.OnceSchedule(int(self.expr))
 
     def schedule_text(self) -> str:
+        from tickui.schedules import triggers as schedules
+
         if self.kind == "cron":
             return schedules.CronSchedule(self.expr, self.tz).text
         if self.kind == "interval":
@@ -68,6 +75,8 @@ class TaskSpec:
         for key, default in _LATER_DEFAULTS.items():  # a definition from before them
             if data[key] == default:  # hashes as it did then
                 data.pop(key)
+        import hashlib  # loads OpenSSL: a listing never hashes a definition
+
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_json(self) -> str:
@@ -125,6 +134,8 @@ def _duration(value: Any, field: str) -> int:
 def _shortest_gap(kind: str, expr: str, tz: str, now: int) -> int:
     """The smallest spacing between fire times (sampled for cron), which jitter must stay
     under so that jittered runs keep their order."""
+    from tickui.schedules import triggers as schedules
+
     if kind == "interval":
         return int(expr)
     if kind == "once":
@@ -140,6 +151,8 @@ def build_spec(raw: dict[str, Any], now: int, allow_past: bool = False) -> TaskS
     anchor, command (list of strings), cwd, env, disabled. `allow_past` accepts a
     one-time instant that has passed (a declared task that already ran is simply done).
     """
+    from tickui.schedules import triggers as schedules
+
     known = {
         "name",
         "cron",

@@ -8,20 +8,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickui.common import checks, options
 from tickui.common.checks import MIB
 from tickui.common.errors import BadInput
 from tickui.common.options import Option, default
 from tickui.common.timeutil import MICROS
-from tickui.hooks.config import HookConfig, parse_hook
-from tickui.model.spec import TaskSpec, build_spec
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.config import build as build_ticker
+
+if TYPE_CHECKING:
+    import tomllib
+
+    from tickui.hooks.config import HookConfig
+    from tickui.model.spec import TaskSpec
 
 DEFAULT_CONFIG = Path("tickui.toml")
 TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook", "dispatch", "worker")
@@ -252,6 +255,8 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
             env=env,
             dispatch=dispatch_settings({}, env),
         )
+    import tomllib  # read only when there is a file to read
+
     try:
         if not path.is_file():
             raise ConfigError("config", f"{path} is not a regular file")
@@ -334,6 +339,8 @@ def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> ConfigError:
 
 
 def _tasks(path: Path, text: str, raw: Any, now: int) -> list[TaskSpec]:
+    from tickui.model.spec import build_spec  # only a file with [[task]] entries needs it
+
     if not isinstance(raw, list):
         raise ConfigError(f"{path}", "task entries must be [[task]] tables")
     specs: list[TaskSpec] = []
@@ -355,6 +362,8 @@ def _tasks(path: Path, text: str, raw: Any, now: int) -> list[TaskSpec]:
 
 def _hooks(path: Path, text: str, raw: Any) -> tuple[HookConfig, ...]:
     """[[hook]] entries, each checked whole (tickui.hooks.config); names are unique."""
+    from tickui.hooks.config import parse_hook  # the hooks package: only with [[hook]] entries
+
     if not isinstance(raw, list):
         raise ConfigError(str(path), "hook entries must be [[hook]] tables")
     hooks: list[HookConfig] = []

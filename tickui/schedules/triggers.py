@@ -14,13 +14,12 @@ are mapped to instants on DST days as cron(8) does:
 
 from __future__ import annotations
 
-import hashlib
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from tickui.common.errors import BadInput
 from tickui.common.timeutil import MICROS, format_duration, from_micros, iso, to_micros
@@ -338,7 +337,10 @@ def check_zone(tz: str, field: str = "tz") -> str:
     try:
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        hint = "use an IANA name such as Europe/Berlin"
+        import difflib  # only when a zone is not found
+
+        close = difflib.get_close_matches(tz, sorted(available_timezones()), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else "use an IANA name such as Europe/Berlin"
         raise BadInput(field, f"unknown time zone {tz!r} ({hint})") from None
     return tz
 
@@ -381,5 +383,7 @@ def jitter_offset(task: str, slot: int, jitter: int) -> int:
     """A delay in [0, jitter] fixed by (task, slot), so it is the same after a restart."""
     if jitter <= 0:
         return 0
+    import hashlib  # loads OpenSSL: paid only by a task with jitter
+
     digest = hashlib.blake2b(f"{task}\0{slot}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % (jitter + 1)

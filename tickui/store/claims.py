@@ -220,15 +220,20 @@ class ClaimQueries(StoreBase):
         ("concurrency_forbid", "misfire_skipped", "misfire_late", ...: the first word of
         the occurrence's detail) the number of skipped occurrences and of missed slots."""
         rows = await self._all(
-            "SELECT detail, sum(state = 'skipped'), sum(missed) FROM occurrences"
-            " WHERE task_id = ? AND (state = 'skipped' OR missed > 0) GROUP BY detail",
+            "SELECT detail, state = 'skipped', missed > 1, count(*), sum(missed) FROM occurrences"
+            " WHERE task_id = ? AND (state = 'skipped' OR missed > 0)"
+            " GROUP BY detail, state = 'skipped', missed > 1",
             (task_id,),
         )
         found: dict[str, tuple[int, int]] = {}
-        for detail, skipped, missed in rows:
+        for detail, skipped, many, count, missed in rows:
             reason = (detail or "").split(":", 1)[0].split(" (", 1)[0].strip() or "unknown"
+            if not skipped and not reason.startswith("misfire"):
+                # a run that covered missed slots, its claim's detail replaced by how it
+                # ended ("exit 3: ..."): what covered them was the misfire policy
+                reason = "misfire_coalesced" if many else "misfire_late"
             before = found.get(reason, (0, 0))
-            found[reason] = (before[0] + (skipped or 0), before[1] + (missed or 0))
+            found[reason] = (before[0] + (count if skipped else 0), before[1] + (missed or 0))
         return found
 
 

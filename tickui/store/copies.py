@@ -8,7 +8,6 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.request import pathname2url
 
 from tickui.common.errors import StoreError
 from tickui.model.occurrence import ACTIVE
@@ -62,6 +61,8 @@ def copy_database(source: Path, target: Path) -> bool:
             raise StoreError(
                 f"database {source} is not a SQLite file (corrupt or foreign); left untouched"
             )
+    from urllib.request import pathname2url  # urllib.request: slow to load, seldom needed
+
     url = "file:" + pathname2url(str(source.resolve()))
     try:
         if not any(p.exists() for p in _sidecars(source)):
@@ -97,6 +98,8 @@ def neutralize(copy: Path) -> None:
 
 @contextlib.contextmanager
 def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
+    from urllib.request import pathname2url
+
     conn = sqlite3.connect(f"file:{pathname2url(str(path.resolve()))}?mode=ro", uri=True)
     try:
         yield conn

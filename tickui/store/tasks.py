@@ -11,7 +11,6 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
-from statistics import median
 from typing import Any
 
 from tickui.common.errors import NotFound
@@ -403,5 +402,7 @@ def _stats_from(rows: Iterable[Any]) -> dict[int, TaskStats]:
             stats.success_rate = succeeded[task_id] / stats.finished
         took = durations[task_id]
         if took:
+            from statistics import median  # with fractions and decimal: only once runs ended
+
             stats.median_duration_us = round(median(took))
     return result

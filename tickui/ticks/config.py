@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from tickui.common import checks, options, procs
+from tickui.common import checks, options
 from tickui.common.errors import BadInput
 from tickui.common.kafka import MECHANISMS, PROTOCOLS, KafkaAccess, read_password
 from tickui.common.options import Option
@@ -80,6 +80,8 @@ class TickerConfig:
         if not self.topic:
             self.topic = DEFAULT_TOPIC.get(self.wire, DEFAULT_TOPIC["bare"])
         if not self.scheduler_id:
+            from tickui.common import procs  # with socket and signal: not for --help
+
             self.scheduler_id = f"tickui-{procs.host()}"
         if not self.sequence_key:
             self.sequence_key = f"tickui:sequence:{self.scheduler_id}"

@@ -11,15 +11,15 @@ Nothing here imports ONEX.
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 from tickui.common.timeutil import MICROS, from_micros
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from tickui.ticks.tick import Tick
 
 WIRES = ("bare", "envelope")
@@ -205,6 +205,9 @@ def encode(tick: Tick, wire: str, topic: str | None = None) -> tuple[bytes, byte
     tick's `now`: the moment the envelope is made, on the ticker's clock."""
     if wire not in WIRES:
         raise ValueError(f"wire {wire!r} is not one of {', '.join(WIRES)}")
+    import uuid  # loads platform: the settings readers load this module, only a ticker encodes
+    from uuid import UUID
+
     key = tick.scheduler_id.encode()
     source = f"runtime-scheduler.{tick.scheduler_id}"
     when = from_micros(tick.now)

@@ -36,6 +36,7 @@ from tickui.ui.keys import (
 from tickui.ui.screens.dashboard import Dashboard
 from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.dialogs import ConfirmScreen, HelpScreen, QuitScreen
+from tickui.ui.screens.form import AddTaskScreen
 from tickui.ui.screens.run import RunScreen
 
 WAIT_FOREVER = 24 * 3600.0
@@ -72,6 +73,7 @@ class TickuiApp(App[int]):
         self.dashboard = Dashboard(self.board, ring_bell=bell)
         self.live = self.dashboard.live
         self._leaving: asyncio.Task | None = None
+        self._asking_to_discard: ConfirmScreen | None = None  # quit asked over a typed form
         self.failure: str | None = None
         if self.board.prefs.theme:
             with contextlib.suppress(Exception):  # a theme this Textual does not know
@@ -251,6 +253,33 @@ class TickuiApp(App[int]):
         await self.action_quit()
 
     async def action_quit(self) -> None:
+        """Quit, asking first when runs are active or a form holds what was typed (ctrl+c
+        reaches here from inside a form's field too; pressed again while it asks, it is
+        the yes)."""
+        form = next(
+            (s for s in self.screen_stack if isinstance(s, AddTaskScreen) and s.edited), None
+        )
+        if form is not None and not self.board.quitting:
+            if self.screen is self._asking_to_discard:
+                self.screen.dismiss(True)
+                return
+
+            async def answered(yes: bool | None) -> None:
+                self._asking_to_discard = None
+                if yes:
+                    form.initial = None  # not asked again on the way out
+                    await self._quit()
+
+            self._asking_to_discard = ConfirmScreen(
+                "Quit and discard the form? What you typed is lost.",
+                "Quit (y)",
+                "Keep editing (n)",
+            )
+            self.push_screen(self._asking_to_discard, answered)
+            return
+        await self._quit()
+
+    async def _quit(self) -> None:
         if self.board.quitting:  # already on the way out: say so, and how to hurry it
             active = self.host.engine.dispatcher.active() if self.host else 0
             self.notify(f"already quitting: waiting for {active} run(s); c cancels them")

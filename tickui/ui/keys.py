@@ -17,6 +17,7 @@ class Key:
     text: str  # in the help screen
     rank: int  # the footer drops high ranks first when narrow; 0 always shows
     show: bool = True
+    priority: bool = False  # before the focused widget's own (an input's ctrl+c copies)
 
 
 KEY_GROUPS: list[tuple[str, list[Key]]] = [
@@ -67,7 +68,8 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
     ("App", [
         Key("question_mark", "help", "Help", "This help", 0),
         Key("q", "quit", "Quit", "Quit (asks about active runs)", 0),
-        Key("ctrl+c", "quit", "Quit", "Quit, as q does", 0, show=False),
+        Key("ctrl+c", "quit", "Quit", "Quit, as q does (also in a form: it asks first)", 0,
+            show=False, priority=True),
     ]),
 ]  # fmt: skip
 KEYS = [(k.key, k.action, k.label, k.text) for _, keys in KEY_GROUPS for k in keys]
@@ -95,7 +97,14 @@ def bindings(*, groups: Iterable[str] = (), actions: Iterable[str] = ()) -> list
     the order above (the footer's)."""
     groups, actions = set(groups), set(actions)
     return [
-        Binding(k.key, k.action, k.label, show=k.show, key_display=SHOWN_KEY.get(k.key))
+        Binding(
+            k.key,
+            k.action,
+            k.label,
+            show=k.show,
+            key_display=SHOWN_KEY.get(k.key),
+            priority=k.priority,
+        )
         for title, keys in KEY_GROUPS
         for k in keys
         if title in groups or k.action in actions
@@ -119,7 +128,7 @@ MOVING = [
 APP_KEYS = [
     ("?", "This help"),
     ("q", "Quit (asks about active runs)"),
-    ("ctrl+c", "Quit, as q does"),
+    ("ctrl+c", "Quit, as q does (also in a form: it asks first)"),
 ]
 
 # The other screens' keys, for their help and README (tests check them against each
@@ -139,8 +148,9 @@ RUN_VIEW_KEYS = [
      " the view then"),
     ("← → h l", "Scroll sideways: a line cut at an edge of the view ends there in …"),
     ("f", "Follow new lines or stop (on while the run runs)"),
-    ("/", "Search the whole log from the view's top: lowercase ignores case, a capital makes"
-     " it case-sensitive, re:… is a regular expression; the status shows match 3/812"),
+    ("/", "Search the whole log as shown (a hidden secret as ***) from the view's top:"
+     " lowercase ignores case, a capital makes it case-sensitive, re:… is a regular"
+     " expression; the status shows match 3/812"),
     ("n / N", "Next / previous match from the view (wraps at the end, and says so)"),
     ("y", "Copy the current match or the clicked line (OSC 52); shift-drag selects text in"
      " most terminals"),

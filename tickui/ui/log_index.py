@@ -6,6 +6,7 @@ reading its one block; search reads the file in chunks. Nothing here holds the f
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from array import array
@@ -14,8 +15,9 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import AnyStr
 
-from tickui.common.redact import safe_text
+from tickui.common.redact import MASK, safe_text, secret_markers
 
 BLOCK = 1 << 16  # the index keeps one count per block
 SCAN_SLICE = 16 << 20  # bytes indexed per step of the worker (then the view updates)
@@ -201,7 +203,7 @@ class LineIndex:
                 begin = begin + cut if cut else begin
             at = self.line_at(begin, blocks) if begin else 0
             hits = [hit for _, data, _ in self._chunks(begin, end, at)
-                    for hit in _raw_hits(search, data, at)]  # fmt: skip
+                    for hit in _candidates(search, data, at)]  # fmt: skip
             for found, raw in reversed(hits):  # the last first: most are never made safe
                 if _shown_match(search, raw):
                     return found
@@ -262,8 +264,9 @@ class Search:
     def needle(self) -> bytes | None:
         """Plain text as bytes, looked for with bytes.find (lowercased when case is
         ignored): many times faster than the expression over decoded text. None for a
-        regular expression, or text whose case ASCII cannot fold."""
-        if self.typed.startswith(REGEX_PREFIX):
+        regular expression, text whose case ASCII cannot fold, or a U+FFFD (shown for bytes
+        that are not UTF-8, so found only in the decoded text)."""
+        if self.typed.startswith(REGEX_PREFIX) or "\ufffd" in self.typed:
             return None
         text = self.typed
         if self.case_sensitive:
@@ -300,42 +303,86 @@ class Search:
 
 def _lines_matching(search: Search, data: bytes, first: int) -> Iterator[int]:
     """Lines of `data` (whole lines from line `first`) matching as the view shows them."""
-    for line, raw in _raw_hits(search, data, first):
+    for line, raw in _candidates(search, data, first):
         if _shown_match(search, raw):
             yield line
 
 
 def _shown_match(search: Search, raw: str) -> bool:
-    """A hit in the raw text checked against the line as the view shows it: made safe (a
-    redacted secret is not found)."""
+    """A candidate line checked as the view shows it: made safe, so `***` finds a hidden
+    secret and `\\x1b` an escape, and the secret itself is never found."""
     return search.matches(safe_text(raw.rstrip("\r").expandtabs(8)))
 
 
-def _raw_hits(search: Search, data: bytes, first: int) -> Iterator[tuple[int, str]]:
-    """The lines of `data` (whole lines from line `first`) where the raw text matches, with
-    that text: plain text is found in the bytes, an expression in the decoded text."""
+# What the view shows differently from the bytes, besides hidden secrets: control bytes
+# (escaped; a tab expanded, a `\r` dropped) and the first byte of every UTF-8 character
+# printable escapes or redact may take for a space (C1 controls, U+00A0: 0xc2; invisible
+# formatting characters and wide spaces: 0xe2; U+FEFF: 0xef), marked 0 by this table.
+_CHANGED_BYTES = bytes([*range(0x0A), *range(0x0B, 0x20), 0x7F, 0xC2, 0xE2, 0xEF])
+_MARK = bytes(0 if b in _CHANGED_BYTES else 10 if b == 10 else 1 for b in range(256))
+
+
+def _candidates(search: Search, data: bytes, first: int) -> Iterator[tuple[int, str]]:
+    """The lines of `data` (whole lines from line `first`) that may match as shown, with
+    their raw text: where the raw text matches (plain text found in the bytes, an
+    expression in the decoded text), and where the view shows the line changed in a way
+    the search could see: escaped or spaced (control and invisible characters), or with
+    a secret hidden when the search can match its `***`.
+
+    A match in the shown line that touches none of those changes lies in text the line
+    has as it is, so the raw text matches there too."""
     needle = search.needle
-    if needle is None:
-        text = data.decode("utf-8", "replace")
-        hits = (hit.start() for hit in search.regex.finditer(text))
-    else:
-        text = data.lower() if not search.case_sensitive else data
-        hits = _finds(text, needle)
-    newline = "\n" if isinstance(text, str) else b"\n"
+    # plain text without a `*` can never match in a `***`
+    masks = needle is None or MASK[0].encode() in needle
+    lowered = data.lower() if masks or not search.case_sensitive else b""
+    changed = [_finds(data.translate(_MARK), b"\0")]
+    if masks:
+        changed += [_finds(lowered, marker.encode().lower()) for marker in secret_markers()]
+    if needle is not None:  # in bytes: hits and changes at the same offsets
+        hits = _finds(lowered if not search.case_sensitive else data, needle)
+        yield from _lines_at(data, first, heapq.merge(hits, *changed))
+        return
+    text = data.decode("utf-8", "replace")
+    lines = text.split("\n")
+    found = _line_numbers(text, (hit.start() for hit in search.regex.finditer(text)))
+    for line in _unique(heapq.merge(found, _line_numbers(data, heapq.merge(*changed)))):
+        yield first + line, lines[line]
+
+
+def _lines_at(data: bytes, first: int, offsets: Iterator[int]) -> Iterator[tuple[int, str]]:
+    """The lines holding ascending byte `offsets` of `data`, each once: (number, text)."""
     line, counted, skip_to = first, 0, 0
-    for at in hits:
+    for at in offsets:
         if at < skip_to:
             continue
-        line += text.count(newline, counted, at)
-        begin = text.rfind(newline, 0, at) + 1
-        end = text.find(newline, at)
-        end = len(text) if end < 0 else end
-        counted = skip_to = end  # one hit per line
-        raw = data[begin:end] if needle is not None else text[begin:end]
-        yield line, raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line += data.count(b"\n", counted, at)
+        begin = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        counted = skip_to = end
+        yield line, data[begin:end].decode("utf-8", "replace")
+
+
+def _line_numbers(text: AnyStr, offsets: Iterator[int]) -> Iterator[int]:
+    """The line (from 0) of each of ascending `offsets` in `text`."""
+    newline = "\n" if isinstance(text, str) else b"\n"
+    line, counted = 0, 0
+    for at in offsets:
+        line += text.count(newline, counted, at)  # type: ignore[arg-type]
+        counted = max(counted, at)
+        yield line
+
+
+def _unique(lines: Iterator[int]) -> Iterator[int]:
+    last = -1
+    for line in lines:
+        if line != last:
+            yield line
+            last = line
 
 
 def _finds(data: bytes, needle: bytes) -> Iterator[int]:
+    """Where `needle` is first in each line of `data` holding it."""
     at = data.find(needle)
     while at >= 0:
         yield at

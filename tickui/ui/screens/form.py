@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Collapsible, Footer, Input, Label, Select, Static
+from textual.widgets._select import SelectOverlay
 
 from tickui.common.errors import BadInput
 from tickui.common.redact import safe_text
@@ -28,6 +29,7 @@ from tickui.model.spec import TaskSpec, build_spec, check_name
 from tickui.schedules.cron import MACROS
 from tickui.schedules.triggers import preview
 from tickui.store import default_anchor
+from tickui.ui.screens.dialogs import ConfirmScreen
 
 SCHEDULE_KINDS = [("every (duration)", "every"), ("cron", "cron"), ("at (instant)", "at")]
 MISFIRE = [("run_once", "run_once"), ("skip", "skip"), ("run_all", "run_all")]
@@ -152,6 +154,16 @@ def fire_times(times: list[int], zone: tzinfo) -> list[str]:
     return [fire_time(t, zone, seconds) for t in times]
 
 
+class ChoiceField(Select[str]):
+    """A select of the form: a choice made in its list (enter or a click) moves on to the
+    next field, as enter does in a text field; enter on the same select would only open
+    the list again, round and round."""
+
+    @on(SelectOverlay.UpdateSelection)
+    def _chosen(self) -> None:
+        self.call_after_refresh(self.screen.focus_next)
+
+
 class AddTaskScreen(ModalScreen[TaskSpec | None]):
     """Add a task, or edit one (`task` given): checks the definition on every keystroke,
     reads the schedule back in words and previews its next 5 fire times."""
@@ -205,7 +217,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
     }
     """
     BINDINGS = [
-        Binding("escape", "dismiss(None)", "Cancel"),
+        Binding("escape", "cancel", "Cancel"),
         Binding("ctrl+s", "submit", "Save"),
     ]
 
@@ -228,6 +240,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         self.spec: TaskSpec | None = None
         self.field_errors: dict[str, Text] = {}  # input id: what is wrong with it
         self.said = ""  # the verdict's kind last shown: hint, error or ok ("" before any)
+        self.initial: dict[str, Any] | None = None  # the values it opened with
 
     def compose(self) -> ComposeResult:
         task = self.task_row
@@ -248,7 +261,7 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             yield Label(title, classes="dialog-title")
             yield field("Name", box("name", "e.g. backup"))
             with Horizontal(classes="row"):
-                kind = Select(
+                kind = ChoiceField(
                     SCHEDULE_KINDS, value=start.get("kind", "every"), allow_blank=False, id="kind"
                 )
                 yield field("Schedule kind", kind)
@@ -261,13 +274,15 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
                 misfire = start.get("misfire", "run_once")
                 yield field(
                     "Misfire",
-                    Select(MISFIRE, value=misfire, allow_blank=False, id="misfire"),
+                    ChoiceField(MISFIRE, value=misfire, allow_blank=False, id="misfire"),
                     "misfire-help",
                 )
                 concurrency = start.get("concurrency", "forbid")
                 yield field(
                     "Concurrency",
-                    Select(CONCURRENCY, value=concurrency, allow_blank=False, id="concurrency"),
+                    ChoiceField(
+                        CONCURRENCY, value=concurrency, allow_blank=False, id="concurrency"
+                    ),
                     "concurrency-help",
                 )
             with Horizontal(classes="row"):
@@ -296,7 +311,13 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
             for widget in self.query(Input):
                 widget.cursor_blink = False
         self.query_one("#name", Input).focus()
+        self.initial = self.values()
         self.check()
+
+    @property
+    def edited(self) -> bool:
+        """Something was typed or chosen since it opened: leaving loses it, so it asks."""
+        return self.initial is not None and self.values() != self.initial
 
     def values(self) -> dict[str, Any]:
         fields: dict[str, Any] = {w.id: w.value for w in self.query(Input) if w.id}
@@ -425,13 +446,35 @@ class AddTaskScreen(ModalScreen[TaskSpec | None]):
         else:
             self.focus_next()
 
+    @on(Collapsible.Toggled)
+    def toggled(self, event: Collapsible.Toggled) -> None:
+        """Enter on "When runs fail" opens it and moves into it (or closes it and moves
+        past it), as enter moves on from every other field."""
+        event.stop()
+        self.call_after_refresh(self.focus_next)
+
     @on(Button.Pressed, "#add")
     def add(self) -> None:
         self.action_submit()
 
     @on(Button.Pressed, "#cancel")
-    def cancel(self) -> None:
-        self.dismiss(None)
+    def action_cancel(self) -> None:
+        """Closed at once when nothing was typed; otherwise after a yes, as what was typed
+        is lost."""
+        if not self.edited:
+            self.dismiss(None)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.dismiss(None)
+
+        self.app.push_screen(
+            ConfirmScreen(
+                "Discard this form? What you typed is lost.", "Discard (y)", "Keep editing (n)"
+            ),
+            answered,
+        )
 
 
 def input_of(field: str) -> str | None:

@@ -276,11 +276,14 @@ class RunScreen(Screen[None]):
             if occ.started_at is not None
             else "-",
         )
+        # no code yet (running, skipped): the reason is a note, not an exit
         table.add_row(
             "took",
             duration(occ, now) + (" so far" if occ.active else ""),
-            "exit",
-            Text(exit_text(code, reason), "red" if code not in ("0", "-") else ""),
+            "note" if code == "-" and reason else "exit",
+            Text(exit_text(code, reason), "red" if code not in ("0", "-") else "")
+            if code != "-"
+            else reason or "-",
         )
         retries = self.source.retries(occ) if self.source.retries is not None else None
         attempt = attempt_text(occ, retries, now).removeprefix("attempt ") or "1"
@@ -318,17 +321,31 @@ class RunScreen(Screen[None]):
     def _title(self) -> None:
         view = self.view
         top, bottom = view.visible_range()
-        parts = [f"lines {top + 1 if bottom else 0}-{bottom} of {view.count:,}"]
+        first = top + 1 if bottom else 0
+        # the long form, then shorter ones until it fits the border: the match count and
+        # the wrap notice are what a search is read for, so they are cut last
+        lines = [f"lines {first}-{bottom} of {view.count:,}", f"{first}-{bottom}/{view.count:,}"]
+        state = [""]
         if self.occ.active:
-            parts.append("following (f)" if self.follow else "paused (G or f follows)")
+            state = (
+                ["following (f)", "following"]
+                if self.follow
+                else ["paused (G or f follows)", "paused (G)", "paused"]
+            )
+        searched = [""]
         if view.search is not None:
+            typed = safe_text(view.search.typed)
             case = " (any case)" if self._folded(view.search) else ""
-            parts.append(f"/{safe_text(view.search.typed)}{case}: {self._match_text()}")
-            if self.notice:
-                parts.append(self.notice)
+            searched = [f"/{typed}{case}: {self._match_text()}", f"/{typed}: {self._match_text()}"]
+        notice = [self.notice, self.notice.replace("search hit ", "hit ")]
+        room = max(0, view.size.width - 6)  # the border's corners and a space each side
+        for variant in shorter_forms(lines, state, searched, notice):
+            subtitle = " · ".join(part for part in variant if part)
+            if len(subtitle) <= room:
+                break
         self._top = view.scroll_offset.y
         view.border_title = "Output"
-        view.border_subtitle = " · ".join(parts)
+        view.border_subtitle = subtitle
 
     @staticmethod
     def _folded(search: Search) -> bool:
@@ -457,6 +474,10 @@ class RunScreen(Screen[None]):
             self.view.focus()
             return
         self.app.pop_screen()
+
+    def on_resize(self) -> None:
+        """The status line is fitted to the view's width: fitted again to the new one."""
+        self.call_after_refresh(self._title)
 
     def action_toggle_follow(self) -> None:
         self.view.set_follow(not self.follow)
@@ -608,6 +629,19 @@ class RunScreen(Screen[None]):
             await page(argv, path)  # tests: nothing to hand the terminal to
         except OSError as exc:
             self.notify(safe_text(f"pager {argv[0]} failed: {exc}"), severity="error")
+
+
+def shorter_forms(*choices: list[str]) -> list[tuple[str, ...]]:
+    """Each part's choices, longest first, shortened one step at a time from the first
+    part on (a part out of shorter forms keeps its last): the variants from longest to
+    shortest."""
+    steps = [0] * len(choices)
+    variants = [tuple(c[0] for c in choices)]
+    for part, options in enumerate(choices):
+        for step in range(1, len(options)):
+            steps[part] = step
+            variants.append(tuple(c[i] for c, i in zip(choices, steps, strict=True)))
+    return variants
 
 
 def _tail_file(tail: str) -> int:
