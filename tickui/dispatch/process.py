@@ -269,6 +269,18 @@ def close_gate(run: ProcessRun) -> None:
         os.close(gate)
 
 
+def check_arguments(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Refuse what exec cannot take, as the subprocess module does (a supervisor forked by
+    the server would otherwise pass it on, and the command fail with its own exit code)."""
+    if any("\0" in arg for arg in argv):
+        raise ValueError("embedded null byte")
+    for name, value in env.items():
+        if "=" in name:
+            raise ValueError("illegal environment variable name")
+        if "\0" in name or "\0" in value:
+            raise ValueError("embedded null byte")
+
+
 def check_program(program: str, cwd: str | None, env: Mapping[str, str]) -> None:
     """Refuse, as exec would, a program that cannot run: behind the gate the exec happens
     in the child, where its failure would look like the command's own exit 127."""
@@ -362,6 +374,7 @@ class ProcessRunner:
         journal = journal_path if journal_path is not None else log_path.with_suffix(".journal")
         journal.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         command = list(argv)
+        check_arguments(command, env)
         check_program(command[0], cwd, env)  # refused here, as exec would, not in the run
         gate_read = gate_write = notes_read = notes_write = -1
         try:
