@@ -11,10 +11,10 @@ the file stays near 100 s; the 20 s run of 40 tasks is the long one.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kafka_support import (
@@ -27,6 +27,7 @@ from kafka_support import (
     events_by_command,
     history,
     iso_second,
+    line_script,
     lines,
     micros,
     occurrences,
@@ -39,13 +40,28 @@ from kafka_support import (
 from helpers import cli
 from services import private_tansu
 from tickui.dispatch.messages import WORKER_LOST
+from tickui.model.spec import build_spec
+from tickui.store import Store
 
 pytestmark = pytest.mark.slow
 
 
-def _add_many(db, names, out, anchor: str, **kw) -> None:
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda name: add_task(db, name, out, anchor=anchor, **kw), names))
+def _add_many(db, names, out, anchor: str, every: str = "1s", then: str = "") -> None:
+    """The tasks add_task makes, added through the store in one process (40 `task add`
+    processes at once cost seconds of CPU and race for the new file's write lock)."""
+
+    async def seed() -> None:
+        store = await Store.open(db)
+        try:
+            now = int(time.time() * MICROS)
+            for name in names:
+                raw = {"name": name, "every": every, "anchor": anchor, "concurrency": "allow"}
+                raw["command"] = ["sh", "-c", line_script(name, out, then)]
+                await store.add_task(build_spec(raw, now), now)
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
 
 
 def _ready(tap: Tap, workers: list[Worker], timeout: float = 30) -> None:
