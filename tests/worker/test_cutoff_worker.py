@@ -124,7 +124,7 @@ def test_a_cut_off_workers_runs_end_before_their_slots_run_again(tmp_path, procs
                 again = Counter((task, slot) for task, slot, _ in runs(out))
                 return any(again[slot] >= 2 for slot in slots)
 
-            wait_for(retried, WORKER_TIMEOUT + 30, "a slot of the victim run again elsewhere")
+            wait_for(retried, WORKER_TIMEOUT + 60, "a slot of the victim run again elsewhere")
             ended = {o["id"]: o for o in occurrences(db) if o["worker"] == victim_id}
             assert victim.alive, "the victim did not outlive the cut"
 

@@ -115,7 +115,7 @@ def test_a_frozen_workers_runs_end_before_their_slots_run_again(tmp_path, kafka_
                 # worker's partitions before the group moved them): one run again is enough
                 return any(again[slot] >= 2 for slot in slots)
 
-            wait_for(retried, WORKER_TIMEOUT + 30, "a slot of the victim run again elsewhere")
+            wait_for(retried, WORKER_TIMEOUT + 60, "a slot of the victim run again elsewhere")
             ended = [o for o in occurrences(db) if o["id"] in lost]
         finally:
             os.kill(victim.proc.pid, signal.SIGCONT)
