@@ -81,6 +81,17 @@ def signal_group(pgid: int | None, sig: signal.Signals) -> bool:
     return True
 
 
+def stop_reading(loop: asyncio.AbstractEventLoop, fd: int | None) -> None:
+    """Take `fd` out of `loop`'s readers and close it, quietly: every way a reader ends
+    (EOF, an error, a stop) comes here, and some come twice."""
+    if fd is None:
+        return
+    with contextlib.suppress(Exception):
+        loop.remove_reader(fd)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 def _noted(signum: int, frame: object) -> None:
     """The signal's number already reached the wakeup socket; nothing else to do here."""
 

@@ -9,7 +9,6 @@ A large tail is compacted in a thread while reading pauses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 
@@ -29,6 +28,7 @@ from tickui.common.boundedlog import (
     visible,
 )
 from tickui.common.boundedlog import _reason as _reason
+from tickui.common.procs import stop_reading
 
 log = logging.getLogger("tickui.dispatch")
 
@@ -127,9 +127,4 @@ class OutputPump:
 
     def _close(self) -> None:
         fd, self.fd = self.fd, None
-        if fd is None:
-            return
-        with contextlib.suppress(Exception):
-            self.loop.remove_reader(fd)
-        with contextlib.suppress(OSError):
-            os.close(fd)
+        stop_reading(self.loop, fd)

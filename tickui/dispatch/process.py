@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tickui.common.boundedlog import last_line_of
+from tickui.common.procs import stop_reading
 from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch.containment import Containment
 from tickui.dispatch.output import HEAD_BYTES_DEFAULT, TAIL_BYTES_DEFAULT, OutputHealth
@@ -132,12 +133,7 @@ class SupervisorNotes:
 
     def close(self) -> None:
         fd, self.fd = self.fd, None
-        if fd is None:
-            return
-        with contextlib.suppress(Exception):
-            self.loop.remove_reader(fd)
-        with contextlib.suppress(OSError):
-            os.close(fd)
+        stop_reading(self.loop, fd)
 
 
 def journal_exit_code(record: dict[str, Any] | None, status: int | None) -> int | None:

@@ -19,6 +19,7 @@ import signal
 import socket
 from collections.abc import Mapping, Sequence
 
+from tickui.common.procs import stop_reading
 from tickui.supervisor.launch import server_argv
 from tickui.supervisor.server import EXITED, FAILED, STARTED
 
@@ -93,12 +94,7 @@ class ServedProcess:
 
     def _close_pidfd(self) -> None:
         fd, self.pidfd = self.pidfd, None
-        if fd is None:
-            return
-        with contextlib.suppress(Exception):
-            self._loop.remove_reader(fd)
-        with contextlib.suppress(OSError):
-            os.close(fd)
+        stop_reading(self._loop, fd)
 
 
 class SupervisorServer:
