@@ -175,7 +175,11 @@ async def until(pilot, check: Callable[[], object], timeout: float = 10.0) -> No
         if check():
             return
         await pilot.pause(0.02)
-    raise AssertionError(f"not true after {timeout:.1f}s: {check}")
+    try:
+        shown = screen_text(pilot.app)
+    except Exception as exc:  # the failure says what it can
+        shown = f"(the screen could not be read: {exc!r})"
+    raise AssertionError(f"not true after {timeout:.1f}s: {check}; the screen was:\n{shown}")
 
 
 def notes(app: TickuiApp) -> list[str]:

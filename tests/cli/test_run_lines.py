@@ -77,8 +77,11 @@ def test_quiet_prints_no_run_lines_and_json_prints_json_lines(tmp_path):
     events = [json.loads(line) for line in as_json.stdout.splitlines()]
     kinds = [e["event"] for e in events]
     assert "started" in kinds and "ended" in kinds and kinds[-1] == "summary", kinds
-    ended = next(e for e in events if e["event"] == "ended")
-    assert ended["task"] == "tick" and ended["outcome"] == "succeeded"
+    ends = [e for e in events if e["event"] == "ended"]
+    assert {e["task"] for e in ends} == {"tick"}
+    # a slot missed between the two runs may end first, skipped by the misfire policy
+    ended = next((e for e in ends if e["outcome"] == "succeeded"), None)
+    assert ended is not None, ends
     assert ended["slot"].endswith("+00:00") and ended["duration_s"] >= 0
 
 
