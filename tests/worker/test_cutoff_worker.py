@@ -124,7 +124,16 @@ def test_a_cut_off_workers_runs_end_before_their_slots_run_again(tmp_path, procs
                 again = Counter((task, slot) for task, slot, _ in runs(out))
                 return any(again[slot] >= 2 for slot in slots)
 
-            wait_for(retried, WORKER_TIMEOUT + 60, "a slot of the victim run again elsewhere")
+            try:
+                wait_for(retried, WORKER_TIMEOUT + 60, "a slot of the victim run again elsewhere")
+            except AssertionError as exc:  # say what became of the victim's slots
+                victims = {(o["task"], o["scheduled_for"]) for o in lost.values()}
+                seen = [
+                    {k: o[k] for k in ("id", "task", "scheduled_for", "state", "error_code",
+                                       "worker", "attempt", "detail")}
+                    for o in occurrences(db) if (o["task"], o["scheduled_for"]) in victims
+                ]  # fmt: skip
+                raise AssertionError(f"{exc}; their occurrences: {seen}") from None
             ended = {o["id"]: o for o in occurrences(db) if o["worker"] == victim_id}
             assert victim.alive, "the victim did not outlive the cut"
 

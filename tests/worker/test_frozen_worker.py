@@ -115,7 +115,17 @@ def test_a_frozen_workers_runs_end_before_their_slots_run_again(tmp_path, kafka_
                 # worker's partitions before the group moved them): one run again is enough
                 return any(again[slot] >= 2 for slot in slots)
 
-            wait_for(retried, WORKER_TIMEOUT + 60, "a slot of the victim run again elsewhere")
+            try:
+                wait_for(retried, WORKER_TIMEOUT + 60, "a slot of the victim run again elsewhere")
+            except AssertionError as exc:  # say what became of the victim's slots
+                rows = occurrences(db)
+                victims = {(o["task"], o["scheduled_for"]) for o in rows if o["id"] in lost}
+                seen = [
+                    {k: o[k] for k in ("id", "task", "scheduled_for", "state", "error_code",
+                                       "worker", "attempt", "detail")}
+                    for o in rows if (o["task"], o["scheduled_for"]) in victims
+                ]  # fmt: skip
+                raise AssertionError(f"{exc}; their occurrences: {seen}") from None
             ended = [o for o in occurrences(db) if o["id"] in lost]
         finally:
             os.kill(victim.proc.pid, signal.SIGCONT)
