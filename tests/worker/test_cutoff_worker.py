@@ -80,7 +80,7 @@ def runs(out) -> dict[tuple[str, int, int], dict]:
 def test_a_cut_off_workers_runs_end_before_their_slots_run_again(tmp_path, procs, how):
     db, out = tmp_path / "t.db", tmp_path / "marks.txt"
     config = write_config(
-        tmp_path / "tickui.toml", start_timeout="10s", worker_timeout=f"{WORKER_TIMEOUT:g}s"
+        tmp_path / "tickui.toml", start_timeout="30s", worker_timeout=f"{WORKER_TIMEOUT:g}s"
     )
     group = unique("g-cutoff")
     broker_port = free_port()

@@ -72,7 +72,7 @@ def kafka_bootstrap():
 def test_a_frozen_workers_runs_end_before_their_slots_run_again(tmp_path, kafka_bootstrap, procs):
     db, out = tmp_path / "t.db", tmp_path / "marks.txt"
     config = write_config(
-        tmp_path / "tickui.toml", start_timeout="10s", worker_timeout=f"{WORKER_TIMEOUT:g}s"
+        tmp_path / "tickui.toml", start_timeout="30s", worker_timeout=f"{WORKER_TIMEOUT:g}s"
     )
     group = unique("g-freeze")
     with Tap(kafka_bootstrap) as tap:
