@@ -162,3 +162,15 @@ def test_pure_parts_import_no_io():
                 if target.split(".")[0] in IO_MODULES:
                     found.append(f"{name} imports {target}")
     assert not found, "\n".join(found)
+
+
+MODULE_LINES = 550  # "about 500": a module past it is split by responsibility
+
+
+def test_no_module_outgrows_about_500_lines():
+    long = {
+        name: count
+        for name, path in _modules().items()
+        if (count := len(path.read_text().splitlines())) > MODULE_LINES
+    }
+    assert not long, f"split by responsibility: {long}"

@@ -9,7 +9,7 @@ import time
 
 from helpers import rig
 from tickui.common.timeutil import MICROS
-from tickui.dispatch.process import RENEWED_BY, fence_deadline, fence_fits
+from tickui.dispatch.journals import RENEWED_BY, fence_deadline, fence_fits
 from tickui.supervisor.lease import read_lease
 from tickui.supervisor.main import LEASE_CHECK
 

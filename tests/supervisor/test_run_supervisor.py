@@ -474,6 +474,7 @@ def test_the_supervisor_loads_only_the_standard_library_and_the_bounded_log(tmp_
         "tickui.supervisor.journal",
         "tickui.supervisor.lease",
         "tickui.supervisor.main",
+        "tickui.supervisor.tree",
     }
     heavy = {"asyncio", "json", "logging", "typing", "enum", "re", "aiokafka", "textual"}
     assert not loaded & heavy

@@ -77,7 +77,7 @@ class Dispatcher(ABC):
     def lease_confirmed(self, asked: float, ttl: float) -> None:
         """The engine holds its lease for `ttl` seconds from `asked` (time.monotonic()):
         runs this dispatcher keeps on this host must be over by then (see
-        tickui.dispatch.process.fence_deadline). Remote runs are the workers' to fence."""
+        tickui.dispatch.journals.fence_deadline). Remote runs are the workers' to fence."""
         return None
 
     async def start(self) -> None:

@@ -23,21 +23,14 @@ from tickui.dispatch.base import (
     wait_until_done,
 )
 from tickui.dispatch.containment import Containment, marker_for
+from tickui.dispatch.journals import RENEWED_BY, fence_deadline, fence_fits, fence_lead
 from tickui.dispatch.output import (
     HEAD_BYTES_DEFAULT,
     TAIL_BYTES_DEFAULT,
     OutputHealth,
     visible,
 )
-from tickui.dispatch.process import (
-    RENEWED_BY,
-    ProcessRun,
-    ProcessRunner,
-    fence_deadline,
-    fence_fits,
-    fence_lead,
-    open_gate,
-)
+from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
 from tickui.model.occurrence import RUN_FAILED, RUN_TRANSITION, bound
 from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store

@@ -14,7 +14,7 @@ from typing import Any
 from tickui.common import procs
 from tickui.dispatch import Dispatcher
 from tickui.dispatch.containment import end_orphaned_run
-from tickui.dispatch.process import journal_outcome, last_word
+from tickui.dispatch.journals import journal_outcome, last_word
 from tickui.model.occurrence import RUN_INTERRUPTED, RUN_TRANSITION
 from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shlex
+import shutil
 
 from tickui.common.redact import safe_text
 
@@ -43,3 +46,17 @@ async def page(argv: list[str], path: str) -> None:
         with contextlib.suppress(OSError):
             stdin.close()
         await process.wait()
+
+
+def pager_argv(pager: str | None = None) -> tuple[list[str], str | None]:
+    """`$PAGER` (default `less -R`) as argv, or why it cannot run: found before the
+    terminal is handed over, since a failure inside a suspend would leave the screen
+    suspended with nothing running."""
+    pager = pager if pager is not None else os.environ.get("PAGER") or "less -R"
+    try:
+        argv = shlex.split(pager)
+    except ValueError as exc:  # an unmatched quote
+        return [], safe_text(f"$PAGER cannot be read ({exc}): {pager}")
+    if not argv or shutil.which(argv[0]) is None:
+        return [], safe_text(f"pager not found: {pager}")
+    return argv, None

@@ -17,15 +17,9 @@ from tickui.common.redact import redact
 from tickui.common.timeutil import MICROS
 from tickui.dispatch import messages as m
 from tickui.dispatch.bounded import Bounded
+from tickui.dispatch.journals import fence_deadline, journal_outcome, last_word
 from tickui.dispatch.output import read_tail
-from tickui.dispatch.process import (
-    ProcessRun,
-    ProcessRunner,
-    fence_deadline,
-    journal_outcome,
-    last_word,
-    open_gate,
-)
+from tickui.dispatch.process import ProcessRun, ProcessRunner, open_gate
 from tickui.model.occurrence import RUN_FAILED, RUN_INTERRUPTED, bound
 from tickui.supervisor import journal as j
 from tickui.worker.reports import RunReports

@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
-import shutil
 import stat
 import tempfile
-from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult, SuspendNotSupported
@@ -29,16 +24,8 @@ from tickui.dispatch.output import human_bytes
 from tickui.model.records import Occurrence, RemoteOutput
 from tickui.ui.keys import rank
 from tickui.ui.log_index import LineIndex, Search
-from tickui.ui.pager import page
-from tickui.ui.view.cells import (
-    STATE_STYLE,
-    attempt_text,
-    detail_text,
-    duration,
-    lateness,
-    outcome_code,
-    stamp_in,
-)
+from tickui.ui.pager import page, pager_argv
+from tickui.ui.view.run_facts import MATCH_COUNT_CAP, facts, match_text, output_subtitle
 from tickui.ui.widgets.log_view import LogView, Moved
 from tickui.ui.widgets.panes import KeyFooter
 
@@ -55,10 +42,7 @@ def _footer_rank(action: str) -> int:
     return FOOTER_RANKS.get(bare, rank(bare))
 
 
-KIND_WORD = {"manual": "manual", "scheduled": "scheduled", "backfill": "backfill"}
-
 POLL = 0.25  # how often the file is looked at while the view is open
-MATCH_COUNT_CAP = 10_000  # counted no further (vim's search count stops at >99)
 
 
 @dataclass(frozen=True)
@@ -80,32 +64,6 @@ class RunScreen(Screen[None]):
     """One run: state, times, code and reason, and its whole output. A run a worker ran
     (Kafka dispatch) has its output on that worker: the view shows the tail the worker
     reported with its outcome, and the facts say which worker and where its log is."""
-
-    DEFAULT_CSS = """
-    RunScreen #run-facts {
-        height: auto;
-        border: round $primary 40%;
-        border-title-color: $text;
-        border-title-style: bold;
-        padding: 0 1;
-    }
-    RunScreen #run-log {
-        height: 1fr;
-        border: round $primary 40%;
-        border-title-color: $text;
-        border-title-style: bold;
-        scrollbar-size-vertical: 1;
-        scrollbar-size-horizontal: 1;
-    }
-    RunScreen #run-log:focus {
-        border: round $accent;
-    }
-    RunScreen #run-search {
-        display: none;
-        dock: bottom;
-        margin-bottom: 1;
-    }
-    """
 
     BINDINGS = [
         Binding("escape,backspace", "back", "Back"),
@@ -245,65 +203,23 @@ class RunScreen(Screen[None]):
     # ---- facts ------------------------------------------------------------------------
 
     def render_facts(self) -> None:
-        occ, now = self.occ, self.source.now()
-        zone = self.source.zone(occ) if self.source.zone is not None else UTC
-        table = Table.grid(padding=(0, 1), expand=True)
-        for style, least in (("bright_black", 9), ("", None), ("bright_black", 6), ("", None)):
-            # a label is never cut: "sche…" says nothing; long values are cut instead
-            table.add_column(
-                style=style,
-                no_wrap=True,
-                overflow="ellipsis",
-                min_width=least,
-                ratio=None if least else 1,  # labels keep their width, values share the rest
-            )
-        code = outcome_code(occ) or "-"
-        reason = detail_text(occ)
-        slots = f"covers {occ.covers} slot{'s' if occ.covers != 1 else ''}"
-        if occ.missed:
-            slots += f", {occ.missed} missed"
-        table.add_row(
-            "state",
-            Text(occ.state, STATE_STYLE.get(occ.state, "")),
-            "kind",
-            f"{KIND_WORD.get(occ.kind, occ.kind)} · {slots}",
-        )
-        table.add_row(
-            "scheduled",
-            stamp_in(occ.scheduled_for, zone),
-            "started",
-            f"{stamp_in(occ.started_at, zone)} ({lateness(occ)} late)"
-            if occ.started_at is not None
-            else "-",
-        )
-        # no code yet (running, skipped): the reason is a note, not an exit
-        table.add_row(
-            "took",
-            duration(occ, now) + (" so far" if occ.active else ""),
-            "note" if code == "-" and reason else "exit",
-            Text(exit_text(code, reason), "red" if code not in ("0", "-") else "")
-            if code != "-"
-            else reason or "-",
-        )
-        retries = self.source.retries(occ) if self.source.retries is not None else None
-        attempt = attempt_text(occ, retries, now).removeprefix("attempt ") or "1"
-        if occ.retry_of is not None:
-            attempt += f" (retry of run {occ.retry_of})"
-        table.add_row("attempt", attempt, "output", self._log_state())
-        # the log path on a line of its own: it is the longest fact and the one to copy
-        log = Table.grid(padding=(0, 1), expand=True)
-        log.add_column(style="bright_black", no_wrap=True, min_width=9)
-        log.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+        occ, source = self.occ, self.source
         worker = self.on_worker
-        if worker is not None:  # the whole log is on the worker's machine
+        if worker is not None:
             remote = self.remote
             path = remote.log_path if remote is not None and remote.log_path else occ.log_path
-            log.add_row("worker", Text(safe_text(worker), "bold"))
-            log.add_row("log", f"{safe_text(path)} (on {safe_text(worker)})" if path else "-")
         else:
-            path = safe_text(self.source.label(occ.log_path)) if occ.log_path else "-"
-            log.add_row("log", path)
-        self.query_one("#run-facts", Static).update(Group(table, log))
+            path = source.label(occ.log_path) if occ.log_path else None
+        shown = facts(
+            occ,
+            source.now(),
+            source.zone(occ) if source.zone is not None else UTC,
+            source.retries(occ) if source.retries is not None else None,
+            self._log_state(),
+            path,
+            worker,
+        )
+        self.query_one("#run-facts", Static).update(shown)
         self._title()
 
     def _log_state(self) -> Text:
@@ -321,10 +237,6 @@ class RunScreen(Screen[None]):
     def _title(self) -> None:
         view = self.view
         top, bottom = view.visible_range()
-        first = top + 1 if bottom else 0
-        # the long form, then shorter ones until it fits the border: the match count and
-        # the wrap notice are what a search is read for, so they are cut last
-        lines = [f"lines {first}-{bottom} of {view.count:,}", f"{first}-{bottom}/{view.count:,}"]
         state = [""]
         if self.occ.active:
             state = (
@@ -337,15 +249,12 @@ class RunScreen(Screen[None]):
             typed = safe_text(view.search.typed)
             case = " (any case)" if self._folded(view.search) else ""
             searched = [f"/{typed}{case}: {self._match_text()}", f"/{typed}: {self._match_text()}"]
-        notice = [self.notice, self.notice.replace("search hit ", "hit ")]
         room = max(0, view.size.width - 6)  # the border's corners and a space each side
-        for variant in shorter_forms(lines, state, searched, notice):
-            subtitle = " · ".join(part for part in variant if part)
-            if len(subtitle) <= room:
-                break
         self._top = view.scroll_offset.y
         view.border_title = "Output"
-        view.border_subtitle = subtitle
+        view.border_subtitle = output_subtitle(
+            top + 1 if bottom else 0, bottom, view.count, state, searched, self.notice, room
+        )
 
     @staticmethod
     def _folded(search: Search) -> bool:
@@ -356,16 +265,7 @@ class RunScreen(Screen[None]):
             return False
 
     def _match_text(self) -> str:
-        """`match 3/812` (`3/…` while counting), or why there is none."""
-        view = self.view
-        total = f"{len(self.matched):,}" if self.counted else "…"
-        if self.capped:
-            total = f">{MATCH_COUNT_CAP:,}"
-        if view.match is None:
-            return "no match" if self.counted and not self.matched else f"{total} matches"
-        if view.match < self.counted_to or (self.counted and not self.capped):
-            return f"match {bisect_left(self.matched, view.match) + 1:,}/{total}"
-        return f"line {view.match + 1:,}, matches {total}"
+        return match_text(self.matched, self.counted_to, self.counted, self.capped, self.view.match)
 
     # ---- reading the file -------------------------------------------------------------
 
@@ -608,16 +508,9 @@ class RunScreen(Screen[None]):
         if not path or not os.path.isfile(path):
             self.notify("no log file to open", severity="warning")
             return
-        pager = os.environ.get("PAGER") or "less -R"
-        try:
-            argv = shlex.split(pager)
-        except ValueError as exc:  # an unmatched quote: say so, keep the screen
-            self.notify(safe_text(f"$PAGER cannot be read ({exc}): {pager}"), severity="error")
-            return
-        # Found before the terminal is handed over: a failure inside suspend() would leave
-        # the screen suspended with nothing running.
-        if not argv or shutil.which(argv[0]) is None:
-            self.notify(safe_text(f"pager not found: {pager}"), severity="error")
+        argv, problem = pager_argv()
+        if problem is not None:
+            self.notify(problem, severity="error")
             return
         try:
             with self.app.suspend():
@@ -631,29 +524,9 @@ class RunScreen(Screen[None]):
             self.notify(safe_text(f"pager {argv[0]} failed: {exc}"), severity="error")
 
 
-def shorter_forms(*choices: list[str]) -> list[tuple[str, ...]]:
-    """Each part's choices, longest first, shortened one step at a time from the first
-    part on (a part out of shorter forms keeps its last): the variants from longest to
-    shortest."""
-    steps = [0] * len(choices)
-    variants = [tuple(c[0] for c in choices)]
-    for part, options in enumerate(choices):
-        for step in range(1, len(options)):
-            steps[part] = step
-            variants.append(tuple(c[i] for c, i in zip(choices, steps, strict=True)))
-    return variants
-
-
 def _tail_file(tail: str) -> int:
     """A descriptor of an unnamed temporary file holding `tail` (gone when closed)."""
     with tempfile.TemporaryFile() as handle:
         handle.write(tail.encode("utf-8", "replace"))
         handle.flush()
         return os.dup(handle.fileno())
-
-
-def exit_text(code: str, reason: str) -> str:
-    """`3: disk full`, not `3: exit 3: disk full` when the reason names the code itself."""
-    if not reason:
-        return code
-    return reason if reason.startswith(f"exit {code}") else f"{code}: {reason}"
