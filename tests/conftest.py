@@ -161,7 +161,32 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def _cost_by_part(reporter) -> dict[str, tuple[int, float]]:
+    """Seconds spent in each part of the suite (tests/<part>/, setup and teardown included):
+    what each part costs, summed over the workers (wall time is about this over -n)."""
+    cost: dict[str, tuple[int, float]] = {}
+    for reports in reporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            duration = getattr(report, "duration", None)
+            if not nodeid or duration is None:
+                continue
+            parts = nodeid.split("::", 1)[0].split("/")
+            part = parts[1] if len(parts) > 2 else "(top)"
+            count, seconds = cost.get(part, (0, 0.0))
+            cost[part] = (count + (report.when == "call"), seconds + duration)
+    return cost
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    cost = _cost_by_part(terminalreporter)
+    if cost:
+        total = sum(seconds for _, seconds in cost.values())
+        shown = ", ".join(
+            f"{part} {seconds:.0f} s ({count})"
+            for part, (count, seconds) in sorted(cost.items(), key=lambda kv: -kv[1][1])
+        )
+        terminalreporter.write_line(f"cost by part, {total:.0f} s in all: {shown}")
     skipped, allowed = _skips(config)
     terminalreporter.write_line(f"tests skipped: {len(skipped)} ({len(allowed)} allowed)")
     if services.services_required():

@@ -1,6 +1,8 @@
 """What a run's journal says once the process that started it cannot: the outcome it
-records, the last word for whoever takes over (ending a run still going), and the
-arithmetic of fencing runs by a hold (a lease) so that they are over before it ends."""
+records, the last word for whoever takes over (ending a run still going), the runs'
+lease file of each process and how whoever takes over from a gone one fences its runs,
+and the arithmetic of fencing runs by a hold (a lease) so that they are over before it
+ends."""
 
 from __future__ import annotations
 
@@ -12,15 +14,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tickui.common import procs
 from tickui.common.boundedlog import last_line_of
 from tickui.model.occurrence import RUN_COMPLETED, RUN_FAILED, bound
 from tickui.supervisor import journal as j
-from tickui.supervisor.lease import write_lease
+from tickui.supervisor.lease import read_lease, write_lease
 from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK
 
 FENCE_SLACK = 1.0  # seconds for SIGKILL to land, the last scan and the journal's end
 RENEWED_BY = 0.6  # of a hold's length: renewed at half of it, plus time for the renewal
 JOURNAL_POLL = 0.1  # seconds between looks at a journal whose run is being ended
+ENGINE_LEASES = "engine"  # the prefix of an engine's runs' lease file in its log folder
+FENCED_KEPT = 3600.0  # seconds a gone process's zeroed lease file is kept before removal
 
 
 def journal_exit_code(record: dict[str, Any] | None, status: int | None) -> int | None:
@@ -135,3 +140,45 @@ def fence_fits(ttl: float, grace: float, renewed_by: float | None = None) -> boo
     """Whether runs fenced under a `ttl` hold are surely over before it ends."""
     floor = ttl * RENEWED_BY if renewed_by is None else renewed_by
     return ttl - fence_lead(grace) >= floor
+
+
+def runs_lease_path(folder: Path, prefix: str) -> Path:
+    """This process's runs' lease file in `folder`, named by its pid and the kernel's start
+    time of it: whoever takes over from it once it is gone finds it (`fence_gone`)."""
+    pid = os.getpid()
+    return folder / f"{prefix}-{pid}-{procs.start_ticks(pid) or 0}.lease"
+
+
+def fence_gone(folder: Path, prefix: str) -> int:
+    """Fence the runs of every gone process whose lease file (`runs_lease_path`) lies in
+    `folder`: its deadline set to 0, so a supervisor of theirs that has not let its command
+    go yet never will (it looks at the lease once more at its go line), whether or not it
+    had written its journal yet. To be called before their journals are read: a journal
+    missing then means a command that never runs. A zeroed file is removed once it has
+    been so for FENCED_KEPT. Blocking (a directory listing): call it in a thread. Returns
+    how many were fenced now."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    fenced = 0
+    for name in names:
+        if not name.endswith(".lease"):
+            continue
+        parts = name.removesuffix(".lease").rsplit("-", 2)
+        if len(parts) != 3 or parts[0] != prefix:
+            continue
+        pid, start = parts[1], parts[2]
+        if not pid.isdigit() or not start.isdigit():
+            continue
+        if procs.alive(int(pid), int(start) or None):
+            continue  # its owner still acts on it (or a pid without a start: not known gone)
+        path = str(folder / name)
+        with contextlib.suppress(OSError):
+            if read_lease(path) == 0.0:
+                if time.time() - os.stat(path).st_mtime > FENCED_KEPT:
+                    os.unlink(path)
+                continue
+            write_lease(path, 0.0)
+            fenced += 1
+    return fenced

@@ -7,7 +7,6 @@ import logging
 import math
 import os
 import time
-import uuid
 from collections.abc import Sequence
 
 from tickui.common import procs
@@ -23,7 +22,14 @@ from tickui.dispatch.base import (
     wait_until_done,
 )
 from tickui.dispatch.containment import Containment, marker_for
-from tickui.dispatch.journals import RENEWED_BY, fence_deadline, fence_fits, fence_lead
+from tickui.dispatch.journals import (
+    ENGINE_LEASES,
+    RENEWED_BY,
+    fence_deadline,
+    fence_fits,
+    fence_lead,
+    runs_lease_path,
+)
 from tickui.dispatch.output import (
     HEAD_BYTES_DEFAULT,
     TAIL_BYTES_DEFAULT,
@@ -63,7 +69,7 @@ class SubprocessDispatcher(Dispatcher):
         self.store = store
         self.clock = clock
         self.log_dir = store.log_dir
-        lease = self.log_dir / f"engine-{os.getpid()}-{uuid.uuid4().hex[:8]}.lease"
+        lease = runs_lease_path(self.log_dir, ENGINE_LEASES)
         self.runner = ProcessRunner(kill_grace, head_bytes, tail_bytes, OutputHealth(), lease)
         self.retry_min = 0.05  # seconds between attempts to write delayed events, doubling
         self.retry_max = 2.0

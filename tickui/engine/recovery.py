@@ -14,7 +14,7 @@ from typing import Any
 from tickui.common import procs
 from tickui.dispatch import Dispatcher
 from tickui.dispatch.containment import end_orphaned_run
-from tickui.dispatch.journals import journal_outcome, last_word
+from tickui.dispatch.journals import ENGINE_LEASES, fence_gone, journal_outcome, last_word
 from tickui.model.occurrence import RUN_INTERRUPTED, RUN_TRANSITION
 from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store
@@ -52,6 +52,12 @@ class Recovery:
             and not (remote and occ.deadline is not None)
         ]
         journals = {occ.id: self._journal_of(occ) for occ in orphans}
+        if any(path is not None for path in journals.values()):
+            # First fence every gone engine's runs here: a supervisor whose engine let it
+            # go and died before it wrote its journal would otherwise start its command
+            # after this reads no journal and hands the slot back (a takeover from a gone
+            # holder need not wait out its lease, so its runs' deadline may not be past).
+            await asyncio.to_thread(fence_gone, Path(self.store.log_dir), ENGINE_LEASES)
         read = await asyncio.gather(
             *(last_word(path, by_lease=True) for path in journals.values() if path is not None)
         )

@@ -28,6 +28,7 @@ from typing import Any
 from tickui.common.errors import BadInput, Unavailable
 from tickui.common.kafka import KafkaAccess, describe, quietly_stop
 from tickui.common.procs import stop_on_signals
+from tickui.dispatch.journals import fence_gone, runs_lease_path
 from tickui.dispatch.refusals import Refusals
 from tickui.worker.control import ControlReader
 from tickui.worker.events_view import EventsView
@@ -59,7 +60,8 @@ class Worker:
         self.pub = Publisher(self.access, self.keyring, self._event_sent, self.broker_restarted)
         self.reports = RunReports(self.id, self.pub)
         journal = opts.log_dir / "journal" / f"{file_name(self.id)}.started"
-        lease = opts.log_dir / "journal" / f"{file_name(self.id)}.lease"
+        self.leases = opts.log_dir / "journal"
+        lease = runs_lease_path(self.leases, file_name(self.id))
         self.runs = RunSupervisor(
             journal, self.reports, self._spawn_task, lease, opts.engine_worker_timeout
         )
@@ -143,6 +145,10 @@ class Worker:
     # ---- the whole life ------------------------------------------------------------------------
 
     async def run(self) -> int:
+        # Before anything is heard or said: the runs of this id's earlier processes are
+        # fenced. A supervisor one of them let go just before it died, that had not written
+        # its journal yet, never starts its command now (its engine may take it for lost).
+        await asyncio.to_thread(fence_gone, self.leases, file_name(self.id))
         await self.start()
         loop = asyncio.get_running_loop()
         with stop_on_signals(loop, self.stopping.set, (signal.SIGTERM, signal.SIGINT)):
