@@ -669,6 +669,24 @@ class TestBuildSpec:
         changed = build_spec(raw(jitter="11s"), NOW)
         assert changed.definition_hash() != spec.definition_hash()
 
+    def test_stored_text_and_hash_stay_as_they_were(self):
+        """Rows already stored keep matching: a sync compares their hash with the file's,
+        so a new encoding would make every declared task look changed."""
+        fields = {"name": "a", "cron": "0 9 * * 1-5", "tz": "Europe/Berlin", "jitter": "3s"}
+        fields |= {"command": ["echo", "h\u00e9"], "env": {"K": "v"}, "timeout": "5m"}
+        spec = build_spec(fields | {"retries": 2, "retry_on": "exit,timeout"}, NOW)
+        assert spec.definition_hash() == "6adaa41743bef18d"
+        assert spec.to_json() == (
+            '{"anchor": null, "command": ["echo", "h\\u00e9"], "concurrency": "forbid",'
+            ' "cwd": null, "enabled": true, "env": {"K": "v"}, "expr": "0 9 * * 1-5",'
+            ' "jitter": 3000000, "kind": "cron", "misfire": "run_once", "name": "a",'
+            ' "pause_after": null, "retries": 2, "retry_delay": 10000000,'
+            ' "retry_max_delay": 3600000000, "retry_on": ["exit", "timeout"],'
+            ' "timeout": 300000000, "tz": "Europe/Berlin"}'
+        )
+        every = build_spec({"name": "b", "every": "90s", "command": ["true"]}, NOW)
+        assert every.definition_hash() == "de65e4b8a17949fd"
+
     @pytest.mark.parametrize(
         ("fields", "field"),
         [

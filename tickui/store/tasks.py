@@ -8,28 +8,20 @@ one last synced replaces it and clears the mark."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tickui.common.errors import NotFound
-from tickui.common.timeutil import MICROS
 from tickui.model.occurrence import ACTIVE, QUEUED
 from tickui.model.records import STATS_WINDOW, Task, TaskStats
 from tickui.model.spec import TaskSpec
 from tickui.schedules.triggers import jitter_offset
 from tickui.store.abc import SyncReport
 from tickui.store.base import NO_STATS, SPEC_CACHE_MAX, StoreBase
-
-
-def default_anchor(spec: TaskSpec, now: int) -> int:
-    """An interval task's grid starts at its creation, rounded up to a whole second so
-    that slots fall on the ticker's second boundaries."""
-    if spec.anchor is not None:
-        return spec.anchor
-    return -(-now // MICROS) * MICROS
-
+from tickui.store.tasksync import DELETE_TASK, INSERT_TASK, UPDATE_SYNCED, default_anchor, plan_sync
 
 QUEUED_CANCEL = (
     "UPDATE occurrences SET state = 'cancelled', finished_at = ?, detail = ?"
@@ -83,8 +75,7 @@ class TaskQueries(StoreBase):
         anchor = default_anchor(spec, now)
         nxt, due = self._next(spec, spec.name, anchor, now - 1)
         await self._conn.execute(
-            "INSERT INTO tasks (name, spec, definition_hash, source, enabled, created_at,"
-            " updated_at, anchor, next_run_at, due_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            INSERT_TASK,
             (
                 spec.name,
                 spec.to_json(),
@@ -181,43 +172,27 @@ class TaskQueries(StoreBase):
             await self._conn.execute(QUEUED_CANCEL, (at, "task removed", task.id))
 
     async def sync_tasks(self, specs: Sequence[TaskSpec], now: int) -> SyncReport:
-        """Make the config-declared tasks match `specs`; CLI-made tasks are kept."""
-        report = SyncReport()
+        """Make the config-declared tasks match `specs`; CLI-made tasks are kept. Every
+        row is worked out first (tickui.store.tasksync), on a worker thread: 10,000
+        definitions take a few hundred ms to hash, encode and schedule, which the
+        dashboard's loop must not wait on. Then one transaction writes them, a few
+        trips to the connection's thread whatever their number."""
         rows = await self._all("SELECT id, name, definition_hash, source, anchor FROM tasks")
-        existing = {row[1]: row for row in rows}
-        wanted = {spec.name for spec in specs}
+        plan = await asyncio.to_thread(plan_sync, specs, rows, now)
+        if not plan.writes:
+            return plan.report
+        changed = [(now, "task changed", task_id) for task_id in plan.changed]
+        removed = [(now, "task removed", task_id) for task_id in plan.removed]
         async with self._write():
-            for spec in specs:
-                row = existing.get(spec.name)
-                if row is None:
-                    await self._insert_task(spec, now, "config")
-                    report.added.append(spec.name)
-                elif row[2] != spec.definition_hash() or row[3] != "config":
-                    keep_anchor = spec.anchor if spec.anchor is not None else row[4]
-                    nxt, due = self._next(spec, spec.name, keep_anchor, now)
-                    await self._conn.execute(
-                        "UPDATE tasks SET spec = ?, definition_hash = ?, source = 'config',"
-                        " enabled = ?, note = NULL, generation = generation + 1, updated_at = ?,"
-                        " anchor = ?, next_run_at = ?, due_at = ?, overridden = 0 WHERE id = ?",
-                        (
-                            spec.to_json(),
-                            spec.definition_hash(),
-                            int(spec.enabled),
-                            now,
-                            keep_anchor,
-                            nxt,
-                            due,
-                            row[0],
-                        ),
-                    )
-                    await self._conn.execute(QUEUED_CANCEL, (now, "task changed", row[0]))
-                    report.updated.append(spec.name)
-            for name, row in existing.items():
-                if row[3] == "config" and name not in wanted:
-                    await self._conn.execute("DELETE FROM tasks WHERE id = ?", (row[0],))
-                    await self._conn.execute(QUEUED_CANCEL, (now, "task removed", row[0]))
-                    report.removed.append(name)
-        return report
+            if plan.inserts:
+                await self._conn.executemany(INSERT_TASK, plan.inserts)
+            if plan.updates:
+                await self._conn.executemany(UPDATE_SYNCED, plan.updates)
+                await self._conn.executemany(QUEUED_CANCEL, changed)
+            if plan.removed:
+                await self._conn.executemany(DELETE_TASK, [(i,) for i in plan.removed])
+                await self._conn.executemany(QUEUED_CANCEL, removed)
+        return plan.report
 
     async def edit_task(
         self,
