@@ -131,9 +131,12 @@ def iso_second(at: float) -> str:
 
 
 def add_every_second(db: Path, name: str, out: Path, anchor: str, then: str = "") -> None:
-    """A task every 1 s (overlap allowed) whose command appends its task and slot to `out`
-    first thing, then runs the shell text `then` (to keep runs in flight a while)."""
-    script = f'echo "$TICKUI_TASK $TICKUI_SCHEDULED_FOR" >> {out}' + (f"; {then}" if then else "")
+    """A task every 1 s (overlap allowed) whose command appends its task, slot and
+    occurrence id to `out` first thing, then runs the shell text `then` (to keep runs in
+    flight a while)."""
+    script = f'echo "$TICKUI_TASK $TICKUI_SCHEDULED_FOR $TICKUI_OCCURRENCE_ID" >> {out}' + (
+        f"; {then}" if then else ""
+    )
     added = cli(
         "task", "add", name, "--every", "1s", "--concurrency", "allow", "--anchor", anchor,
         "--", "sh", "-c", script,
@@ -148,6 +151,13 @@ def ran(out: Path) -> list[tuple[str, int]]:
         return []
     pairs = []
     for line in out.read_text().splitlines():
-        task, slot = line.split()
+        task, slot = line.split()[:2]
         pairs.append((task, micros(slot)))
     return pairs
+
+
+def ran_ids(out: Path) -> set[int]:
+    """The occurrence ids whose commands wrote to `out` (add_every_second's tasks)."""
+    if not out.exists():
+        return set()
+    return {int(line.split()[2]) for line in out.read_text().splitlines()}
