@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from tickui.dispatch.process import ProcessRunner, open_gate
 from tickui.model.occurrence import RUN_COMPLETED, RUN_FAILED
 from tickui.supervisor import journal as j
-from tickui.supervisor.client import ServedProcess, SupervisorServer
+from tickui.supervisor.client import ForkUnknown, ServedProcess, SupervisorServer
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -213,5 +214,54 @@ async def test_a_stuck_server_is_replaced_and_its_run_started_once(tmp_path, mon
         after = await spawn(runner, tmp_path, 3, "exit 0")
         assert isinstance(after.process, ServedProcess) and runner.server is not stuck
         assert (await ended(runner, after))[0] == RUN_COMPLETED
+    finally:
+        await runner.shutdown()
+
+
+async def test_a_server_gone_after_forking_leaves_no_second_supervisor_beside_its_one(
+    tmp_path, monkeypatch
+):
+    """The server ends after it was asked and before it answered, having forked (here: a
+    process that holds the run's gate, as a forked supervisor would): no supervisor is
+    started beside it on the same gate and journal; the run fails at spawn, in one line,
+    and its command never runs."""
+    runner = ProcessRunner()
+    held: list[subprocess.Popen] = []
+    try:
+        first = await spawn(runner, tmp_path, 1, "exit 0")
+        assert isinstance(first.process, ServedProcess)
+
+        async def forked_then_gone(args, env, fds):
+            held.append(subprocess.Popen(["sleep", "30"], stdin=fds[0]))
+            raise ForkUnknown("the supervisor server has ended")
+
+        monkeypatch.setattr(runner.server, "fork", forked_then_gone)
+        with pytest.raises(OSError, match="its supervisor server ended while forking it"):
+            await spawn(runner, tmp_path, 2, "echo ran > ran.txt")
+        assert (await ended(runner, first))[0] == RUN_COMPLETED
+        assert not (tmp_path / "ran.txt").exists()
+        assert not (tmp_path / "run-2.journal").exists()  # no supervisor of its own
+    finally:
+        for process in held:
+            process.kill()
+            process.wait()
+        await runner.shutdown()
+
+
+async def test_a_server_gone_before_forking_has_its_run_started_as_a_program(tmp_path, monkeypatch):
+    """Gone after it was asked, having forked nothing (no process holds the gate): the
+    run's supervisor is started as a program, and the run runs once."""
+    runner = ProcessRunner()
+    try:
+        await ended(runner, await spawn(runner, tmp_path, 1, "exit 0"))
+
+        async def gone(args, env, fds):
+            raise ForkUnknown("the supervisor server has ended")
+
+        monkeypatch.setattr(runner.server, "fork", gone)
+        run = await spawn(runner, tmp_path, 2, "echo ran >> ran.txt; exit 4")
+        assert not isinstance(run.process, ServedProcess)
+        assert (await ended(runner, run))[1]["exit_code"] == 4
+        assert (tmp_path / "ran.txt").read_text() == "ran\n"
     finally:
         await runner.shutdown()

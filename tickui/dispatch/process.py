@@ -22,6 +22,7 @@ import contextlib
 import errno
 import logging
 import os
+import select
 import shutil
 import signal
 import sys
@@ -42,7 +43,7 @@ from tickui.dispatch.journals import (
 from tickui.dispatch.output import HEAD_BYTES_DEFAULT, TAIL_BYTES_DEFAULT, OutputHealth
 from tickui.model.occurrence import RUN_CANCELED, RUN_FAILED
 from tickui.supervisor import journal as j
-from tickui.supervisor.client import ServedProcess, ServerGone, SupervisorServer
+from tickui.supervisor.client import ForkUnknown, ServedProcess, ServerGone, SupervisorServer
 from tickui.supervisor.launch import supervisor_args, supervisor_command
 from tickui.supervisor.lease import write_lease
 from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK, OUTPUT_FAILING, OUTPUT_WRITTEN_AGAIN
@@ -272,7 +273,22 @@ class ProcessRunner:
                 head=self.head_bytes,
                 tail=self.tail_bytes,
             )
-            process = await self._start_supervisor(args, cwd, env, gate_read, notes_write)
+            try:
+                process = await self._start_supervisor(args, cwd, env, gate_read, notes_write)
+            except ForkUnknown as exc:
+                # The server ended after it was asked: a supervisor it forked may wait on
+                # this gate. Another started beside it would share its gate and journal.
+                os.close(gate_read)
+                gate_read = -1
+                if not await _unread(gate_write):
+                    raise OSError(
+                        errno.EIO, f"its supervisor server ended while forking it ({exc})"
+                    ) from None  # closing the gate (below) ends that one unrun
+                os.close(gate_write)
+                gate_read, gate_write = os.pipe()  # none was forked: one as a program
+                process = await self._start_supervisor(
+                    args, cwd, env, gate_read, notes_write, forked=False
+                )
         except BaseException:
             for fd in (gate_read, gate_write, notes_read, notes_write):
                 if fd >= 0:
@@ -295,10 +311,17 @@ class ProcessRunner:
         return run
 
     async def _start_supervisor(
-        self, args: list[str], cwd: str | None, env: dict[str, str], gate: int, notes: int
+        self,
+        args: list[str],
+        cwd: str | None,
+        env: dict[str, str],
+        gate: int,
+        notes: int,
+        forked: bool = True,
     ) -> asyncio.subprocess.Process | ServedProcess:
-        """The run's supervisor, forked by the server, else started as a program."""
-        if self.fork_server:
+        """The run's supervisor, forked by the server (unless not `forked`), else started
+        as a program. Raises ForkUnknown when the server ended once asked."""
+        if forked and self.fork_server:
             process = await self._fork_supervisor(args, cwd, env, gate, notes)
             if process is not None:
                 return process
@@ -329,6 +352,9 @@ class ProcessRunner:
             fds = [gate, notes] if directory < 0 else [gate, notes, directory]
             try:
                 return await server.fork(args, env, fds)
+            except ForkUnknown as exc:
+                self._fell_back(f"it ended while forking one: {exc}")
+                raise
             except (OSError, ServerGone, TimeoutError) as exc:
                 self._fell_back(f"it could not fork one: {exc}")
                 return None
@@ -489,3 +515,18 @@ class ProcessRunner:
         if self.lease is not None:  # its runs are over: no one reads it any more
             with contextlib.suppress(OSError):
                 self.lease.unlink()
+
+
+async def _unread(write_end: int, wait: float = 1.0) -> bool:
+    """Whether no process holds the read end of the pipe `write_end` writes to (poll says
+    POLLERR on a write end with no reader), looked at for up to `wait` seconds: the fds
+    a dead server held, or that were in flight to it, are let go as it is reaped."""
+    poller = select.poll()
+    poller.register(write_end, 0)
+    end = time.monotonic() + wait
+    while True:
+        if any(events & select.POLLERR for _, events in poller.poll(0)):
+            return True
+        if time.monotonic() >= end:
+            return False
+        await asyncio.sleep(0.02)

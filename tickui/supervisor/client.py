@@ -31,6 +31,11 @@ class ServerGone(Exception):
     """The server ended (or was ended) before it answered."""
 
 
+class ForkUnknown(ServerGone):
+    """The server ended (or was ended) after it was asked to fork and before it answered:
+    a supervisor may have been forked for the request, unknown to the caller."""
+
+
 class ServedProcess:
     """A supervisor forked by the server, with what the runner uses of an
     asyncio.subprocess.Process: pid, returncode, wait(), send_signal(), kill()."""
@@ -168,14 +173,18 @@ class SupervisorServer:
                 raise
             try:
                 return await asyncio.wait_for(asyncio.shield(answer), REPLY_WAIT)
+            except ServerGone as exc:
+                raise ForkUnknown(str(exc)) from None
             except TimeoutError:
                 # stuck: killed, and what it said before dying read up to its EOF
                 self._kill_process()
                 try:
                     return await asyncio.wait_for(answer, SERVER_END_WAIT)
+                except ServerGone as exc:
+                    raise ForkUnknown(str(exc)) from None
                 except TimeoutError:
                     self._lost()
-                    raise
+                    raise ForkUnknown("the supervisor server did not answer") from None
         finally:
             self.pending.pop(request_id, None)
 
