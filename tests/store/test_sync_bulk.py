@@ -12,7 +12,8 @@ from tickui.common.timeutil import MICROS
 from tickui.model.spec import TaskSpec, build_spec
 from tickui.store import Store, default_anchor
 from tickui.store.abc import SyncReport
-from tickui.store.tasks import QUEUED_CANCEL, TaskQueries
+from tickui.store.tasks import QUEUED_CANCEL
+from tickui.store.tasksync import next_slot
 
 N = 2000
 CRONS = ("*/5 * * * *", "0 * * * *", "0 9 * * 1-5", "@daily", "0 4 L * *", "*/10 * * * * *")
@@ -69,7 +70,7 @@ def sync_one_by_one(db: Path, specs: list[TaskSpec], now: int) -> SyncReport:
             row = existing.get(spec.name)
             if row is None:
                 anchor = default_anchor(spec, now)
-                nxt, due = TaskQueries._next(spec, spec.name, anchor, now - 1)
+                nxt, due = next_slot(spec, anchor, now - 1)
                 conn.execute(
                     "INSERT INTO tasks (name, spec, definition_hash, source, enabled,"
                     " created_at, updated_at, anchor, next_run_at, due_at)"
@@ -90,7 +91,7 @@ def sync_one_by_one(db: Path, specs: list[TaskSpec], now: int) -> SyncReport:
                 report.added.append(spec.name)
             elif row[2] != spec.definition_hash() or row[3] != "config":
                 anchor = spec.anchor if spec.anchor is not None else row[4]
-                nxt, due = TaskQueries._next(spec, spec.name, anchor, now)
+                nxt, due = next_slot(spec, anchor, now)
                 conn.execute(
                     "UPDATE tasks SET spec = ?, definition_hash = ?, source = 'config',"
                     " enabled = ?, note = NULL, generation = generation + 1,"

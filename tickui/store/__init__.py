@@ -32,7 +32,7 @@ from tickui.store.copies import (
     outcome_counts,
 )
 from tickui.store.dbfile import DATABASE_ERRORS, database_failure, lookup, os_failure
-from tickui.store.tasks import default_anchor
+from tickui.store.tasksync import default_anchor
 
 SCHEMA_VERSION = schema.VERSION  # the newest schema this tickui reads and writes
 

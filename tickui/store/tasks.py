@@ -18,10 +18,16 @@ from tickui.common.errors import NotFound
 from tickui.model.occurrence import ACTIVE, QUEUED
 from tickui.model.records import STATS_WINDOW, Task, TaskStats
 from tickui.model.spec import TaskSpec
-from tickui.schedules.triggers import jitter_offset
 from tickui.store.abc import SyncReport
 from tickui.store.base import NO_STATS, SPEC_CACHE_MAX, StoreBase
-from tickui.store.tasksync import DELETE_TASK, INSERT_TASK, UPDATE_SYNCED, default_anchor, plan_sync
+from tickui.store.tasksync import (
+    DELETE_TASK,
+    INSERT_TASK,
+    UPDATE_SYNCED,
+    insert_row,
+    next_slot,
+    plan_sync,
+)
 
 QUEUED_CANCEL = (
     "UPDATE occurrences SET state = 'cancelled', finished_at = ?, detail = ?"
@@ -62,33 +68,9 @@ class TaskQueries(StoreBase):
             overridden=bool(row[12]),
         )
 
-    @staticmethod
-    def _next(spec: TaskSpec, name: str, anchor: int, after: int) -> tuple[int | None, int | None]:
-        """The next slot strictly after `after`, and when it is due (with jitter)."""
-        slot = spec.schedule(anchor).next_after(after)
-        if slot is None:
-            return None, None
-        return slot, slot + jitter_offset(name, slot, spec.jitter)
-
     async def _insert_task(self, spec: TaskSpec, now: int, source: str) -> None:
         """Insert a new task row, its first slot computed from its anchor (in a write)."""
-        anchor = default_anchor(spec, now)
-        nxt, due = self._next(spec, spec.name, anchor, now - 1)
-        await self._conn.execute(
-            INSERT_TASK,
-            (
-                spec.name,
-                spec.to_json(),
-                spec.definition_hash(),
-                source,
-                int(spec.enabled),
-                now,
-                now,
-                anchor,
-                nxt,
-                due,
-            ),
-        )
+        await self._conn.execute(INSERT_TASK, insert_row(spec, now, source))
 
     async def add_task(self, spec: TaskSpec, now: int, source: str = "cli") -> Task:
         try:
@@ -147,7 +129,7 @@ class TaskQueries(StoreBase):
         """Disable keeps history; enable schedules the next slot after now (no misfires)."""
         task = await self.get_task(name)
         if enabled:
-            nxt, due = self._next(task.spec, name, task.anchor, now)
+            nxt, due = next_slot(task.spec, task.anchor, now)
             sql = (
                 "UPDATE tasks SET enabled = 1, note = NULL, failures = 0, next_run_at = ?,"
                 " due_at = ?, updated_at = ? WHERE id = ?"
@@ -249,7 +231,7 @@ class TaskQueries(StoreBase):
                 overridden = int(new_hash != file_hash)
                 new_hash = file_hash
             anchor = spec.anchor if spec.anchor is not None else row_anchor
-            nxt, due = self._next(spec, spec.name, anchor, now)
+            nxt, due = next_slot(spec, anchor, now)
             await self._conn.execute(
                 "UPDATE tasks SET name = ?, spec = ?, definition_hash = ?,"
                 " generation = generation + 1, updated_at = ?, anchor = ?, next_run_at = ?,"

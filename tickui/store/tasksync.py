@@ -42,25 +42,31 @@ class SyncPlan:
         return bool(self.inserts or self.updates or self.removed)
 
 
-class _Slots:
-    """The next slot of each task, as `TaskQueries._next` gives it. Cron slots depend
-    only on (expression, zone, after): tasks sharing them are worked out once."""
+def next_slot(spec: TaskSpec, anchor: int, after: int) -> tuple[int | None, int | None]:
+    """A task's next slot strictly after `after`, and when it is due (with its jitter)."""
+    slot = spec.schedule(anchor).next_after(after)
+    if slot is None:
+        return None, None
+    return slot, slot + jitter_offset(spec.name, slot, spec.jitter)
 
-    def __init__(self) -> None:
-        self._cron: dict[tuple[str, str, int], int | None] = {}
 
-    def next(self, spec: TaskSpec, anchor: int, after: int) -> tuple[int | None, int | None]:
-        if spec.kind == "cron":
-            key = (spec.expr, spec.tz, after)
-            if key in self._cron:
-                slot = self._cron[key]
-            else:
-                slot = self._cron[key] = spec.schedule(anchor).next_after(after)
-        else:
-            slot = spec.schedule(anchor).next_after(after)
-        if slot is None:
-            return None, None
-        return slot, slot + jitter_offset(spec.name, slot, spec.jitter)
+def insert_row(spec: TaskSpec, now: int, source: str, digest: str | None = None) -> tuple:
+    """INSERT_TASK's parameters for a new task: its first slot from its anchor."""
+    anchor = default_anchor(spec, now)
+    nxt, due = next_slot(spec, anchor, now - 1)
+    digest = spec.definition_hash() if digest is None else digest
+    return (
+        spec.name,
+        spec.to_json(),
+        digest,
+        source,
+        int(spec.enabled),
+        now,
+        now,
+        anchor,
+        nxt,
+        due,
+    )
 
 
 def default_anchor(spec: TaskSpec, now: int) -> int:
@@ -77,7 +83,6 @@ def plan_sync(specs: Sequence[TaskSpec], rows: Sequence[Any], now: int) -> SyncP
     hand, is replaced (its generation bumped, its queued occurrences cancelled); a
     config task no longer declared is removed; a CLI-made task not declared is kept."""
     plan = SyncPlan()
-    slots = _Slots()
     existing = {row[1]: row for row in rows}
     wanted = set()
     for spec in specs:
@@ -86,15 +91,11 @@ def plan_sync(specs: Sequence[TaskSpec], rows: Sequence[Any], now: int) -> SyncP
         row = existing.get(name)
         digest = spec.definition_hash()
         if row is None:
-            anchor = default_anchor(spec, now)
-            nxt, due = slots.next(spec, anchor, now - 1)
-            enabled = int(spec.enabled)
-            values = (name, spec.to_json(), digest, "config", enabled, now, now, anchor, nxt, due)
-            plan.inserts.append(values)
+            plan.inserts.append(insert_row(spec, now, "config", digest))
             plan.report.added.append(name)
         elif row[2] != digest or row[3] != "config":
             anchor = spec.anchor if spec.anchor is not None else row[4]
-            nxt, due = slots.next(spec, anchor, now)
+            nxt, due = next_slot(spec, anchor, now)
             plan.updates.append(
                 (spec.to_json(), digest, int(spec.enabled), now, anchor, nxt, due, row[0])
             )
