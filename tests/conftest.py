@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from disk_support import small_disk  # noqa: F401  (a fixture: a small tmpfs of its own)
 
 import services  # tests/services.py: pytest puts tests/ on sys.path for this rootdir conftest
 import signing_support  # noqa: F401  (sets TICKUI_KEY_FILE for every engine and worker)

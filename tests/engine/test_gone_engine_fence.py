@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from disk_support import fill
+
 from helpers import rig, wait_for
 from tickui.common import procs
 from tickui.common.timeutil import MICROS
@@ -120,3 +122,23 @@ def test_a_restarted_worker_fences_the_runs_of_its_earlier_process_first(tmp_pat
     finally:
         worker.kill()
         worker.wait(10)
+
+
+def test_a_gone_engines_runs_are_fenced_on_a_full_disk_too(small_disk):
+    """No room for the lease's new file: it is fenced in place, and a late supervisor of
+    the gone engine still never starts its command."""
+    lease, _ = _gone_engine(small_disk)
+    filler = fill(small_disk)
+    assert fence_gone(small_disk, ENGINE_LEASES) == 1
+    assert read_lease(str(lease)) == 0.0
+    assert [p.name for p in small_disk.iterdir() if p.suffix == ".tmp"] == []
+    filler.unlink()  # room again, for the late supervisor's journal and log
+    journal, ran = small_disk / "late.journal", small_disk / "ran"
+    late = supervisor_argv(
+        ["sh", "-c", f"echo ran > {ran}"], journal=journal, log=small_disk / "late.log",
+        lease=lease, lease_deadline=time.monotonic() + 600,
+    )  # fmt: skip
+    done = subprocess.run(late, input=b"go\n", capture_output=True, timeout=30)
+    assert done.returncode == EXIT_NOT_STARTED, done.stderr
+    assert not ran.exists()
+    assert (j.read_journal(str(journal)) or {}).get("reason") == "fenced"

@@ -18,7 +18,7 @@ from tickui.common import procs
 from tickui.common.boundedlog import last_line_of
 from tickui.model.occurrence import RUN_COMPLETED, RUN_FAILED, bound
 from tickui.supervisor import journal as j
-from tickui.supervisor.lease import read_lease, write_lease
+from tickui.supervisor.lease import fence_lease, read_lease
 from tickui.supervisor.main import KILL_WAIT, LEASE_CHECK
 
 FENCE_SLACK = 1.0  # seconds for SIGKILL to land, the last scan and the journal's end
@@ -100,7 +100,7 @@ async def last_word(path: Path, by_lease: bool) -> tuple[str, dict[str, Any] | N
     lease, grace = record.get("lease"), record.get("grace")
     if by_lease and isinstance(lease, str):
         with contextlib.suppress(OSError):
-            write_lease(lease, 0.0)
+            fence_lease(lease)
     else:
         sup = record.get("supervisor")
         with contextlib.suppress(OSError, TypeError, ValueError):
@@ -179,6 +179,6 @@ def fence_gone(folder: Path, prefix: str) -> int:
                 if time.time() - os.stat(path).st_mtime > FENCED_KEPT:
                     os.unlink(path)
                 continue
-            write_lease(path, 0.0)
+            fence_lease(path)
             fenced += 1
     return fenced

@@ -16,10 +16,17 @@ def write_lease(path: str, deadline: float) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, f"{deadline!r}\n".encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.write(fd, f"{deadline!r}\n".encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:  # noqa: SIM105 - contextlib costs milliseconds to import in a supervisor
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_lease(path: str) -> float | None:
@@ -34,3 +41,21 @@ def read_lease(path: str) -> float | None:
     except ValueError:
         return None
     return None if math.isnan(deadline) else deadline
+
+
+def fence_lease(path: str) -> None:
+    """Set the lease to 0 (its runs fenced at their next look), even on a full disk: when
+    the atomic replace cannot get space, the line is overwritten in place at its own
+    length (`0` and spaces), which needs no new block. Raises OSError when neither works
+    (the file is gone or cannot be written)."""
+    try:
+        write_lease(path, 0.0)
+        return
+    except OSError:
+        pass  # no space for the new file: in place
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        length = len(os.pread(fd, 128, 0).rstrip(b"\n")) or 1
+        os.pwrite(fd, b"0" + b" " * (length - 1), 0)
+    finally:
+        os.close(fd)
