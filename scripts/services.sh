@@ -16,6 +16,9 @@
 #          TICKUI_TEST_KAFKA_SCRAM_PASSWORD_FILE
 #   Kafka SSL (TLS, no login)                -> TICKUI_TEST_KAFKA_TLS=127.0.0.1:P
 #   Kafka SASL_SSL (TLS + the same SCRAM user) -> TICKUI_TEST_KAFKA_SASL_SSL=127.0.0.1:P
+#   PostgreSQL (Debian's server, initdb in a temp folder, run as an unprivileged user)
+#       -> TICKUI_TEST_PG_URL=postgresql://tickui@127.0.0.1:P/postgres (no password in it),
+#          TICKUI_TEST_PG_PASSWORD_FILE
 #   CA that signed every server certificate (IP:127.0.0.1, DNS:localhost) -> TICKUI_TEST_TLS_CA;
 #   a second CA that signed nothing they present, to check refusals      -> TICKUI_TEST_TLS_OTHER_CA
 # then runs CMD in the background and waits for it, so that INT/TERM traps run; on exit the
@@ -164,6 +167,80 @@ start_tansu_once() {
         { log "tansu: admin list_topics failed"; log_tail "$TMPD/tansu.probe.log"; return 1; }
     our_child "$TANSU_PID" || return 1
     log "tansu ready on 127.0.0.1:$TANSU_PORT (pid $TANSU_PID) in $(($(now_ms) - t0)) ms"
+}
+
+# ---- PostgreSQL ------------------------------------------------------------------------------
+# Debian's server (package postgresql), run as an unprivileged user (postgres, or nobody) on a
+# cluster made by initdb in a folder of its own: TCP on loopback only, no Unix socket outside that
+# folder, password login (SCRAM) for the superuser tickui, durability off (a test cluster).
+PG_PID='' PG_PORT='' PG_LOG='' PG_BIN='' PG_USER='' PG_DIR='' PG_PASSWORD_FILE=''
+find_pg_bin() {
+    local d
+    for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+        [ -x "$d/postgres" ] && [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+    done
+    command -v postgres >/dev/null && command -v initdb >/dev/null &&
+        { dirname "$(readlink -f "$(command -v postgres)")"; return 0; }
+    return 1
+}
+
+# as_pg_user CMD...: CMD as the unprivileged user when we are root, else as ourselves.
+as_pg_user() {
+    if [ -n "$PG_USER" ]; then
+        setpriv --reuid="$PG_USER" --regid="$(id -g "$PG_USER")" --clear-groups --reset-env -- "$@"
+    else
+        "$@"
+    fi
+}
+
+make_pg_cluster() {
+    local t0
+    t0=$(now_ms)
+    PG_USER=
+    if [ "$(id -u)" -eq 0 ]; then
+        if id postgres >/dev/null 2>&1; then PG_USER=postgres; else PG_USER=nobody; fi
+    fi
+    # Its own folder, outside $TMPD (0700, root's): the server's user must own it.
+    PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tickui-pg.XXXXXX")
+    [ -n "$PG_USER" ] && chown "$PG_USER" "$PG_DIR"
+    cp "$PG_PASSWORD_FILE" "$PG_DIR/pwfile"
+    [ -n "$PG_USER" ] && chown "$PG_USER" "$PG_DIR/pwfile"
+    if ! as_pg_user "$PG_BIN/initdb" -D "$PG_DIR/data" -U tickui --pwfile="$PG_DIR/pwfile" \
+            --auth=scram-sha-256 -E UTF8 --locale=C.UTF-8 --no-sync >"$TMPD/initdb.log" 2>&1; then
+        log_tail "$TMPD/initdb.log"
+        return 1
+    fi
+    rm -f "$PG_DIR/pwfile"
+    log "PostgreSQL cluster made by initdb as ${PG_USER:-$(id -un)} in $(($(now_ms) - t0)) ms"
+}
+
+start_pg_once() {
+    local attempt=$1 t0 first
+    PG_PORT=$(free_port) || return 1
+    PG_LOG=$TMPD/postgres.$attempt.log
+    t0=$(now_ms)
+    # setsid and setpriv both exec: $! is the postmaster's PID.
+    local as_user=()
+    [ -n "$PG_USER" ] && as_user=(setpriv --reuid="$PG_USER" --regid="$(id -g "$PG_USER")" \
+        --clear-groups --reset-env --)
+    "${DETACH[@]}" "${as_user[@]}" "$PG_BIN/postgres" -D "$PG_DIR/data" -p "$PG_PORT" \
+        -c listen_addresses=127.0.0.1 -c unix_socket_directories="$PG_DIR" \
+        -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+        -c max_connections=300 -c shared_buffers=64MB -c log_min_messages=warning \
+        </dev/null >"$PG_LOG" 2>&1 &
+    PG_PID=$!
+    while :; do
+        our_child "$PG_PID" || { log "postgres (pid $PG_PID) exited at start"; return 1; }
+        PGPASSWORD=$(<"$PG_PASSWORD_FILE") timeout 2 "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" \
+            -U tickui -d postgres -Atqc 'select 1' >/dev/null 2>&1 && break
+        (($(now_ms) - t0 < START_TIMEOUT * 1000)) || { log "postgres: no answer in ${START_TIMEOUT}s"; return 1; }
+        sleep 0.05
+    done
+    # The answer must come from our server: its postmaster.pid names our PID.
+    first=$(head -n 1 "$PG_DIR/data/postmaster.pid" 2>/dev/null || true)
+    [ "$first" = "$PG_PID" ] || { log "postgres: postmaster.pid says '$first', not ours ($PG_PID)"; return 1; }
+    our_child "$PG_PID" || return 1
+    log "postgres ready on 127.0.0.1:$PG_PORT, user tickui (pid $PG_PID) in $(($(now_ms) - t0)) ms"
 }
 
 # ---- secured services: TLS material and passwords -------------------------------------------
@@ -440,6 +517,8 @@ cleanup() {
     stop_pid "$REDIS_TLS_PID" "redis-server TLS"
     stop_pid "$TANSU_PID" tansu
     stop_pid "$REDIS_PID" redis-server
+    stop_pid "$PG_PID" postgres
+    [ -n "$PG_DIR" ] && rm -rf "$PG_DIR"
     if [ -n "$TMPD" ]; then
         if [ "${TICKUI_KEEP_SERVICE_LOGS:-}" = 1 ]; then log "logs kept in $TMPD"; else rm -rf "$TMPD"; fi
     fi
@@ -487,7 +566,8 @@ run() {
     # Only what this run starts is exported: never an address left by an outer run.
     unset TICKUI_TEST_TLS_CA TICKUI_TEST_TLS_OTHER_CA TICKUI_TEST_REDIS_TLS_URL \
         TICKUI_TEST_REDIS_PASSWORD_FILE TICKUI_TEST_KAFKA_SCRAM TICKUI_TEST_KAFKA_SCRAM_USER \
-        TICKUI_TEST_KAFKA_SCRAM_PASSWORD_FILE TICKUI_TEST_KAFKA_TLS TICKUI_TEST_KAFKA_SASL_SSL
+        TICKUI_TEST_KAFKA_SCRAM_PASSWORD_FILE TICKUI_TEST_KAFKA_TLS TICKUI_TEST_KAFKA_SASL_SSL \
+        TICKUI_TEST_PG_URL TICKUI_TEST_PG_PASSWORD_FILE
 
     if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
         unavailable "redis-server/redis-cli not on PATH (apt-get install redis-server)" || true
@@ -537,6 +617,19 @@ run() {
         export TICKUI_TEST_KAFKA_SASL_SSL="127.0.0.1:$KAFKA_SASL_SSL_PORT"
     fi  # else: said above (no Tansu, or no openssl)
 
+    if ! PG_BIN=$(find_pg_bin); then
+        unavailable "no PostgreSQL server (apt-get install postgresql)" || true
+    elif [ "$(id -u)" -eq 0 ] && ! command -v setpriv >/dev/null; then
+        unavailable "setpriv not on PATH: PostgreSQL cannot run as root" || true
+    else
+        PG_PASSWORD_FILE=$SECRETS_DIR/postgres.password
+        make_secret "$PG_PASSWORD_FILE"
+        make_pg_cluster || die "initdb failed"
+        start_service pg
+        export TICKUI_TEST_PG_URL="postgresql://tickui@127.0.0.1:$PG_PORT/postgres"
+        export TICKUI_TEST_PG_PASSWORD_FILE=$PG_PASSWORD_FILE
+    fi
+
     export TICKUI_TEST_PIDDIR=$PIDDIR
     export TICKUI_TEST_REQUIRE_SERVICES=$REQUIRE
     # Non-interactive bash starts background commands with SIGINT ignored; give CMD the default
@@ -548,6 +641,7 @@ run() {
     wait "$CHILD" || RC=$?
     CHILD=
     report_dead redis-server "$REDIS_PID" "$REDIS_LOG"
+    report_dead postgres "$PG_PID" "$PG_LOG"
     report_dead tansu "$TANSU_PID" "$TANSU_LOG"
     report_dead "redis-server TLS" "$REDIS_TLS_PID" "$REDIS_TLS_LOG"
     report_dead tansu-scram "$SCRAM_TANSU_PID" "$SCRAM_TANSU_LOG"

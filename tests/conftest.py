@@ -36,6 +36,22 @@ def tmp_db(tmp_path: Path) -> Path:
 
 # ---- real services (started by scripts/services.sh; see tests/services.py) --------------------
 
+STORES = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=STORES)
+def store_target(request, tmp_path: Path):
+    """Where a test's store lives, once on each kind: a new SQLite file's path, or the URL
+    of a new database of its own on the test PostgreSQL server (dropped after the test)."""
+    if request.param == "sqlite":
+        yield tmp_path / "tickui.db"
+        return
+    url = services.create_pg_database()
+    try:
+        yield url
+    finally:
+        services.drop_pg_database(url)
+
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:

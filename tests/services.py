@@ -79,6 +79,8 @@ KAFKA_TLS_ENV = "TICKUI_TEST_KAFKA_TLS"
 KAFKA_SASL_SSL_ENV = "TICKUI_TEST_KAFKA_SASL_SSL"
 REDIS_TLS_ENV = "TICKUI_TEST_REDIS_TLS_URL"
 REDIS_PASSWORD_FILE_ENV = "TICKUI_TEST_REDIS_PASSWORD_FILE"
+PG_ENV = "TICKUI_TEST_PG_URL"  # the PostgreSQL server's admin database, no password in it
+PG_PASSWORD_FILE_ENV = "TICKUI_TEST_PG_PASSWORD_FILE"
 PIDDIR_ENV = "TICKUI_TEST_PIDDIR"  # scripts/services.sh stops what is listed there at exit
 REQUIRE_ENV = "TICKUI_TEST_REQUIRE_SERVICES"  # set by scripts/services.sh: missing = failure
 
@@ -119,6 +121,44 @@ def cannot_here(reason: str, what: str = "a missing capability") -> NoReturn:
 
 
 # ---- the shared services started by scripts/services.sh -------------------------------------
+
+
+def pg_admin_url() -> str:
+    """The PostgreSQL server's admin URL. Its password goes into PGPASSWORD (this process's
+    and every tickui it starts), as a user's `~/.pgpass` or PGPASSWORD would give it."""
+    url = os.environ.get(PG_ENV)
+    if not url:
+        unavailable(f"{PG_ENV} is not set (no PostgreSQL started by scripts/services.sh)")
+    password_file = os.environ.get(PG_PASSWORD_FILE_ENV)
+    if password_file and "PGPASSWORD" not in os.environ:
+        os.environ["PGPASSWORD"] = Path(password_file).read_text()
+    return url
+
+
+def pg_database_url(name: str) -> str:
+    """The URL of database `name` on the test server (same user and host)."""
+    base = pg_admin_url()
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+def create_pg_database() -> str:
+    """A new empty database on the test server; returns its URL."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_admin_url(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return pg_database_url(name)
+
+
+def drop_pg_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(pg_admin_url(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def redis_url() -> str:

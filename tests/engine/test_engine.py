@@ -1,4 +1,5 @@
-"""The engine on a real SQLite file with real subprocesses, steered by a manual clock."""
+"""The engine on each store (a real SQLite file, a real PostgreSQL database) with real
+subprocesses, steered by a manual clock."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from tickui.store import LeaseLost, NewEvent
 SLOW = [sys.executable, "-c", "import time; time.sleep(30)"]
 
 
-async def test_each_slot_runs_once_and_settles_from_events(tmp_path):
+async def test_each_slot_runs_once_and_settles_from_events(store_target, tmp_path):
     out = tmp_path / "out.txt"
-    async with rig(tmp_path / "t.db") as r:
+    async with rig(store_target) as r:
         await r.add(
             "hello", every="1s", command=["sh", "-c", f"echo $TICKUI_SCHEDULED_FOR >> {out}"]
         )
@@ -44,8 +45,8 @@ async def test_each_slot_runs_once_and_settles_from_events(tmp_path):
         assert task.next_run_at == T0 + 5 * MICROS
 
 
-async def test_failure_codes_are_stored(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_failure_codes_are_stored(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("exit3", every="1m", command=["sh", "-c", "echo boom >&2; exit 3"])
         await r.add("nosuch", every="1m", command=[str(tmp_path / "missing-binary")])
         await r.add("slow", every="1m", timeout="300ms", command=SLOW)
@@ -63,8 +64,8 @@ async def test_failure_codes_are_stored(tmp_path):
         assert by_task["slow"].state == "failed"
 
 
-async def test_finished_run_wakes_the_engine_without_a_tick(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_finished_run_wakes_the_engine_without_a_tick(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("quick", every="1h", command=["sh", "-c", "sleep 0.2"])
         settled = asyncio.Event()
 
@@ -79,8 +80,8 @@ async def test_finished_run_wakes_the_engine_without_a_tick(tmp_path):
         assert (await r.history())[0].state == "succeeded"
 
 
-async def test_terminal_states_never_change(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_terminal_states_never_change(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("ok", every="1h")
         await r.engine.start()
         await r.settle()
@@ -159,8 +160,8 @@ async def test_run_all_caps_at_100(tmp_path):
 
 
 @pytest.mark.parametrize("policy", ["forbid", "allow", "replace"])
-async def test_overlap_policies(tmp_path, policy):
-    async with rig(tmp_path / "t.db") as r:
+async def test_overlap_policies(store_target, tmp_path, policy):
+    async with rig(store_target) as r:
         await r.add("slow", every="1s", concurrency=policy, command=SLOW)
         await r.engine.start()
         await r.tick(1)
@@ -208,8 +209,8 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-async def test_run_now_is_manual_and_does_not_move_the_schedule(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_run_now_is_manual_and_does_not_move_the_schedule(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("job", every="1h", command=["true"])
         await r.engine.start()
         await r.settle()
@@ -222,8 +223,8 @@ async def test_run_now_is_manual_and_does_not_move_the_schedule(tmp_path):
         assert after.next_run_at == before.next_run_at
 
 
-async def test_run_now_refusals_are_typed_and_stored(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_run_now_refusals_are_typed_and_stored(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("off", every="1h", disabled=True)
         await r.add("busy", every="1h", command=SLOW)
         await r.engine.start()
@@ -238,8 +239,8 @@ async def test_run_now_refusals_are_typed_and_stored(tmp_path):
         assert reasons[0][2].startswith("TASK_DISABLED")
 
 
-async def test_run_now_request_from_another_process_is_picked_up(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_run_now_request_from_another_process_is_picked_up(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("job", every="1h")
         await r.engine.start()
         await r.settle()  # the first slot's run ends first: under `forbid` it would refuse
@@ -251,8 +252,8 @@ async def test_run_now_request_from_another_process_is_picked_up(tmp_path):
         assert (await r.store.get_occurrence(occ_id)).kind == "manual"
 
 
-async def test_disabled_slots_are_not_misfires(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_disabled_slots_are_not_misfires(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("job", every="10s", misfire="run_all")
         await r.engine.start()
         await r.settle()
@@ -291,8 +292,8 @@ async def test_second_engine_is_standby_and_fencing_rejects_old_tokens(tmp_path)
             await a.store.claim([plan], a.engine.owner, old_token, b.clock.now())
 
 
-async def test_a_slot_is_never_claimed_twice(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_slot_is_never_claimed_twice(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("job", every="1s")
         await r.engine.start()
         await r.settle()
@@ -310,8 +311,8 @@ async def test_a_slot_is_never_claimed_twice(tmp_path):
         assert [o.scheduled_for for o in await r.history("job")] == [T0]
 
 
-async def test_a_generation_bump_voids_a_stale_plan(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_generation_bump_voids_a_stale_plan(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("job", every="1s")
         await r.engine.start()
         await r.settle()
@@ -354,8 +355,8 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-async def test_stop_cancels_runs_after_the_grace(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_stop_cancels_runs_after_the_grace(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("slow", every="1h", command=SLOW)
         await r.engine.start()
         await wait_for(lambda: _running_in(r, "slow"), what="slow running")
@@ -366,8 +367,8 @@ async def test_stop_cancels_runs_after_the_grace(tmp_path):
         assert (await r.store.lease()).expires_at <= r.clock.now()
 
 
-async def test_history_is_pruned_with_events_and_logs(tmp_path):
-    async with rig(tmp_path / "t.db", keep=3, prune_every=0) as r:
+async def test_history_is_pruned_with_events_and_logs(store_target, tmp_path):
+    async with rig(store_target, keep=3, prune_every=0) as r:
         await r.add("job", every="1s", command=["sh", "-c", "echo hi"])
         await r.engine.start()
         await r.settle()
@@ -383,11 +384,11 @@ async def test_history_is_pruned_with_events_and_logs(tmp_path):
         assert commands == {o.command_id for o in runs}
 
 
-async def test_runs_get_cwd_env_and_a_private_log_file(tmp_path):
+async def test_runs_get_cwd_env_and_a_private_log_file(store_target, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     script = 'pwd; echo "$GREETING $TICKUI_TASK $TICKUI_KIND $TICKUI_SCHEDULED_FOR"'
-    async with rig(tmp_path / "t.db") as r:
+    async with rig(store_target) as r:
         await r.add(
             "env",
             every="1h",
@@ -404,8 +405,8 @@ async def test_runs_get_cwd_env_and_a_private_log_file(tmp_path):
         assert lines == [str(work), "hello env scheduled 2027-01-15T08:00:00+00:00"]
 
 
-async def test_a_user_can_cancel_a_running_occurrence(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_user_can_cancel_a_running_occurrence(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("slow", every="1h", command=SLOW)
         await r.engine.start()
         await wait_for(lambda: _running_in(r, "slow"), what="slow running")

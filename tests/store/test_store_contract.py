@@ -9,14 +9,17 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 import tickui.store
 from tickui.store.abc import Store
 from tickui.store.base import StoreBase
+from tickui.store.postgres import PostgresStore
 from tickui.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2] / "tickui"
 STORE_DIR = ROOT / "store"
-DATABASE_MODULES = {"sqlite3", "aiosqlite"}
+DATABASE_MODULES = {"sqlite3", "aiosqlite", "psycopg", "psycopg_pool"}
 ALLOWED_STORE_MODULES = {"tickui.store", "tickui.store.abc"}
 STORE_NAMES = {"store", "_store"}  # what callers call a store they hold
 # `.sequence.store` is the tick sequence's own store (tickui.ticks.sequence), not the database.
@@ -200,16 +203,17 @@ def test_the_import_check_catches_each_kind():
     ]
 
 
-def test_the_sqlite_store_implements_the_whole_contract():
-    assert issubclass(SQLiteStore, Store)
-    assert not inspect.isabstract(SQLiteStore), sorted(SQLiteStore.__abstractmethods__)
+@pytest.mark.parametrize("kind", [SQLiteStore, PostgresStore], ids=["sqlite", "postgresql"])
+def test_each_store_implements_the_whole_contract(kind):
+    assert issubclass(kind, Store)
+    assert not inspect.isabstract(kind), sorted(kind.__abstractmethods__)
     assert tickui.store.Store is Store
     public = {
         name
-        for cls in SQLiteStore.__mro__
+        for cls in kind.__mro__
         if cls.__module__.startswith("tickui.store.")
         for name, value in vars(cls).items()
-        if not name.startswith("_") and callable(getattr(SQLiteStore, name))
+        if not name.startswith("_") and callable(getattr(kind, name))
     }
     assert public - _declared() == set()  # nothing public beyond the contract
 

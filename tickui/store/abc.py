@@ -163,7 +163,8 @@ class Store(ABC):
     """One open tickui database. Writes that belong together are one transaction; the
     lease's token fences every claim, so a second engine can never claim a slot twice."""
 
-    path: Path  # the database file
+    path: Path  # the database file (for a PostgreSQL store: its URL, as shown)
+    where: str  # the database as it may be shown: a file's path, or a URL without password
     log_dir: Path  # where the runs' output is kept, beside the file
     readonly: bool  # opened by a command that only reads: every write is refused
 
@@ -172,8 +173,13 @@ class Store(ABC):
     @classmethod
     async def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> Store:
         """Open the database at `path` for writing (created, private, when missing) or,
-        with `readonly`, for reading only. On the contract this opens tickui's store (the
-        SQLite one); an implementation's own `open` opens its kind."""
+        with `readonly`, for reading only. On the contract this opens the store `path` names:
+        a `postgresql://` URL a PostgreSQL store, anything else a SQLite file; an
+        implementation's own `open` opens its kind."""
+        if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+            from tickui.store.postgres import PostgresStore
+
+            return await PostgresStore.open(path, readonly=readonly)
         from tickui.store.sqlite import SQLiteStore
 
         return await SQLiteStore.open(path, readonly=readonly)

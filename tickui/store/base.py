@@ -103,8 +103,11 @@ class StoreBase(Store):
     """One connection to one tickui database file, and the plumbing every query group
     uses: the connection, its write lock, the parsed definitions and the listeners."""
 
+    _Conflict: type[Exception] = sqlite3.IntegrityError  # a unique key refused a row
+
     def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
         self.path = path
+        self.where = str(path)
         self._conn = conn
         self._lock = asyncio.Lock()
         self._listeners: list[Callable[[], None]] = []

@@ -3,7 +3,6 @@ occurrence rows that result, their acceptance and direct failure, history and pr
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,7 +89,7 @@ class ClaimQueries(StoreBase):
                     raise _SlowPath
                 try:
                     await self._conn.executemany(_INSERT_OCC, rows)
-                except sqlite3.IntegrityError:
+                except self._Conflict:
                     raise _SlowPath from None
         except _SlowPath:
             return await self.claim_one_by_one(plans, owner, token, now)
@@ -109,9 +108,8 @@ class ClaimQueries(StoreBase):
                 if cursor.rowcount != 1:
                     continue
                 for row in _occurrence_rows([plan], next_id, owner, token, now):
-                    try:
-                        await self._conn.execute(_INSERT_OCC, row)
-                    except sqlite3.IntegrityError:
+                    inserted = await self._conn.execute(_INSERT_OCC_IF_FREE, row)
+                    if inserted.rowcount != 1:
                         continue  # that slot was claimed before: never twice
                     ids.append(row[0])
                     next_id += 1
@@ -250,6 +248,7 @@ _INSERT_OCC = (
     " missed, detail, finished_at, owner, lease_token, generation, command_id)"
     " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_INSERT_OCC_IF_FREE = _INSERT_OCC.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
 
 
 def _claimed(row: tuple[Any, ...]) -> Occurrence:

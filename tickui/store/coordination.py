@@ -147,8 +147,10 @@ class Coordination(StoreBase):
         async with self._write():
             row = await self._one(
                 "INSERT INTO sequences (key, value) VALUES (?, ? + ?) ON CONFLICT (key)"
-                " DO UPDATE SET value = max(value, ?) + ? RETURNING value",
-                (key, floor, block, floor, block),
+                " DO UPDATE SET value ="
+                " CASE WHEN sequences.value > ? THEN sequences.value ELSE ? END + ?"
+                " RETURNING value",
+                (key, floor, block, floor, floor, block),
             )
         return row[0]
 

@@ -9,7 +9,6 @@ one last synced replaces it and clears the mark."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -76,7 +75,7 @@ class TaskQueries(StoreBase):
         try:
             async with self._write():
                 await self._insert_task(spec, now, source)
-        except sqlite3.IntegrityError:
+        except self._Conflict:
             from tickui.common.errors import BadInput
 
             raise BadInput("name", f"a task named {spec.name!r} exists already") from None

@@ -1,0 +1,184 @@
+"""A PostgreSQL connection that speaks to the query groups as their SQLite connection does.
+
+The query groups are written once, in the SQL both databases share, against the few calls
+aiosqlite's connection offers (`execute`, `executemany`, `execute_fetchall`, a cursor's
+`rowcount`, `lastrowid` and rows, `total_changes`). This module is that surface over
+psycopg 3: it turns the SQLite spellings the queries use into PostgreSQL's (placeholders,
+`INSERT OR IGNORE`, `instr`) once per text, binds values on the client (as SQLite takes
+them: a text into an integer column is the server's to cast), and stores booleans as the
+0 and 1 the schema keeps.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Dumper, Loader
+from psycopg.pq import Format
+
+# Tables whose rows get their id from the store (SQLite's rowid): an INSERT into one of them
+# answers the new id, as SQLite's cursor.lastrowid does.
+ID_TABLES = frozenset({"tasks", "occurrences", "requests", "hook_deliveries"})
+_INSERT = re.compile(r"^\s*INSERT\s+(OR\s+IGNORE\s+)?INTO\s+(\w+)", re.IGNORECASE)
+_RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
+_INSTR = re.compile(r"\binstr\(", re.IGNORECASE)
+# SQLite's `CROSS JOIN t ON ...` (an inner join it may not reorder) is a plain join here.
+_CROSS_ON = re.compile(r"\bCROSS JOIN (\w+) (\w+) ON\b")
+# SQLite's JSON functions where the queries use them, in PostgreSQL's words.
+_REWRITES = (
+    ("json_extract(t.spec, '$.retries') > 0", "(t.spec::json ->> 'retries')::numeric > 0"),
+    (
+        "json_extract(t.spec, '$.pause_after') IS NOT NULL",
+        "(t.spec::json ->> 'pause_after') IS NOT NULL",
+    ),
+    (
+        "SELECT value FROM json_each(?)",
+        "SELECT value::bigint FROM json_array_elements_text(?::json)",
+    ),
+)
+
+
+def _placeholders(sql: str) -> str:
+    """`?` to `%s` and `%` to `%%`, outside quoted literals."""
+    out: list[str] = []
+    quote = ""
+    for ch in sql:
+        if quote:
+            out.append("%%" if ch == "%" else ch)
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            out.append(ch)
+        elif ch == "?":
+            out.append("%s")
+        elif ch == "%":
+            out.append("%%")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str, many: bool = False) -> tuple[str, bool]:
+    """PostgreSQL's text for one of the query groups' statements, and whether it answers
+    the new row's id (a single INSERT into an ID_TABLES table without its own RETURNING)."""
+    text = _CROSS_ON.sub(r"JOIN \1 \2 ON", _INSTR.sub("strpos(", sql))
+    for sqlite_text, pg_text in _REWRITES:
+        text = text.replace(sqlite_text, pg_text)
+    returns_id = False
+    found = _INSERT.match(text)
+    if found:
+        ignore = bool(found.group(1))
+        if ignore:
+            text = text[: found.start(1)] + text[found.end(1) :]
+        has_returning = _RETURNING.search(text)
+        tail = ""
+        if ignore:
+            tail += " ON CONFLICT DO NOTHING"
+        if not has_returning and not many and found.group(2).lower() in ID_TABLES:
+            tail += " RETURNING id"
+            returns_id = True
+        if tail:
+            if has_returning:
+                at = has_returning.start()
+                text = text[:at].rstrip() + tail + " " + text[at:]
+            else:
+                text = text.rstrip().rstrip(";") + tail
+    return _placeholders(text), returns_id
+
+
+class _BoolAsInt(Dumper):
+    """Booleans are stored as 0 and 1, as in the SQLite schema (INTEGER columns)."""
+
+    oid = psycopg.adapters.types["int8"].oid
+
+    def dump(self, obj: bool) -> bytes:
+        return b"1" if obj else b"0"
+
+
+class _Whole(Loader):
+    """numeric (what sum() of bigint gives) as int when whole, as SQLite answers."""
+
+    format = Format.TEXT
+
+    def load(self, data: Any) -> int | float:
+        text = bytes(data).decode()
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+
+
+def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    conn.adapters.register_dumper(bool, _BoolAsInt)
+    conn.adapters.register_loader("numeric", _Whole)
+
+
+class Cursor:
+    """What a statement left: its rows, how many rows it changed and a new row's id."""
+
+    __slots__ = ("_rows", "lastrowid", "rowcount")
+
+    def __init__(self, rows: list[tuple[Any, ...]], rowcount: int, lastrowid: int | None):
+        self._rows = rows
+        self.rowcount = rowcount
+        self.lastrowid = lastrowid
+
+    async def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._rows
+
+    async def fetchone(self) -> tuple[Any, ...] | None:
+        return self._rows[0] if self._rows else None
+
+    async def close(self) -> None:
+        return None
+
+    def __await__(self):  # `await conn.execute(...)` and `async with` both work on it
+        async def _self() -> Cursor:
+            return self
+
+        return _self().__await__()
+
+
+class Connection:
+    """One psycopg connection, autocommit: transactions are the store's own BEGIN/COMMIT."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.raw = conn
+        self.total_changes = 0
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        text, returns_id = translate(sql)
+        async with self.raw.cursor() as cur:
+            await cur.execute(text, tuple(params) if params else None)
+            rows = await cur.fetchall() if cur.description is not None else []
+            count = cur.rowcount if cur.rowcount >= 0 else 0
+        lastrowid = None
+        if returns_id:
+            lastrowid = rows[0][0] if rows else None
+            rows = []
+        if _INSERT.match(sql) or sql.lstrip()[:6].upper() in ("UPDATE", "DELETE"):
+            self.total_changes += count
+        return Cursor(rows, count, lastrowid)
+
+    async def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> Cursor:
+        text, _ = translate(sql, many=True)
+        rows = [tuple(p) for p in seq]
+        if not rows:
+            return Cursor([], 0, None)
+        async with self.raw.cursor() as cur:
+            await cur.executemany(text, rows)
+            count = cur.rowcount if cur.rowcount >= 0 else 0
+        self.total_changes += count
+        return Cursor([], count, None)
+
+    async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return await (await self.execute(sql, params)).fetchall()
+
+    async def close(self) -> None:
+        await self.raw.close()

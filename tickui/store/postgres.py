@@ -1,0 +1,230 @@
+"""The PostgreSQL store: the same query groups as the SQLite store, on a PostgreSQL database.
+
+Writers are made to behave as SQLite's do: each write transaction first takes one
+transaction-scoped advisory lock (SQLite's `BEGIN IMMEDIATE`), so the claims, the lease
+and the ids a batch numbers itself see no other writer between their reads and writes,
+whatever host the writer is on. Every write transaction ends with a NOTIFY, delivered at
+commit; a second connection LISTENs, and `data_version` counts what it heard, so a viewer
+learns of another process's change without polling the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from tickui.common.errors import StoreError, Unavailable
+from tickui.store import pgschema
+from tickui.store.base import StoreBase
+from tickui.store.claims import ClaimQueries
+from tickui.store.coordination import Coordination
+from tickui.store.events import EventLog
+from tickui.store.hooks import HookQueries
+from tickui.store.pgconn import Connection, configure
+from tickui.store.queue import QueueQueries
+from tickui.store.tasks import TaskQueries
+from tickui.store.workers import WorkerQueries
+
+SCHEMES = ("postgresql", "postgres")
+WRITE_LOCK = 0x7469636B  # the advisory lock every write transaction takes ("tick")
+CHANNEL = "tickui_changes"
+CONNECT_TIMEOUT_S = 10
+
+
+def is_url(target: object) -> bool:
+    return isinstance(target, str) and urlsplit(target).scheme in SCHEMES
+
+
+def shown(url: str) -> str:
+    """The URL as it may be shown: never its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}@" if parts.username else ""
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
+def _failure(exc: BaseException, url: str) -> Unavailable:
+    """One line, without the password (libpq's messages never hold it, the URL may)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return Unavailable(f"PostgreSQL store {shown(url)}: {first}")
+
+
+def default_log_dir(url: str) -> Path:
+    """Where this host keeps the runs' output of a store at `url`: beside the user's data."""
+    import platformdirs
+
+    parts = urlsplit(shown(url))
+    key = hashlib.sha256(shown(url).encode()).hexdigest()[:12]
+    name = f"{parts.hostname or 'local'}-{parts.port or 5432}-{parts.path.strip('/') or 'db'}"
+    return Path(platformdirs.user_data_dir("tickui")) / "postgres" / f"{name}-{key}.logs"
+
+
+class PgStoreBase(StoreBase):
+    """The connection plumbing of StoreBase, on PostgreSQL."""
+
+    _Conflict = psycopg.errors.IntegrityError
+
+    def __init__(self, url: str, conn: Connection) -> None:
+        super().__init__(Path(shown(url)), conn)  # type: ignore[arg-type]
+        self.url = url
+        self.where = shown(url)
+        self.log_dir = default_log_dir(url)
+        self._changes = 0
+        self._listen: psycopg.AsyncConnection[Any] | None = None
+        self._listening: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> Self:
+        url = str(path)
+        try:
+            raw = await psycopg.AsyncConnection.connect(
+                url,
+                autocommit=True,
+                cursor_factory=psycopg.AsyncClientCursor,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name="tickui",
+            )
+        except psycopg.Error as exc:
+            raise _failure(exc, url) from None
+        configure(raw)
+        store = cls(url, Connection(raw))
+        store.readonly = readonly
+        try:
+            version = await store._version()
+            if readonly:
+                if version is None:
+                    raise Unavailable(
+                        f"PostgreSQL store {store.where} has no tickui schema"
+                        " (tickui task add or tickui run sets it up)"
+                    )
+                await raw.execute("SET default_transaction_read_only = on")
+            else:
+                await store._migrate()
+            await store._start_listening()
+        except psycopg.Error as exc:
+            await store.close()
+            raise _failure(exc, url) from None
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def _version(self) -> int | None:
+        """The schema's version; None for a database tickui never set up. A newer one is
+        refused, and so is a database whose tables are another program's."""
+        row = await self._one("SELECT to_regclass('tickui_meta') IS NOT NULL")
+        if not row[0]:
+            found = await self._all(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = current_schema() AND table_name = ANY(?)",
+                (list(pgschema.TABLES),),
+            )
+            if found:
+                names = ", ".join(sorted(r[0] for r in found)[:4])
+                raise StoreError(
+                    f"PostgreSQL store {self.where} has tables of another program"
+                    f" ({names}); left untouched"
+                )
+            return None
+        rows = dict(await self._all("SELECT key, value FROM tickui_meta"))
+        if rows.get("application") != pgschema.APPLICATION:
+            raise StoreError(f"PostgreSQL store {self.where} is not tickui's; left untouched")
+        version = int(rows.get("schema", "0"))
+        if version > pgschema.VERSION:
+            raise StoreError(
+                f"PostgreSQL store {self.where} has schema {version}, newer than this"
+                f" tickui's {pgschema.VERSION}; upgrade tickui (the database was left untouched)"
+            )
+        return version
+
+    async def _migrate(self) -> None:
+        version = await self._version()
+        if version == pgschema.VERSION:
+            return
+        async with self._write():
+            version = await self._version() or 0
+            for step in pgschema.MIGRATIONS[version:]:
+                for statement in step:
+                    await self._conn.raw.execute(statement)
+            await self._conn.execute(
+                "INSERT INTO tickui_meta (key, value) VALUES ('application', ?), ('schema', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (pgschema.APPLICATION, str(pgschema.VERSION)),
+            )
+
+    async def _start_listening(self) -> None:
+        raw = await psycopg.AsyncConnection.connect(
+            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+            application_name="tickui-listen",
+        )  # fmt: skip
+        await raw.execute(f"LISTEN {CHANNEL}")
+        self._listen = raw
+        self._listening = asyncio.create_task(self._hear(raw))
+
+    async def _hear(self, raw: psycopg.AsyncConnection[Any]) -> None:
+        with contextlib.suppress(psycopg.Error, asyncio.CancelledError):
+            async for _ in raw.notifies():
+                self._changes += 1
+
+    async def checkpoint(self) -> None:
+        return None  # the server folds its WAL itself
+
+    async def close(self) -> None:
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listening
+        for conn in (self._listen, self._conn.raw):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+
+    @contextlib.asynccontextmanager
+    async def _write(self):
+        """One write transaction at a time, as SQLite's: the advisory lock first."""
+        if self.readonly:
+            raise StoreError(f"PostgreSQL store {self.where} is open for reading only")
+        async with self._lock:
+            raw = self._conn.raw
+            await raw.execute("BEGIN")
+            try:
+                await raw.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                yield
+                await raw.execute(f"NOTIFY {CHANNEL}")
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):
+                    await raw.execute("ROLLBACK")
+                raise
+            await raw.execute("COMMIT")
+
+    async def data_version(self) -> int:
+        """Counts the commits heard on the change channel (this store's own too)."""
+        return self._changes
+
+    def on_events(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+
+class PostgresStore(
+    TaskQueries,
+    ClaimQueries,
+    QueueQueries,
+    EventLog,
+    Coordination,
+    HookQueries,
+    WorkerQueries,
+    PgStoreBase,
+):
+    """One PostgreSQL database, with every query group."""
