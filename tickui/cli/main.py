@@ -87,6 +87,7 @@ def _with_argv(parser: argparse.ArgumentParser, tail: str) -> None:
 def _globals() -> argparse.ArgumentParser:
     shared = _Parser(add_help=False)
     add_argument(shared, option("engine", "db"), suppress=True)
+    add_argument(shared, option("store", "url"), suppress=True)
     shared.add_argument(
         "--config",
         type=arg(checks.path_text, "--config"),
@@ -311,16 +312,28 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     return args, None
 
 
-def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path:
-    """The database path, with a leading `~` expanded here, once, so that every command
-    (the read-only ones too) looks at the same file."""
+def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path | str:
+    """The store: a PostgreSQL URL (a text), or a SQLite file's path with a leading `~`
+    expanded here, once, so that every command (the read-only ones too) looks at the same
+    file. A flag beats the environment, which beats tickui.toml; --store (TICKUI_STORE,
+    [store] url) beats --db (TICKUI_DB, [engine] db) at the same level."""
     from tickui.runtime import settings as config_mod
 
-    given, name = getattr(args, "db", None), "--db"
-    if given is None and (from_env := env_value(option("engine", "db"), dict(os.environ))):
+    env = dict(os.environ)
+    given, name = getattr(args, "store", None), "--store"
+    if given is None:
+        given, name = getattr(args, "db", None), "--db"
+    if given is None and (from_env := env_value(option("store", "url"), env)):
+        given, name = from_env
+        given = checks.store_text(given, name)
+    if given is None and (from_env := env_value(option("engine", "db"), env)):
         given, name = from_env
         given = checks.path_text(given, name)
+    if given is None and settings.store:
+        given, name = settings.store, "[store] url"
     if given:
+        if checks.is_store_url(given):
+            return given
         try:
             return Path(given).expanduser()
         except RuntimeError:  # `~user` with no such user, or no home directory

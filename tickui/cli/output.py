@@ -42,14 +42,15 @@ def print_json(value: Any) -> None:
 
 
 async def with_store(
-    path: Path, action, readonly: bool = False, name: str | None = None, empty: Any = None
+    path: Path | str, action, readonly: bool = False, name: str | None = None, empty: Any = None
 ) -> int:
     """Run `action` on the database. Read-only commands open it read-only. With no database
     at `path` nothing is created: a command about one named task says that task does not
     exist (exit 2); a listing says there is no database and prints `empty` (exit 0)."""
     from tickui.store import DATABASE_ERRORS, Store, database_failure, lookup
 
-    if (name is not None or empty is not None) and lookup(path) is None:
+    missing = isinstance(path, Path) and lookup(path) is None  # a URL: the server says
+    if (name is not None or empty is not None) and missing:
         if name is not None:
             raise NotFound(f"no task named {name!r} (no database at {path})")
         print(

@@ -104,6 +104,26 @@ def path_text(value: Any, name: str) -> str:
     return text(value, name, limit=4096, empty=False)
 
 
+STORE_SCHEMES = ("postgresql", "postgres")
+
+
+def is_store_url(value: str) -> bool:
+    """A PostgreSQL store's URL (anything else names a SQLite file)."""
+    return value.split("://", 1)[0].lower() in STORE_SCHEMES and "://" in value
+
+
+def store_text(value: Any, name: str) -> str:
+    """A store: a `postgresql://` URL or a SQLite file's path. Another scheme is refused
+    rather than taken for a file named like a URL."""
+    given = text(value, name, limit=4096, empty=False)
+    scheme, sep, _ = given.partition("://")
+    if sep and scheme.isidentifier() and not is_store_url(given):
+        raise BadInput(
+            name, f"{shown(scheme)}:// is not a store; give postgresql://... or a file's path"
+        )
+    return given
+
+
 def directory(value: Any, name: str) -> str:
     """A path to a directory that exists now."""
     path = path_text(value, name)

@@ -64,6 +64,13 @@ OPTIONS: tuple[Option, ...] = (
         env="TICKUI_DB", flag="--db", flag_check=checks.path_text,
         shown_default="`$XDG_DATA_HOME/tickui/tickui.db`; in tickui.toml relative to the file",
     ),
+    Option(
+        "store", "url", "text",
+        "the store: a postgresql:// URL (its password from the URL, PGPASSWORD or ~/.pgpass,"
+        " never shown) or a SQLite file's path; over --db and [engine] db (env TICKUI_STORE)",
+        env="TICKUI_STORE", flag="--store", flag_check=checks.store_text, metavar="URL",
+        shown_default="none: the SQLite file --db names",
+    ),
     _duration(
         "engine", "misfire_grace", "how late a slot may start and still run", "5s", "0", "1d",
         env="TICKUI_MISFIRE_GRACE",

@@ -27,7 +27,18 @@ if TYPE_CHECKING:
     from tickui.model.spec import TaskSpec
 
 DEFAULT_CONFIG = Path("tickui.toml")
-TABLES = ("engine", "ticker", "kafka", "valkey", "task", "ui", "hook", "dispatch", "worker")
+TABLES = (
+    "engine",
+    "store",
+    "ticker",
+    "kafka",
+    "valkey",
+    "task",
+    "ui",
+    "hook",
+    "dispatch",
+    "worker",
+)
 DISPATCH_MODES = options.option("dispatch", "mode").choices
 MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
 SECOND = MICROS
@@ -170,6 +181,7 @@ def dispatch_settings(raw: Any, env: dict[str, str]) -> DispatchSettings:
 class Settings:
     path: Path | None = None
     db: Path | None = None
+    store: str | None = None  # [store] url: a postgresql:// URL, or a file's path (as given)
     engine: EngineSettings = field(default_factory=EngineSettings)
     raw: dict[str, Any] = field(default_factory=dict)
     tasks: list[TaskSpec] | None = None  # None: no file, so no sync
@@ -179,6 +191,21 @@ class Settings:
     hooks: tuple[HookConfig, ...] = ()  # [[hook]] entries
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+
+
+def _store(path: Path, text: str, raw: Any) -> str | None:
+    """[store] url, checked; a file's path relative to the config file. The environment's
+    TICKUI_STORE is read with the flags (tickui.cli), as TICKUI_DB is."""
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "store must be a [store] table")
+    try:
+        values, _ = _table("store", raw, {}, file_only=("url",))
+        url = values["url"] if raw.get("url") is None else checks.store_text(raw["url"], "url")
+    except BadInput as exc:
+        raise _fail(path, text, "store", 0, exc, "store.") from None
+    if url is None or checks.is_store_url(url):
+        return url
+    return str(path.parent / Path(url).expanduser())
 
 
 def default_db() -> Path:
@@ -318,6 +345,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
     return Settings(
         path=path,
         db=(path.parent / db) if isinstance(db, str) else None,
+        store=_store(path, text, data.get("store", {})),
         engine=engine,
         raw=data,
         tasks=tasks,

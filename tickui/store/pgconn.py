@@ -20,6 +20,8 @@ import psycopg
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import Format
 
+from tickui.common.errors import Unavailable
+
 # Tables whose rows get their id from the store (SQLite's rowid): an INSERT into one of them
 # answers the new id, as SQLite's cursor.lastrowid does.
 ID_TABLES = frozenset({"tasks", "occurrences", "requests", "hook_deliveries"})
@@ -119,6 +121,13 @@ def configure(conn: psycopg.AsyncConnection[Any]) -> None:
     conn.adapters.register_loader("numeric", _Whole)
 
 
+def lost(exc: BaseException) -> Unavailable:
+    """The server went away or refused: one line (libpq's first), never a password."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return Unavailable(f"PostgreSQL store: {first}")
+
+
 class Cursor:
     """What a statement left: its rows, how many rows it changed and a new row's id."""
 
@@ -154,10 +163,13 @@ class Connection:
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         text, returns_id = translate(sql)
-        async with self.raw.cursor() as cur:
-            await cur.execute(text, tuple(params) if params else None)
-            rows = await cur.fetchall() if cur.description is not None else []
-            count = cur.rowcount if cur.rowcount >= 0 else 0
+        try:
+            async with self.raw.cursor() as cur:
+                await cur.execute(text, tuple(params) if params else None)
+                rows = await cur.fetchall() if cur.description is not None else []
+                count = cur.rowcount if cur.rowcount >= 0 else 0
+        except psycopg.OperationalError as exc:
+            raise lost(exc) from None
         lastrowid = None
         if returns_id:
             lastrowid = rows[0][0] if rows else None
@@ -171,9 +183,12 @@ class Connection:
         rows = [tuple(p) for p in seq]
         if not rows:
             return Cursor([], 0, None)
-        async with self.raw.cursor() as cur:
-            await cur.executemany(text, rows)
-            count = cur.rowcount if cur.rowcount >= 0 else 0
+        try:
+            async with self.raw.cursor() as cur:
+                await cur.executemany(text, rows)
+                count = cur.rowcount if cur.rowcount >= 0 else 0
+        except psycopg.OperationalError as exc:
+            raise lost(exc) from None
         self.total_changes += count
         return Cursor([], count, None)
 
