@@ -53,6 +53,16 @@ def store_target(request, tmp_path: Path):
         services.drop_pg_database(url)
 
 
+@pytest.fixture
+def pg_url():
+    """The URL of a new database of the test's own on the test PostgreSQL server."""
+    url = services.create_pg_database()
+    try:
+        yield url
+    finally:
+        services.drop_pg_database(url)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """URL of the shared Redis: skip outside `make test`, fail under CI when it is missing."""

@@ -37,6 +37,7 @@ def cli(
     """Run `tickui ARGS` as a separate process, as a user would."""
     full_env = dict(os.environ)
     full_env.pop("TICKUI_DB", None)
+    full_env.pop("TICKUI_STORE", None)
     if env:
         full_env.update(env)
     prefix = ["--db", str(db)] if db is not None else []
