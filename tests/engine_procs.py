@@ -21,8 +21,11 @@ TICK = "250ms"  # a standby looks at the lease every tick: a quick takeover
 class Engine:
     """One `tickui run` process; its stderr goes to a file (read it any time)."""
 
-    def __init__(self, db: Path, log: Path, *args: str) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "TICKUI_DB"}
+    def __init__(self, db: Path | str, log: Path, *args: str, host: str | None = None) -> None:
+        """`host`: the TICKUI_HOST it says it runs on (another host, played on this one)."""
+        env = {k: v for k, v in os.environ.items() if k not in ("TICKUI_DB", "TICKUI_STORE")}
+        if host is not None:
+            env["TICKUI_HOST"] = host
         self.log = log
         with open(log, "wb") as err:
             self.proc = subprocess.Popen(
@@ -68,25 +71,35 @@ def wait_for(predicate, timeout: float, what: str, step: float = 0.05):
         time.sleep(step)
 
 
-def _connect(db: Path) -> sqlite3.Connection:
+def rows(db: Path | str, sql: str) -> list[dict]:
+    """The rows of a read-only query on either store (a SQLite file, a PostgreSQL URL), as
+    dicts; [] while the table does not exist yet."""
+    if isinstance(db, str):
+        import psycopg
+        from psycopg.rows import dict_row
+
+        try:
+            with psycopg.connect(db, autocommit=True, row_factory=dict_row) as conn:
+                return list(conn.execute(sql).fetchall())
+        except psycopg.errors.UndefinedTable:
+            return []
+    if not db.exists():
+        return []
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     conn.row_factory = sqlite3.Row
-    return conn
-
-
-def lease_owner(db: Path) -> str | None:
-    """Who holds an unexpired lease now (None before the first engine, or when released)."""
-    if not db.exists():
-        return None
-    conn = _connect(db)
     try:
-        row = conn.execute("SELECT owner, expires_at FROM lease").fetchone()
+        return [dict(row) for row in conn.execute(sql).fetchall()]
     except sqlite3.OperationalError:  # not created yet
-        return None
+        return []
     finally:
         conn.close()
+
+
+def lease_owner(db: Path | str) -> str | None:
+    """Who holds an unexpired lease now (None before the first engine, or when released)."""
+    found = rows(db, "SELECT owner, expires_at FROM lease")
     now = time.time_ns() // 1000
-    return row["owner"] if row is not None and row["expires_at"] > now else None
+    return found[0]["owner"] if found and found[0]["expires_at"] > now else None
 
 
 @dataclass(frozen=True)
@@ -108,16 +121,13 @@ class Occ:
         return [self.scheduled_for - k * every for k in range(self.covers - 1, -1, -1)]
 
 
-def occurrences(db: Path) -> list[Occ]:
-    conn = _connect(db)
-    try:
-        rows = conn.execute(
-            "SELECT id, task, kind, scheduled_for, covers, state, claimed_at, started_at,"
-            " error_code, detail, owner FROM occurrences ORDER BY id"
-        ).fetchall()
-    finally:
-        conn.close()
-    return [Occ(**dict(row)) for row in rows]
+def occurrences(db: Path | str) -> list[Occ]:
+    found = rows(
+        db,
+        "SELECT id, task, kind, scheduled_for, covers, state, claimed_at, started_at,"
+        " error_code, detail, owner FROM occurrences ORDER BY id",
+    )
+    return [Occ(**row) for row in found]
 
 
 def micros(text: str) -> int:
@@ -130,7 +140,7 @@ def iso_second(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def add_every_second(db: Path, name: str, out: Path, anchor: str, then: str = "") -> None:
+def add_every_second(db: Path | str, name: str, out: Path, anchor: str, then: str = "") -> None:
     """A task every 1 s (overlap allowed) whose command appends its task, slot and
     occurrence id to `out` first thing, then runs the shell text `then` (to keep runs in
     flight a while)."""

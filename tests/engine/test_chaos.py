@@ -1,5 +1,7 @@
 """Chaos, short enough for CI: three `tickui run` engines on one database, one of them killed
-with SIGKILL at random every 1-2 s and restarted, for 30 s. Then, from the commands' own
+with SIGKILL at random every 1-2 s and restarted, for 30 s on a SQLite file and 60 s on a
+PostgreSQL database, where the engines play two hosts (TICKUI_HOST: one on host-a, two on
+host-b), so that a takeover across hosts must wait out the lease. Then, from the commands' own
 output file and from the history:
 
 - no slot ran twice (the file) and no slot is recorded twice (the history, coalesced runs
@@ -24,10 +26,8 @@ The random seed is printed and named in every failure; TICKUI_CHAOS_SEED replays
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import sqlite3
 import time
 from collections import Counter
 
@@ -41,39 +41,43 @@ from engine_procs import (
     occurrences,
     ran,
     ran_ids,
+    rows,
     wait_for,
 )
 
 SEED = int(os.environ.get("TICKUI_CHAOS_SEED", "9031"))
-DURATION = 30.0  # seconds of killing
+DURATION = {"sqlite": 30.0, "postgresql": 60.0}  # seconds of killing, by store
 TASKS = ("chaos-a", "chaos-b", "chaos-c")
 ENGINES = 3
 
 
 @pytest.mark.slow
-def test_three_engines_one_killed_at_random_every_second_or_two(tmp_path):
+def test_three_engines_one_killed_at_random_every_second_or_two(tmp_path, store_target):
     rng = random.Random(SEED)
     print(f"chaos seed {SEED} (replay: TICKUI_CHAOS_SEED={SEED})")
-    db, out = tmp_path / "t.db", tmp_path / "ran.txt"
+    db, out = store_target, tmp_path / "ran.txt"
+    kind = "postgresql" if isinstance(db, str) else "sqlite"
+    hosts = ("host-a", "host-b", "host-b") if kind == "postgresql" else (None,) * ENGINES
     anchor_at = int(time.time()) + 6  # after the three `task add`s, even on a loaded machine
     for name in TASKS:
         # Runs last 0.4 s: a kill often finds one in flight, which recovery must settle.
         add_every_second(db, name, out, iso_second(anchor_at), then="sleep 0.4")
     # Each task's first slot as stored: the anchor, or the next second after its add when
     # the adds outlasted the 6 s on a loaded machine.
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        first_slot = dict(conn.execute("SELECT name, next_run_at FROM tasks").fetchall())
+    first_slot = {
+        r["name"]: r["next_run_at"] for r in rows(db, "SELECT name, next_run_at FROM tasks")
+    }
     starts = Counter()
 
     def start(index: int) -> Engine:
         starts[index] += 1
-        return Engine(db, tmp_path / f"engine{index}.{starts[index]}.err")
+        return Engine(db, tmp_path / f"engine{index}.{starts[index]}.err", host=hosts[index])
 
     engines = [start(i) for i in range(ENGINES)]
     kills: list[str] = []
     try:
         wait_for(lambda: lease_owner(db), 20, "an engine to hold the lease")
-        end = time.monotonic() + DURATION
+        end = time.monotonic() + DURATION[kind]
         while (left := end - time.monotonic()) > 0:
             time.sleep(min(left, rng.uniform(1.0, 2.0)))
             if time.monotonic() >= end:
@@ -96,7 +100,7 @@ def test_three_engines_one_killed_at_random_every_second_or_two(tmp_path):
     tag = f"seed {SEED}, kills (engine, * = lease holder): {' '.join(kills)}"
     print(tag)
     assert codes == [0] * ENGINES, (tag, codes, [e.stderr()[-2000:] for e in engines])
-    assert len(kills) >= DURATION / 2 - 1, tag
+    assert len(kills) >= DURATION[kind] / 2 - 1, tag
 
     lines = ran(out)
     twice = [pair for pair, n in Counter(lines).items() if n > 1]

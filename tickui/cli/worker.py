@@ -78,11 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
     import logging
-    import socket
 
     import platformdirs
 
     from tickui.cli.run import setup_logging
+    from tickui.common import procs
     from tickui.common.timeutil import MICROS, parse_duration
     from tickui.dispatch import keyfile
     from tickui.dispatch.allow import AllowList
@@ -102,7 +102,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         allow = AllowList.build(args.allow, "--allow")
     else:
         allow = AllowList.build(settings.worker.allow, "worker.allow")
-    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+    worker_id = args.worker_id or f"{procs.host()}-{os.getpid()}"
     worker_id = _name(worker_id[:100], "--id")
     if args.log_dir:
         log_dir = Path(args.log_dir).expanduser()

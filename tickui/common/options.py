@@ -71,6 +71,12 @@ OPTIONS: tuple[Option, ...] = (
         env="TICKUI_STORE", flag="--store", flag_check=checks.store_text, metavar="URL",
         shown_default="none: the SQLite file --db names",
     ),
+    Option(
+        "engine", None, "text",
+        "the host an engine or worker says it runs on, in the lease, its runs and the"
+        " workers table (tests play several hosts on one machine with it)",
+        env="TICKUI_HOST", shown_default="the machine's host name",
+    ),
     _duration(
         "engine", "misfire_grace", "how late a slot may start and still run", "5s", "0", "1d",
         env="TICKUI_MISFIRE_GRACE",

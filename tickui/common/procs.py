@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 
 def host() -> str:
-    return socket.gethostname()
+    """The host this process says it runs on: TICKUI_HOST (tickui.common.options), or the
+    machine's name. Who may look at a PID is decided by it: only on the same host."""
+    return os.environ.get("TICKUI_HOST") or socket.gethostname()
 
 
 @dataclass(frozen=True, slots=True)

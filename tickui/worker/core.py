@@ -20,11 +20,11 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import time
 from collections.abc import Coroutine
 from typing import Any
 
+from tickui.common import procs
 from tickui.common.errors import BadInput, Unavailable
 from tickui.common.kafka import KafkaAccess, describe, quietly_stop
 from tickui.common.procs import stop_on_signals
@@ -52,7 +52,7 @@ class Worker:
         self.keyring = opts.keyring
         self.refusals = Refusals(log)
         self.id = opts.worker_id
-        self.host = socket.gethostname()
+        self.host = procs.host()
         self.stopping = asyncio.Event()
         self.started_at = time.time()
         self._tasks: set[asyncio.Task[Any]] = set()
