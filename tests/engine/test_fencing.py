@@ -49,12 +49,12 @@ def _marker_task(name: str, out: Path, **fields) -> dict:
     return {"name": name, "every": "10s", "command": ["sh", "-c", script], **fields}
 
 
-async def test_a_paused_holder_starts_nothing_and_hands_the_slots_back(tmp_path):
+async def test_a_paused_holder_starts_nothing_and_hands_the_slots_back(store_target, tmp_path):
     """Paused past its lease with nobody taking over: on resume the engine starts none of
     the claimed runs, records them skipped (never ran) and gives the slots back, so the
     misfire policy runs each task once, late, as it would after any outage."""
     out = tmp_path / "ran.txt"
-    db = tmp_path / "t.db"
+    db = store_target
     store = await Store.open(db)
     clock = ManualClock(T0)
     dispatcher = PausingDispatcher(store, clock, kill_grace=1.0, pause=40)
@@ -99,10 +99,10 @@ async def _settled(store: Store, count: int) -> bool:
     return len(done) >= count and not await store.active_occurrences()
 
 
-async def test_a_paused_holder_whose_lease_was_taken_starts_nothing(tmp_path):
+async def test_a_paused_holder_whose_lease_was_taken_starts_nothing(store_target, tmp_path):
     """A standby takes over while the holder is frozen between its claim and the start."""
     out = tmp_path / "ran.txt"
-    db = tmp_path / "t.db"
+    db = store_target
     store_a, store_b = await Store.open(db), await Store.open(db)
     clock_a, clock_b = ManualClock(T0), ManualClock(T0)
     config = EngineConfig(lease_ttl=30 * MICROS, owner="standby-b")
@@ -146,10 +146,10 @@ async def test_a_paused_holder_whose_lease_was_taken_starts_nothing(tmp_path):
         await store_b.close()
 
 
-async def test_without_a_pause_runs_start_as_before(tmp_path):
+async def test_without_a_pause_runs_start_as_before(store_target, tmp_path):
     """The fence costs nothing in the usual case: every claimed run starts."""
     out = tmp_path / "ran.txt"
-    async with rig(tmp_path / "t.db") as r:
+    async with rig(store_target) as r:
         for i in range(20):
             await r.store.add_task(
                 build_spec(_marker_task(f"t{i}", out), r.clock.now()), r.clock.now()
@@ -161,9 +161,10 @@ async def test_without_a_pause_runs_start_as_before(tmp_path):
 
 
 async def test_may_start_checks_the_store_after_a_pause_longer_than_the_renew_interval(
+    store_target,
     tmp_path,
 ):
-    async with rig(tmp_path / "t.db", lease_ttl=30 * MICROS) as r:
+    async with rig(store_target, lease_ttl=30 * MICROS) as r:
         await r.engine.start()
         assert await r.engine.may_start()
         r.clock.advance(16)  # past half the TTL, within the TTL: the store must confirm
@@ -193,8 +194,8 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(tmp_path):
-    db, out, config = tmp_path / "t.db", tmp_path / "ran.txt", tmp_path / "tickui.toml"
+def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(store_target, tmp_path):
+    db, out, config = store_target, tmp_path / "ran.txt", tmp_path / "tickui.toml"
     config.write_text('[engine]\nlease_ttl = "2s"\n')
     script = (
         f'echo "$TICKUI_OCCURRENCE_ID $TICKUI_TASK@$TICKUI_SCHEDULED_FOR $(date +%s%N)" >> {out}'

@@ -47,8 +47,10 @@ class EndsAtOnce(Dispatcher):
 
 
 @pytest.mark.parametrize("interleave", [False, True])
-async def test_a_run_that_ends_during_its_dispatch_settles_succeeded(tmp_path, interleave):
-    store = await Store.open(tmp_path / "t.db")
+async def test_a_run_that_ends_during_its_dispatch_settles_succeeded(
+    store_target, tmp_path, interleave
+):
+    store = await Store.open(store_target)
     clock = ManualClock(T0)
     dispatcher = EndsAtOnce(store, clock, interleave)
     engine = SchedulerEngine(store, dispatcher, clock, EngineConfig())

@@ -15,11 +15,11 @@ from tickui.model.spec import build_spec
 from tickui.store import Store
 
 
-async def test_own_runs_survive_taking_a_lapsed_lease_back(tmp_path):
+async def test_own_runs_survive_taking_a_lapsed_lease_back(store_target, tmp_path):
     go = tmp_path / "go"
     started = tmp_path / "started"
     command = ["sh", "-c", f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done"]
-    async with rig(tmp_path / "t.db", lease_ttl=30 * MICROS) as r:
+    async with rig(store_target, lease_ttl=30 * MICROS) as r:
         await r.add("long", every="1h", command=command)
         await r.engine.start()
         await wait_for(started.exists, 10, "the run to start")
@@ -37,9 +37,9 @@ async def test_own_runs_survive_taking_a_lapsed_lease_back(tmp_path):
         assert done.state == "succeeded", (done.state, done.error_code, done.detail)
 
 
-async def test_a_gone_engines_runs_are_still_recovered(tmp_path):
+async def test_a_gone_engines_runs_are_still_recovered(store_target, tmp_path):
     """The exception stays narrow: another owner's run under an older token is recovered."""
-    async with rig(tmp_path / "t.db", lease_ttl=30 * MICROS) as r:
+    async with rig(store_target, lease_ttl=30 * MICROS) as r:
         await r.add("t", every="1h", command=["true"])
         await r.store._conn.execute(
             "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at,"
@@ -66,10 +66,12 @@ class FreezingDispatcher(SubprocessDispatcher):
         return await super()._spawn(job, gated)
 
 
-async def test_a_pause_between_the_check_and_the_fork_never_runs_the_command(tmp_path):
+async def test_a_pause_between_the_check_and_the_fork_never_runs_the_command(
+    store_target, tmp_path
+):
     """The process is created behind a gate; the lease is asked again after the fork and,
     lost, the gate closes: the command never runs, and the run is recorded not started."""
-    store = await Store.open(tmp_path / "t.db")
+    store = await Store.open(store_target)
     clock = ManualClock(T0)
     dispatcher = FreezingDispatcher(store, clock, kill_grace=1.0)
     engine = SchedulerEngine(store, dispatcher, clock, EngineConfig(lease_ttl=30 * MICROS))

@@ -24,8 +24,8 @@ def test_the_fence_ends_runs_before_the_lease_lapses_by_the_grace():
     assert fence_deadline(asked, 2, 3.0) == asked + 2 * RENEWED_BY
 
 
-async def test_an_unrenewed_lease_fences_the_run_and_says_so(tmp_path):
-    async with rig(tmp_path / "t.db", lease_ttl=TTL * MICROS) as r:
+async def test_an_unrenewed_lease_fences_the_run_and_says_so(store_target, tmp_path):
+    async with rig(store_target, lease_ttl=TTL * MICROS) as r:
         await r.add("long", every="1h", command=["sleep", "60"])
         began = time.monotonic()
         await r.engine.start()
@@ -42,8 +42,8 @@ async def test_an_unrenewed_lease_fences_the_run_and_says_so(tmp_path):
     assert not lease.exists(), "the lease file outlived its engine"
 
 
-async def test_a_renewed_lease_keeps_the_run_going(tmp_path):
-    async with rig(tmp_path / "t.db", lease_ttl=TTL * MICROS) as r:
+async def test_a_renewed_lease_keeps_the_run_going(store_target, tmp_path):
+    async with rig(store_target, lease_ttl=TTL * MICROS) as r:
         await r.add("short", every="1h", command=["sh", "-c", "sleep 5; exit 4"])
         await r.engine.start()
         lease = r.engine.dispatcher.runner.lease

@@ -21,8 +21,8 @@ TAKEOVER = 2.0  # s from the holder's exit to the standby holding the lease (tic
 
 
 @pytest.mark.slow
-def test_the_standby_takes_over_when_the_holder_stops(tmp_path):
-    db, out = tmp_path / "t.db", tmp_path / "slots.txt"
+def test_the_standby_takes_over_when_the_holder_stops(store_target, tmp_path):
+    db, out = store_target, tmp_path / "slots.txt"
     anchor = iso_second(time.time() + 2)
     add_every_second(db, "beat", out, anchor)
     holder = Engine(db, tmp_path / "holder.err")

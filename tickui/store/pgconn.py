@@ -192,6 +192,9 @@ class Connection:
         self.total_changes += count
         return Cursor([], count, None)
 
+    async def commit(self) -> None:
+        """Outside the store's transactions every statement commits by itself."""
+
     async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return await (await self.execute(sql, params)).fetchall()
 
