@@ -56,6 +56,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -595,3 +596,89 @@ def private_tansu(
         yield server
     finally:
         server.close()
+
+
+def pg_bin() -> Path:
+    """The directory of Debian's PostgreSQL server programs (the newest installed)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: p.parts)
+    if not found:
+        unavailable("no PostgreSQL server installed (apt-get install postgresql)")
+    return found[-1].parent
+
+
+class PrivatePostgres(PrivateServer):
+    """A PostgreSQL server of a test's own (initdb once; its data kept across restarts),
+    run as an unprivileged user when the tests run as root, login without a password."""
+
+    name = "postgres"
+
+    def __init__(self) -> None:
+        bindir = pg_bin()
+        super().__init__(str(bindir / "postgres"))
+        # The server's user must reach its folder: one of its own under /tmp, not inside
+        # services.sh's private temp dir.
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.workdir = Path(tempfile.mkdtemp(prefix="tickui-postgres-"))
+        self.user = None
+        if os.geteuid() == 0:
+            import pwd
+
+            self.user = "postgres"
+            try:
+                pwd.getpwnam(self.user)
+            except KeyError:
+                self.user = "nobody"
+            shutil.chown(self.workdir, self.user)
+        initdb = [str(bindir / "initdb"), "-D", str(self.workdir / "data"), "-U", "tickui",
+                  "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"]  # fmt: skip
+        done = subprocess.run(
+            self._as_user(initdb), capture_output=True, text=True, cwd=self.workdir, timeout=60
+        )
+        if done.returncode != 0:
+            raise ServiceStartError(f"initdb failed: {done.stderr[-2000:]}")
+
+    def _as_user(self, argv: list[str]) -> list[str]:
+        if self.user is None:
+            return argv
+        return ["setpriv", f"--reuid={self.user}", f"--regid={self.user}", "--clear-groups",
+                "--reset-env", "--", *argv]  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://tickui@127.0.0.1:{self.port}/postgres"
+
+    def argv(self) -> list[str]:
+        return self._as_user([
+            self.binary, "-D", str(self.workdir / "data"), "-p", str(self.port),
+            "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.workdir}",
+            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+        ])  # fmt: skip
+
+    def wait_ready(self, started: float, deadline: float) -> None:
+        import psycopg
+
+        while True:
+            self._check_alive("at start")
+            try:
+                with psycopg.connect(self.url, connect_timeout=2) as conn:
+                    conn.execute("SELECT 1")
+                owner = (self.workdir / "data" / "postmaster.pid").read_text().split()[0]
+                if int(owner) != self.pid:
+                    raise ServiceStartError(f"port {self.port} is served by pid {owner}")
+                return
+            except (psycopg.Error, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise ServiceStartError(f"no answer on port {self.port}")
+            time.sleep(0.05)
+
+    def _terminate(self) -> None:
+        """SIGINT: PostgreSQL's fast shutdown (SIGTERM waits for every client to leave)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT)
+        self._unregister()

@@ -11,6 +11,7 @@ them: a text into an integer column is the server's to cast), and stores boolean
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Iterable, Sequence
@@ -20,6 +21,7 @@ import psycopg
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import Format
 
+from tickui.common import faults
 from tickui.common.errors import Unavailable
 
 # Tables whose rows get their id from the store (SQLite's rowid): an INSERT into one of them
@@ -121,11 +123,24 @@ def configure(conn: psycopg.AsyncConnection[Any]) -> None:
     conn.adapters.register_loader("numeric", _Whole)
 
 
-def lost(exc: BaseException) -> Unavailable:
+class ServerLost(Unavailable):
+    """The server cannot be reached or dropped the connection: an outage to wait out."""
+
+
+def lost(exc: BaseException) -> ServerLost:
     """The server went away or refused: one line (libpq's first), never a password."""
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
-    return Unavailable(f"PostgreSQL store: {first}")
+    return ServerLost(f"PostgreSQL store: {first}")
+
+
+def fault_kind(exc: BaseException) -> str | None:
+    """The server's faults for `faults`: its disk full, or an outage (down, dropped)."""
+    if isinstance(exc, psycopg.errors.DiskFull) or "No space left" in str(exc):
+        return faults.DISK_FULL
+    if isinstance(exc, ServerLost | psycopg.OperationalError):
+        return faults.OUTAGE
+    return None
 
 
 class Cursor:
@@ -155,16 +170,41 @@ class Cursor:
 
 
 class Connection:
-    """One psycopg connection, autocommit: transactions are the store's own BEGIN/COMMIT."""
+    """One psycopg connection, autocommit: transactions are the store's own BEGIN/COMMIT.
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    A connection the server dropped (a restart, a network cut) is replaced at the next
+    statement that begins outside a transaction; one lost inside a transaction fails that
+    transaction (the server rolled it back) and the store's caller hears Unavailable."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], url: str = "") -> None:
         self.raw = conn
+        self.url = url
         self.total_changes = 0
+        self.in_transaction = False
+
+    async def _usable(self) -> psycopg.AsyncConnection[Any]:
+        if not (self.raw.closed or self.raw.broken) or self.in_transaction or not self.url:
+            return self.raw
+        try:
+            fresh = await open_connection(self.url)
+        except psycopg.Error as exc:
+            raise lost(exc) from None
+        with contextlib.suppress(Exception):
+            await self.raw.close()
+        self.raw = fresh
+        return fresh
+
+    async def run(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        """A statement of the store's own (BEGIN, COMMIT, a lock), as PostgreSQL spells it."""
+        try:
+            await (await self._usable()).execute(sql, params)
+        except psycopg.OperationalError as exc:
+            raise lost(exc) from None
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         text, returns_id = translate(sql)
         try:
-            async with self.raw.cursor() as cur:
+            async with (await self._usable()).cursor() as cur:
                 await cur.execute(text, tuple(params) if params else None)
                 rows = await cur.fetchall() if cur.description is not None else []
                 count = cur.rowcount if cur.rowcount >= 0 else 0
@@ -184,7 +224,7 @@ class Connection:
         if not rows:
             return Cursor([], 0, None)
         try:
-            async with self.raw.cursor() as cur:
+            async with (await self._usable()).cursor() as cur:
                 await cur.executemany(text, rows)
                 count = cur.rowcount if cur.rowcount >= 0 else 0
         except psycopg.OperationalError as exc:
@@ -200,3 +240,19 @@ class Connection:
 
     async def close(self) -> None:
         await self.raw.close()
+
+
+CONNECT_TIMEOUT_S = 10
+
+
+async def open_connection(url: str, name: str = "tickui") -> psycopg.AsyncConnection[Any]:
+    """A new connection as the store uses it: autocommit, values bound on the client."""
+    conn = await psycopg.AsyncConnection.connect(
+        url,
+        autocommit=True,
+        cursor_factory=psycopg.AsyncClientCursor,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        application_name=name,
+    )
+    configure(conn)
+    return conn

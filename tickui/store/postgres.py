@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from tickui.common import faults
 from tickui.common.errors import StoreError, Unavailable
 from tickui.store import pgschema
 from tickui.store.base import StoreBase
@@ -28,15 +29,16 @@ from tickui.store.claims import ClaimQueries
 from tickui.store.coordination import Coordination
 from tickui.store.events import EventLog
 from tickui.store.hooks import HookQueries
-from tickui.store.pgconn import Connection, configure
+from tickui.store.pgconn import Connection, fault_kind, open_connection
 from tickui.store.queue import QueueQueries
 from tickui.store.tasks import TaskQueries
 from tickui.store.workers import WorkerQueries
 
+faults.recognize(fault_kind)  # the server's outages, for fault_text
+
 SCHEMES = ("postgresql", "postgres")
 WRITE_LOCK = 0x7469636B  # the advisory lock every write transaction takes ("tick")
 CHANNEL = "tickui_changes"
-CONNECT_TIMEOUT_S = 10
 
 
 def is_url(target: object) -> bool:
@@ -89,17 +91,10 @@ class PgStoreBase(StoreBase):
     async def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> Self:
         url = str(path)
         try:
-            raw = await psycopg.AsyncConnection.connect(
-                url,
-                autocommit=True,
-                cursor_factory=psycopg.AsyncClientCursor,
-                connect_timeout=CONNECT_TIMEOUT_S,
-                application_name="tickui",
-            )
+            raw = await open_connection(url)
         except psycopg.Error as exc:
             raise _failure(exc, url) from None
-        configure(raw)
-        store = cls(url, Connection(raw))
+        store = cls(url, Connection(raw, url))
         store.readonly = readonly
         try:
             version = await store._version()
@@ -109,7 +104,7 @@ class PgStoreBase(StoreBase):
                         f"PostgreSQL store {store.where} has no tickui schema"
                         " (tickui task add or tickui run sets it up)"
                     )
-                await raw.execute("SET default_transaction_read_only = on")
+                await store._conn.run("SET default_transaction_read_only = on")
             else:
                 await store._migrate()
             await store._start_listening()
@@ -157,7 +152,7 @@ class PgStoreBase(StoreBase):
             version = await self._version() or 0
             for step in pgschema.MIGRATIONS[version:]:
                 for statement in step:
-                    await self._conn.raw.execute(statement)
+                    await self._conn.run(statement)
             await self._conn.execute(
                 "INSERT INTO tickui_meta (key, value) VALUES ('application', ?), ('schema', ?)"
                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -165,18 +160,35 @@ class PgStoreBase(StoreBase):
             )
 
     async def _start_listening(self) -> None:
-        raw = await psycopg.AsyncConnection.connect(
-            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-            application_name="tickui-listen",
-        )  # fmt: skip
+        raw = await open_connection(self.url, "tickui-listen")
         await raw.execute(f"LISTEN {CHANNEL}")
         self._listen = raw
         self._listening = asyncio.create_task(self._hear(raw))
 
     async def _hear(self, raw: psycopg.AsyncConnection[Any]) -> None:
-        with contextlib.suppress(psycopg.Error, asyncio.CancelledError):
-            async for _ in raw.notifies():
-                self._changes += 1
+        """Count the commits heard; a dropped connection is opened again, with backoff,
+        and counts as a change (what was missed meanwhile is unknown)."""
+        delay = 0.2
+        while True:
+            try:
+                async for _ in raw.notifies():
+                    self._changes += 1
+                    delay = 0.2
+            except psycopg.Error:
+                pass
+            with contextlib.suppress(Exception):
+                await raw.close()
+            while True:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                try:
+                    raw = await open_connection(self.url, "tickui-listen")
+                    await raw.execute(f"LISTEN {CHANNEL}")
+                    break
+                except psycopg.Error:
+                    continue
+            self._listen = raw
+            self._changes += 1
 
     async def checkpoint(self) -> None:
         return None  # the server folds its WAL itself
@@ -186,7 +198,7 @@ class PgStoreBase(StoreBase):
             self._listening.cancel()
             with contextlib.suppress(BaseException):
                 await self._listening
-        for conn in (self._listen, self._conn.raw):
+        for conn in (self._listen, self._conn.raw):  # the newest of each
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await conn.close()
@@ -197,17 +209,20 @@ class PgStoreBase(StoreBase):
         if self.readonly:
             raise StoreError(f"PostgreSQL store {self.where} is open for reading only")
         async with self._lock:
-            raw = self._conn.raw
-            await raw.execute("BEGIN")
+            conn = self._conn
+            await conn.run("BEGIN")
+            conn.in_transaction = True
             try:
-                await raw.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                await conn.run("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 yield
-                await raw.execute(f"NOTIFY {CHANNEL}")
+                await conn.run(f"NOTIFY {CHANNEL}")
             except BaseException:
-                with contextlib.suppress(psycopg.Error):
-                    await raw.execute("ROLLBACK")
+                conn.in_transaction = False
+                with contextlib.suppress(psycopg.Error, Unavailable):
+                    await conn.run("ROLLBACK")
                 raise
-            await raw.execute("COMMIT")
+            conn.in_transaction = False
+            await conn.run("COMMIT")
 
     async def data_version(self) -> int:
         """Counts the commits heard on the change channel (this store's own too)."""

@@ -36,16 +36,20 @@ class SequenceStore(Protocol):
 
 
 class SqliteSequenceStore:
+    """The sequence kept in tickui's store: a SQLite file or a PostgreSQL database."""
+
     name = "sqlite"
 
     def __init__(self, store) -> None:
         self._store = store
+        if str(store.where).startswith(("postgresql://", "postgres://")):
+            self.name = "postgresql"
 
     async def reserve(self, key: str, floor: int, block: int) -> int:
         try:
             return await self._store.reserve_sequence(key, floor, block)
         except Exception as exc:
-            raise SequenceStoreError(f"sqlite: {exc}") from exc
+            raise SequenceStoreError(f"{self.name}: {exc}") from exc
 
     async def release(self, key: str, expected: int, value: int) -> None:
         await self._store.release_sequence(key, expected, value)
