@@ -221,12 +221,12 @@ def say_err(text: str) -> None:
     print(f"tickui: {text}", file=sys.stderr, flush=True)
 
 
-async def cmd_logs(args: argparse.Namespace, path: Path) -> int:
+async def cmd_logs(args: argparse.Namespace, path: Path | str) -> int:
     async def action(store: Store) -> int:
         return await show_logs(store, args.run, args.follow)
 
     from tickui.store import lookup
 
-    if lookup(path) is None:
+    if isinstance(path, Path) and lookup(path) is None:
         raise NotFound(f"no run {args.run} (no database at {path})")
     return await with_store(path, action, readonly=True)

@@ -15,7 +15,7 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 
 
-async def cmd_hooks(args: argparse.Namespace, path: Path) -> int:
+async def cmd_hooks(args: argparse.Namespace, path: Path | str) -> int:
     async def action(store: Store) -> int:
         deliveries = await store.recent_deliveries(args.limit)
         if args.json:

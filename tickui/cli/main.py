@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=scale, default=1.0, metavar="N", help=lapse)
     real = "with --time-scale: run the real commands (still on a copy of the database)"
     parser.add_argument("--real-commands", action="store_true", help=real)
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="the dashboard without an engine or ticker: it takes no lease and starts"
+        " nothing itself; run-now, cancel and edits go through the store to the holder",
+    )
     key_cli.add_signing_arguments(parser)  # the dashboard's engine, dispatching to workers
     demo = sub.add_parser("demo", parents=[shared], help="the dashboard on sample tasks")
     demo.add_argument(

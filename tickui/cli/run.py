@@ -71,8 +71,10 @@ def setup_logging(quiet: bool = False) -> None:
     root.propagate = False
 
 
-async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -> int:
+async def run_headless(args: argparse.Namespace, settings: Settings, db: Path | str) -> int:
     opts = options(args, settings)
+    if isinstance(db, str) and opts.scale != 1:
+        raise BadInput("--time-scale", "time-lapse copies a SQLite file; give --db PATH")
     setup_logging(quiet=opts.shown == QUIET)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -93,7 +95,11 @@ async def run_headless(args: argparse.Namespace, settings: Settings, db: Path) -
 
 
 async def _run(
-    settings: Settings, opts: RunOptions, db: Path, stop: asyncio.Event, lapse: TimeLapse | None
+    settings: Settings,
+    opts: RunOptions,
+    db: Path | str,
+    stop: asyncio.Event,
+    lapse: TimeLapse | None,
 ) -> int:
     log = logging.getLogger("tickui.run")
     access = kafka_access(opts.ticker)

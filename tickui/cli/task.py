@@ -139,18 +139,20 @@ async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
     return facts
 
 
-async def _read_task(path: Path, name: str) -> Any:
+async def _read_task(path: Path | str, name: str) -> Any:
     """Task `name`, read before a change is checked: read-only, so a refused change leaves
     the file's bytes as they were; a file from an older tickui (which read-only commands
     cannot read) is opened for writing, which migrates it, as any change does."""
     from tickui.store import SCHEMA_VERSION, inspect_file
 
+    if isinstance(path, str):  # a PostgreSQL store: opening it checks its schema
+        return await with_store(path, lambda store: store.get_task(name), name=name)
     version = inspect_file(path) if lookup(path) is not None else None
     old = version is not None and version < SCHEMA_VERSION
     return await with_store(path, lambda store: store.get_task(name), readonly=not old, name=name)
 
 
-async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path) -> int:
+async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path | str) -> int:
     clock = SystemClock()
     if command:
         check_not_shell_line(command)
@@ -291,7 +293,7 @@ def _history_table(occs: list[Any], tasks: list[Any]) -> str:
     return table(rows, headers) if rows else "no occurrences"
 
 
-async def cmd_history(args: argparse.Namespace, path: Path) -> int:
+async def cmd_history(args: argparse.Namespace, path: Path | str) -> int:
     if args.name:
         check_name(args.name)
 

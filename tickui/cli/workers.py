@@ -31,7 +31,7 @@ def ago(then: int, now: int) -> str:
     return f"{format_duration(seconds * MICROS)} ago"
 
 
-async def main(args: argparse.Namespace, path: Path) -> int:
+async def main(args: argparse.Namespace, path: Path | str) -> int:
     from tickui.dispatch.refusals import said, security_lines  # the dispatch package
 
     async def action(store: Store) -> int:

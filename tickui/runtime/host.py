@@ -27,10 +27,13 @@ class Host:
     demo: bool = False
     start_ticker: bool = True
     start_engine: bool = True
+    watch: bool = False  # a dashboard that only watches: no engine, no ticker, ever
     closed: bool = field(default=False, init=False)
     hooks: HookService | None = None  # alert hooks ([[hook]]), None when there are none
 
     async def start(self) -> None:
+        if self.watch:
+            return
         if self.start_engine:
             await self.engine.start()
         if self.start_ticker:

@@ -195,6 +195,11 @@ class Store(ABC):
     async def data_version(self) -> int:
         """Changes whenever another connection commits: a cheap 'has anything changed'."""
 
+    def on_commit(self, listener: Callable[[], None]) -> None:  # noqa: B027 (optional)
+        """Call `listener` (in the loop) soon after another connection commits, when the
+        store can hear that (PostgreSQL's NOTIFY). A SQLite file cannot: its readers look
+        at data_version instead, and this does nothing."""
+
     @abstractmethod
     def on_events(self, listener: Callable[[], None]) -> None:
         """Call `listener` (in the loop) after runtime events are appended through this store."""

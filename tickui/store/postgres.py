@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
@@ -84,6 +85,8 @@ class PgStoreBase(StoreBase):
         self.where = shown(url)
         self.log_dir = default_log_dir(url)
         self._changes = 0
+        self._name = uuid.uuid4().hex[:12]  # said in this store's NOTIFYs, to know its own
+        self._commit_listeners: list[Callable[[], None]] = []
         self._listen: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None
 
@@ -171,9 +174,12 @@ class PgStoreBase(StoreBase):
         delay = 0.2
         while True:
             try:
-                async for _ in raw.notifies():
-                    self._changes += 1
+                async for note in raw.notifies():
                     delay = 0.2
+                    if note.payload != self._name:  # another connection's commit
+                        self._changes += 1
+                        for listener in list(self._commit_listeners):
+                            listener()
             except psycopg.Error:
                 pass
             with contextlib.suppress(Exception):
@@ -215,7 +221,7 @@ class PgStoreBase(StoreBase):
             try:
                 await conn.run("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 yield
-                await conn.run(f"NOTIFY {CHANNEL}")
+                await conn.run(f"NOTIFY {CHANNEL}, '{self._name}'")
             except BaseException:
                 conn.in_transaction = False
                 with contextlib.suppress(psycopg.Error, Unavailable):
@@ -225,11 +231,11 @@ class PgStoreBase(StoreBase):
             await conn.run("COMMIT")
 
     async def data_version(self) -> int:
-        """Counts the commits heard on the change channel (this store's own too)."""
+        """Counts the other connections' commits heard on the change channel."""
         return self._changes
 
-    def on_events(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
+    def on_commit(self, listener: Callable[[], None]) -> None:
+        self._commit_listeners.append(listener)
 
 
 class PostgresStore(

@@ -40,6 +40,9 @@ from tickui.ui.screens.form import AddTaskScreen
 from tickui.ui.screens.run import RunScreen
 
 WAIT_FOREVER = 24 * 3600.0
+WATCHING = (
+    "this dashboard only watches (--watch): it hosts no engine or ticker; the lease holder runs"
+)
 
 HostFactory = Callable[[], Awaitable[Host]]
 DETAIL_APP_ACTIONS = frozenset(
@@ -154,6 +157,9 @@ class TickuiApp(App[int]):
         """Start at once; stop (no new runs start) only after a yes, as `f` asks, except
         on the demo's own database."""
         host = self.host
+        if host.watch:
+            self.notify(WATCHING, severity="warning")
+            return
         if not host.engine.running or host.demo:
             self._toggle_engine()
             return
@@ -190,6 +196,9 @@ class TickuiApp(App[int]):
 
     @work(exclusive=True, group="ticker")
     async def action_toggle_ticker(self) -> None:
+        if self.host.watch:
+            self.notify(WATCHING, severity="warning")
+            return
         ticker = self.host.ticker
         if ticker.is_running:
             await ticker.stop()

@@ -72,7 +72,7 @@ class Session:
     """What the dashboard opens: the database path, the factory that builds its host, and
     (under time-lapse) the copy it works on."""
 
-    path: Path
+    path: Path | str  # a SQLite file, or a PostgreSQL store's URL
     factory: Callable[[], Awaitable[Host]]
     lapse: TimeLapse | None = None
 
@@ -85,7 +85,7 @@ def check_scale(scale: float) -> float:
 
 @contextlib.contextmanager
 def dashboard_session(
-    args: argparse.Namespace, settings: Settings, db: Path, demo: bool
+    args: argparse.Namespace, settings: Settings, db: Path | str, demo: bool
 ) -> Iterator[Session]:
     """The demo's own throwaway database; under time-lapse a copy of `db` with simulated
     runs (real ones with --real-commands); else `db` itself. Whatever was made for the
@@ -115,7 +115,10 @@ def dashboard_session(
                 dispatcher = None
                 if lapse is not None and not lapse.real_commands:
                     dispatcher = SimulatedDispatcher(store, clock, lapse.profiles)
-                return build_host(store, clock, settings, dispatcher=dispatcher, demo=demo)
+                watch = bool(getattr(args, "watch", False)) and not demo
+                return build_host(
+                    store, clock, settings, dispatcher=dispatcher, demo=demo, watch=watch
+                )
             except BaseException:
                 await store.close()
                 raise
@@ -144,12 +147,15 @@ def require_terminal(stdin: object = None, stdout: object = None) -> None:
         )
 
 
-def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: bool) -> int:
+def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path | str, demo: bool) -> int:
     from tickui.ui.app import TickuiApp
 
     # Bad input first (it is said the same with or without a terminal), then the
     # terminal, then whatever the session makes.
-    if check_scale(args.time_scale) == 1 and not demo:  # time-lapse reads only its copy
+    scale = check_scale(args.time_scale)
+    if isinstance(db, str) and scale != 1 and not demo:
+        raise BadInput("--time-scale", "time-lapse copies a SQLite file; give --db PATH")
+    if isinstance(db, Path) and scale == 1 and not demo:  # time-lapse reads only its copy
         inspect_file(db.expanduser())
     require_terminal()
     # Installed around the session too: a signal while the demo folder or the time-lapse
@@ -160,9 +166,14 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path, demo: 
     ):
         if session.lapse is not None:
             print(session.lapse.banner(), file=sys.stderr, flush=True)
-        path = session.path.expanduser()
-        inspect_file(path)  # a foreign or broken file: one line, before the UI
-        _log_to_file(path)  # under time-lapse, beside the copy (and removed with it)
+        if isinstance(session.path, Path):
+            path = session.path.expanduser()
+            inspect_file(path)  # a foreign or broken file: one line, before the UI
+            _log_to_file(path)  # under time-lapse, beside the copy (and removed with it)
+        else:  # a PostgreSQL store: the log stays on this host, in the user's state folder
+            import platformdirs
+
+            _log_to_file(Path(platformdirs.user_state_dir("tickui")) / "dashboard")
         app = TickuiApp(session.factory, driver_class=surviving_driver())
         hang_up.app = app
         code = asyncio.run(hang_up.run(app))

@@ -3,7 +3,8 @@ commits, and the second hand (countdowns, durations, the clock).
 
 Engine and ticker only record what changed (ids, a flag); a short timer drains that
 into the panes, so no widget is touched from engine code and a burst repaints once.
-Another process's commits are noticed through `PRAGMA data_version`.
+Another process's commits are noticed through the store's data_version, once a second, or
+at once when the store hears them (PostgreSQL's NOTIFY).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ STALLED = 1.5  # s without a tick before the one-second timer takes the beat bac
 FAILURE_QUIET = 60.0  # s: a task that keeps failing raises one toast in this long
 
 
+OUTSIDE_DELAY = 0.05  # s from hearing another process's commit to looking at it
+
+
 class LiveRefresh:
     """Keeps `screen`'s panes current with `board`; `ring_bell`: ring on a failed run."""
 
@@ -60,6 +64,7 @@ class LiveRefresh:
         self._drains = [0.0, 0.0]  # loop times the last two drains started
         self._last_second = 0.0  # loop time countdowns and the clock were last looked at
         self._stalled: asyncio.TimerHandle | None = None  # resumes the timer if ticks stop
+        self._outside_soon = False  # a look at another process's commit is scheduled
 
     @property
     def host(self) -> Host:
@@ -74,6 +79,7 @@ class LiveRefresh:
         self.workers.host = host
         host.engine.subscribe(self._on_engine_change)
         host.ticker.on_change(self._on_ticker_change)
+        host.store.on_commit(self._heard_commit)
         await self.load_all()
         await self.workers.read()
         self.screen.show_titles()
@@ -225,6 +231,18 @@ class LiveRefresh:
             if index is not None:
                 table.refresh_row(index)
 
+    def _heard_commit(self) -> None:
+        """Another process committed (a store that hears it): look within 50 ms rather
+        than at the next second; a burst of commits is one look."""
+        if self._outside_soon:
+            return
+        self._outside_soon = True
+        self.screen.set_timer(OUTSIDE_DELAY, self._look_outside_soon)
+
+    async def _look_outside_soon(self) -> None:
+        self._outside_soon = False
+        await self.look_outside()
+
     async def look_outside(self) -> None:
         """Commits by another connection (a `tickui task ...`, a second tickui) move
         data_version; then compare narrow task versions and fetch newer occurrences."""
@@ -319,8 +337,9 @@ class LiveRefresh:
             self.notify(lost, title="Lease lost", severity="error")
         waiting = host.engine.dispatcher.active() if self.board.quitting else None
         with contextlib.suppress(Exception):
+            where = host.store.where
             self.screen.query_one(StatusLine).show(
-                short_path(host.db),
+                short_path(host.db) if where == str(host.db) else where,
                 status,
                 host.ticker.status,
                 host.clock.now(),
@@ -329,6 +348,7 @@ class LiveRefresh:
                 view.zone(),
                 view.label(),
                 waiting,
+                host.watch,
             )
 
     def show_ticker(self) -> None:

@@ -67,7 +67,7 @@ class TaskActions:
         await queue_run_now(self.host.store, task, self.host.clock.now())
         where = (
             "the lease holder runs it"
-            if self.host.engine.running
+            if self.host.engine.running or self.host.watch
             else "the engine is stopped; it runs when an engine starts"
         )
         self.notify(f"queued run-now of {task.name}: {where}")

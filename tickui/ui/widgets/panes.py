@@ -61,6 +61,7 @@ class StatusLine(Static):
         zone: tzinfo = UTC,
         zone_label: str = "UTC",
         waiting: int | None = None,
+        watching: bool = False,
     ) -> None:
         head = Text.assemble((" tickui ", "bold reverse"), " ")
         if demo:
@@ -70,7 +71,7 @@ class StatusLine(Static):
             head.append(f"quitting: waiting for {runs} (c cancels them)", "bold black on yellow")
         else:
             head.append("engine ")
-            head.append(*engine_state(engine, ticker_status))
+            head.append(*engine_state(engine, ticker_status, watching))
         clock = clock_in(now, zone)
         # (what is dropped first when the line is short: a higher number), then the text
         parts = [
@@ -98,8 +99,13 @@ def _joined(head: Text, parts: list[Text]) -> Text:
     return text
 
 
-def engine_state(status: EngineStatus | None, ticker_status: str) -> tuple[str, str]:
-    """running / standby (holder) / stopped / waiting (for its first tick, or for ticks)."""
+def engine_state(
+    status: EngineStatus | None, ticker_status: str, watching: bool = False
+) -> tuple[str, str]:
+    """running / standby (holder) / stopped / waiting (for its first tick, or for ticks);
+    none here, for a dashboard that only watches."""
+    if watching:
+        return "none here (watching: the lease holder runs)", "bold cyan"
     if status is None or not status.running:
         return "stopped", "bold yellow"
     if status.lease_state == "standby":
