@@ -241,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker_cli.add_arguments(worker)
     workers = sub.add_parser("workers", parents=[shared], help="the workers the engine has heard")
     workers_cli.add_arguments(workers)
+    store = sub.add_parser("store", help="move a setup between stores (SQLite, PostgreSQL)")
+    from tickui.cli import store as store_cli
+
+    store_cli.add_arguments(store)
     key = sub.add_parser("key", help="make and rotate the key dispatch messages are signed with")
     key_cli.add_arguments(key)
     return parser
@@ -394,6 +398,12 @@ def run(argv: Sequence[str]) -> int:
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
         return key_cli.main(args)
+    if args.command == "store":
+        from tickui.cli import store as store_cli
+
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        return asyncio.run(store_cli.main(args))
     path = db_path(args, settings)
     if args.command in (None, "demo"):
         from tickui.ui.launch import run_dashboard

@@ -33,6 +33,7 @@ from tickui.store.copies import (
 )
 from tickui.store.dbfile import DATABASE_ERRORS, database_failure, lookup, os_failure
 from tickui.store.tasksync import default_anchor
+from tickui.store.transfer import CopyReport, copy_store
 
 SCHEMA_VERSION = schema.VERSION  # the newest schema this tickui reads and writes
 
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_KEEP",
     "SCHEMA_VERSION",
     "Beat",
+    "CopyReport",
     "Delivery",
     "DispatchSecurity",
     "FinishedRun",
@@ -54,6 +56,7 @@ __all__ = [
     "SyncReport",
     "ascii_lower",
     "copy_database",
+    "copy_store",
     "database_failure",
     "default_anchor",
     "finished_runs",

@@ -256,6 +256,13 @@ class StoreBase(Store):
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return list(await self._conn.execute_fetchall(sql, params))
 
+    async def _columns(self, table: str) -> list[str]:
+        """The table's columns, in the schema's order (for a copy between stores)."""
+        return [row[1] for row in await self._all(f"PRAGMA table_info({table})")]
+
+    async def _after_copy(self) -> None:
+        """What a copy into this store must set after its rows (nothing, for SQLite)."""
+
     async def data_version(self) -> int:
         """Changes whenever another connection commits: a cheap 'has anything changed'."""
         return (await self._one("PRAGMA data_version"))[0]

@@ -155,9 +155,7 @@ class HookQueries(StoreBase):
 
     async def recent_deliveries(self, limit: int = 50) -> list[Delivery]:
         """The newest deliveries first. A database from before schema 7 has none."""
-        if not await self._one(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hook_deliveries'"
-        ):
+        if not await self._columns("hook_deliveries"):
             return []
         rows = await self._all(
             "SELECT id, hook, event, task, occurrence_id, created_at, finished_at, attempts,"

@@ -196,6 +196,22 @@ class PgStoreBase(StoreBase):
             self._listen = raw
             self._changes += 1
 
+    async def _columns(self, table: str) -> list[str]:
+        rows = await self._all(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = ?"
+            " ORDER BY ordinal_position",
+            (table,),
+        )
+        return [row[0] for row in rows]
+
+    async def _after_copy(self) -> None:
+        """Events were copied with their numbers: the next one follows the highest."""
+        await self._conn.execute(
+            "SELECT setval(pg_get_serial_sequence('events', 'seq'),"
+            " coalesce((SELECT max(seq) FROM events), 0) + 1, false)"
+        )
+
     async def checkpoint(self) -> None:
         return None  # the server folds its WAL itself
 
