@@ -71,6 +71,11 @@ class Recovery:
                 killed = await _kill_orphan(occ)
                 if occ.state == "claimed" and occ.pid is None:
                     detail = f"engine {occ.owner} lost its lease; not known to have started"
+                elif not _on_this_host(occ):
+                    detail = (
+                        f"{gone}; outcome unknown: its run's record is on its host, and its"
+                        " lease (the run's fence) ran out before this engine took over"
+                    )
                 else:
                     detail = gone + ("; its process group was killed" if killed else "")
                 failed.append((occ.id, "INTERRUPTED", detail))
@@ -106,7 +111,7 @@ class Recovery:
 
     def _journal_of(self, occ: Occurrence) -> Path | None:
         """Where the run of `occ` kept its journal, when it ran on this host."""
-        if (occ.owner or "").split(":", 1)[0] != procs.host():
+        if not _on_this_host(occ):
             return None
         if occ.log_path:
             return Path(occ.log_path).with_suffix(".journal")
@@ -162,10 +167,15 @@ class Pruning:
                     os.unlink(gone)
 
 
+def _on_this_host(occ: Occurrence) -> bool:
+    """Whether the engine that claimed `occ` ran on this host (its owner names its host)."""
+    return (occ.owner or "").split(":", 1)[0] == procs.host()
+
+
 async def _kill_orphan(occ: Occurrence) -> bool:
     """End what a vanished engine on this host left running of `occ`: its group and every
     descendant, wherever it was reparented. Another host's processes are not ours to signal."""
-    if (occ.owner or "").split(":", 1)[0] != procs.host():
+    if not _on_this_host(occ):
         return False
     return await end_orphaned_run(occ) > 0
 

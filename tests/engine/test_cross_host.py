@@ -1,0 +1,50 @@
+"""An engine on another host vanishes with a run going: the standby on this host cannot
+read that run's journal, waits out the lease (the run's fence), and records the run
+INTERRUPTED, outcome unknown; by then the run's supervisor had ended it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from engine_procs import Engine, lease_owner, occurrences, wait_for
+
+from helpers import cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_vanished_engine_on_another_host_has_its_run_fenced_then_recorded_unknown(
+    tmp_path, pg_url
+):
+    marks, config = tmp_path / "marks.txt", tmp_path / "tickui.toml"
+    config.write_text('[engine]\nlease_ttl = "3s"\n')
+    script = f"echo start >> {marks}; trap 'echo fenced >> {marks}; exit 143' TERM; sleep 60 & wait"
+    added = cli("task", "add", "long", "--cron", "0 0 1 1 *", "--", "sh", "-c", script, db=pg_url)
+    assert added.returncode == 0, added.stderr
+    far = Engine(pg_url, tmp_path / "far.err", "--config", str(config), host="far-away")
+    near = None
+    try:
+        wait_for(lambda: far.owns(lease_owner(pg_url)), 20, "the far engine to hold the lease")
+        asked = cli("task", "run-now", "long", db=pg_url)
+        assert asked.returncode == 0, asked.stderr
+        wait_for(lambda: marks.exists() and "start" in marks.read_text(), 20, "the run to start")
+        far.kill()
+        killed_at = time.monotonic()
+        near = Engine(pg_url, tmp_path / "near.err", "--config", str(config))
+        wait_for(lambda: near.owns(lease_owner(pg_url)), 20, "this host's engine to take over")
+        took_over_in = time.monotonic() - killed_at
+        fenced_before = marks.read_text().split()
+        (run,) = wait_for(
+            lambda: [o for o in occurrences(pg_url) if o.state == "failed"], 20, "the verdict"
+        )
+        assert run.error_code == "INTERRUPTED" and "outcome unknown" in run.detail, run
+        # its supervisor, left by the vanished engine, ended it when its lease ran out:
+        # before the takeover, which had to wait for that lease
+        assert fenced_before == ["start", "fenced"]
+        assert took_over_in >= 1.0, took_over_in  # not at once: another host's holder
+        assert near.stop() == 0, near.stderr()[-2000:]
+    finally:
+        far.kill()
+        if near is not None:
+            near.kill()
