@@ -145,10 +145,10 @@ def test_a_3s_task_every_1s_never_overlaps_and_runs_the_buffered_slot_at_the_end
 
 
 @pytest.mark.parametrize("value", ["buffer_one"])
-def test_the_choice_is_accepted_by_spec_cli_and_toml(tmp_path, value) -> None:
+def test_the_choice_is_accepted_by_spec_cli_and_toml(store_target, tmp_path, value) -> None:
     spec = build_spec({"name": "b", "every": "1s", "concurrency": value, "command": ["true"]}, T0)
     assert spec.concurrency == "buffer_one"
-    db = tmp_path / "t.db"
+    db = store_target
     done = cli("task", "add", "b", "--every", "1s", "--concurrency", value, "--", "true", db=db)
     assert done.returncode == 0, done.stderr
     listed = cli("task", "list", db=db).stdout
@@ -203,13 +203,13 @@ def test_real_runs_a_3s_task_every_1s_never_overlap_and_the_buffered_slot_follow
     assert ran == sorted(slot for slot in times)  # the runs the processes saw, in slot order
 
 
-async def test_with_retries_at_most_one_run_waits(tmp_path) -> None:
+async def test_with_retries_at_most_one_run_waits(store_target, tmp_path) -> None:
     """Found by an adversarial try: a buffered slot and a retry waited side by side. A
     waiting retry is the one that waits; a run ending failed while a slot waits is not
     retried (the waiting slot runs next)."""
     gate = tmp_path / "go"
     cmd = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 1"]
-    async with rig(tmp_path / "t.db") as r:
+    async with rig(store_target) as r:
         await r.add("b", every="1m", command=cmd, concurrency="buffer_one", anchor=iso(RIG_T0),
                     retries=2, retry_delay="5m")  # fmt: skip
         await r.engine.start()

@@ -36,8 +36,8 @@ async def _run_slots(r, count: int, seconds: float = 1) -> None:
         await r.settle()
 
 
-async def test_pause_after_3_disables_after_three_failed_slots(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_pause_after_3_disables_after_three_failed_slots(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("bad", every="1s", command=["sh", "-c", "exit 4"], pause_after=3)
         await r.engine.start()
         await r.settle()
@@ -52,8 +52,8 @@ async def test_pause_after_3_disables_after_three_failed_slots(tmp_path):
         assert len(await r.history("bad")) == 3  # nothing more runs
 
 
-async def test_a_success_resets_the_count(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_success_resets_the_count(store_target, tmp_path):
+    async with rig(store_target) as r:
         flag = tmp_path / "ok"
         script = f"[ -e {flag} ]"
         await r.add("t", every="1s", command=["sh", "-c", script], pause_after=2)
@@ -71,8 +71,8 @@ async def test_a_success_resets_the_count(tmp_path):
         assert not (await r.store.get_task("t")).enabled
 
 
-async def test_a_slot_counts_once_after_its_last_attempt(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_slot_counts_once_after_its_last_attempt(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("t", every="1h", command=["false"], retries=2, retry_delay="1s", pause_after=2)
         await r.engine.start()
         await r.settle()
@@ -94,8 +94,8 @@ async def test_a_slot_counts_once_after_its_last_attempt(tmp_path):
         assert [o.attempt for o in await r.history("t")] == [1, 2, 3, 1, 2, 3]
 
 
-async def test_pausing_cancels_what_waits(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_pausing_cancels_what_waits(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("a", every="1h", command=["false"], retries=1, retry_delay="1m")
         await r.add("b", every="1h", command=["false"], pause_after=1)
         b = await r.store.get_task("b")
@@ -115,8 +115,8 @@ async def test_pausing_cancels_what_waits(tmp_path):
 
 
 @pytest.mark.parametrize("code", ["TIMEOUT"])
-async def test_the_note_names_the_last_code(tmp_path, code):
-    async with rig(tmp_path / "t.db") as r:
+async def test_the_note_names_the_last_code(store_target, tmp_path, code):
+    async with rig(store_target) as r:
         await r.add("slow", every="1h", command=["sleep", "30"], timeout="200ms", pause_after=1)
         await r.engine.start()
         await r.settle()
@@ -138,8 +138,8 @@ def test_the_pause_after_flag_on_a_real_engine(tmp_path):
     assert "failures: 3" in shown
 
 
-async def test_a_retry_skipped_as_missed_ends_its_slot_failed(tmp_path):
-    async with rig(tmp_path / "t.db", misfire_grace=2_000_000) as r:
+async def test_a_retry_skipped_as_missed_ends_its_slot_failed(store_target, tmp_path):
+    async with rig(store_target, misfire_grace=2_000_000) as r:
         await r.add("t", every="1h", command=["false"], retries=1, retry_delay="1s", pause_after=1)
         await r.engine.start()
         await r.settle()
@@ -153,8 +153,8 @@ async def test_a_retry_skipped_as_missed_ends_its_slot_failed(tmp_path):
         assert task.note == "paused after 1 consecutive failures (last: EXIT_NONZERO)"
 
 
-async def test_enabling_a_paused_task_clears_its_count(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_enabling_a_paused_task_clears_its_count(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("b", every="1s", command=["false"], pause_after=2)
         await r.engine.start()
         await r.settle()

@@ -88,12 +88,13 @@ def test_a_one_time_task_backfills_its_one_slot() -> None:
 
 
 async def test_ten_slots_of_an_every_minute_task_run_ten_times_in_order_under_forbid(
+    store_target,
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "out.txt"
     cmd = ["sh", "-c", f'echo "$TICKUI_SCHEDULED_FOR" >> {out}; sleep 0.2']
     now = T0 + 30 * M + 30 * S  # between two slots: nothing scheduled is due
-    async with rig(tmp_path / "t.db", start=now) as r:
+    async with rig(store_target, start=now) as r:
         # The grid is on whole minutes; the next scheduled slot is in the future.
         await r.add("m", every="1m", command=cmd, anchor=iso(T0), concurrency="forbid")
         slots = backfill_slots((await r.store.get_task("m")).schedule, T0, T0 + 10 * M, now, 100)
@@ -114,9 +115,9 @@ async def test_ten_slots_of_an_every_minute_task_run_ten_times_in_order_under_fo
     assert out.read_text().split() == [iso(s) for s in slots]  # TICKUI_SCHEDULED_FOR
 
 
-async def test_allow_runs_them_side_by_side(tmp_path: Path) -> None:
+async def test_allow_runs_them_side_by_side(store_target, tmp_path: Path) -> None:
     now = T0 + 30 * M + 30 * S  # between two slots: nothing scheduled is due
-    async with rig(tmp_path / "t.db", start=now) as r:
+    async with rig(store_target, start=now) as r:
         await r.add("a", every="1m", command=["sleep", "0.5"], anchor=iso(T0), concurrency="allow")
         slots = backfill_slots((await r.store.get_task("a")).schedule, T0, T0 + 3 * M, now, 100)
         await r.store.queue_backfill("a", slots, now)
@@ -126,8 +127,8 @@ async def test_allow_runs_them_side_by_side(tmp_path: Path) -> None:
         await r.settle()
 
 
-async def test_a_slot_with_a_scheduled_run_is_not_run_again(tmp_path: Path) -> None:
-    async with rig(tmp_path / "t.db", start=T0 + 1) as r:
+async def test_a_slot_with_a_scheduled_run_is_not_run_again(store_target, tmp_path: Path) -> None:
+    async with rig(store_target, start=T0 + 1) as r:
         await r.add("m", every="1m", anchor=iso(T0))
         await r.engine.start()
         await r.tick(M / S)  # the scheduled slot T0 + 1m runs
@@ -141,9 +142,10 @@ async def test_a_slot_with_a_scheduled_run_is_not_run_again(tmp_path: Path) -> N
 
 
 async def test_cancel_cancels_the_queued_ones_and_they_can_be_queued_again(
+    store_target,
     tmp_path: Path,
 ) -> None:
-    async with rig(tmp_path / "t.db", start=T0 + 10 * M) as r:
+    async with rig(store_target, start=T0 + 10 * M) as r:
         await r.add("m", every="1m", anchor=iso(T0))
         slots = [T0 + M, T0 + 2 * M, T0 + 3 * M]
         await r.store.queue_backfill("m", slots, r.clock.now())
@@ -165,8 +167,8 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_cli_backfill_queues_shows_in_history_and_cancels(tmp_path: Path) -> None:
-    db = tmp_path / "t.db"
+def test_cli_backfill_queues_shows_in_history_and_cancels(store_target, tmp_path: Path) -> None:
+    db = store_target
     add = ("task", "add", "m", "--every", "1m", "--anchor", "2020-01-01T00:00:00Z")
     assert cli(*add, "--", "true", db=db).returncode == 0
     rng = ("--from", "2024-01-01T00:00:00Z", "--to", "2024-01-01T00:10:00Z")
@@ -210,11 +212,12 @@ def test_cli_refusals_write_nothing(tmp_path: Path, args, words) -> None:
 
 
 def test_tickui_run_runs_a_cli_backfill_of_ten_slots_in_order_under_forbid(
+    store_target,
     tmp_path: Path,
 ) -> None:
     """The whole path as a user takes it: a task added now, its last ten minutes
     backfilled, `tickui run` (real processes) runs them one after another, oldest first."""
-    db, out = tmp_path / "t.db", tmp_path / "out.txt"
+    db, out = store_target, tmp_path / "out.txt"
     script = f'echo "$TICKUI_SCHEDULED_FOR $(date +%s.%N)" >> {out}; sleep 0.05'
     add = ("task", "add", "m", "--every", "1m", "--concurrency", "forbid")
     assert cli(*add, "--", "sh", "-c", script, db=db).returncode == 0
@@ -246,13 +249,15 @@ def test_tickui_run_runs_a_cli_backfill_of_ten_slots_in_order_under_forbid(
         assert after["started_at"] >= before["finished_at"]
 
 
-async def test_a_cancelled_backfill_does_not_retry_its_run_in_flight(tmp_path: Path) -> None:
+async def test_a_cancelled_backfill_does_not_retry_its_run_in_flight(
+    store_target, tmp_path: Path
+) -> None:
     """Found by an adversarial try: --cancel cancelled the waiting slots, but the one
     running failed afterwards and was retried. Its backfill is cancelled: so is its retry."""
     gate = tmp_path / "go"
     cmd = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 1"]
     now = T0 + 30 * M + 30 * S
-    async with rig(tmp_path / "t.db", start=now) as r:
+    async with rig(store_target, start=now) as r:
         await r.add("m", every="1m", command=cmd, anchor=iso(T0), retries=2, retry_delay="1s")
         slots = backfill_slots((await r.store.get_task("m")).schedule, T0, T0 + 3 * M, now, 100)
         await r.store.queue_backfill("m", slots, now)
@@ -270,10 +275,10 @@ async def test_a_cancelled_backfill_does_not_retry_its_run_in_flight(tmp_path: P
     assert runs[0].id == running.id
 
 
-async def test_a_backfill_run_of_a_live_backfill_is_retried(tmp_path: Path) -> None:
+async def test_a_backfill_run_of_a_live_backfill_is_retried(store_target, tmp_path: Path) -> None:
     cmd = ["sh", "-c", "exit 1"]
     now = T0 + 30 * M + 30 * S
-    async with rig(tmp_path / "t.db", start=now) as r:
+    async with rig(store_target, start=now) as r:
         await r.add("m", every="1m", command=cmd, anchor=iso(T0), retries=1, retry_delay="1s")
         slots = backfill_slots((await r.store.get_task("m")).schedule, T0, T0 + M, now, 100)
         await r.store.queue_backfill("m", slots, now)
@@ -284,12 +289,14 @@ async def test_a_backfill_run_of_a_live_backfill_is_retried(tmp_path: Path) -> N
     assert (retry.kind, retry.attempt) == ("backfill", 2)
 
 
-async def test_cancel_ends_the_running_backfill_run_through_the_engine(tmp_path: Path) -> None:
+async def test_cancel_ends_the_running_backfill_run_through_the_engine(
+    store_target, tmp_path: Path
+) -> None:
     """`--cancel` from another process while the backfill's last slot runs: nothing waits,
     so the running one is the engine's to end; it ends cancelled and is never retried."""
     cmd = ["sh", "-c", "sleep 30; exit 1"]
     now = T0 + 30 * M + 30 * S
-    db = tmp_path / "t.db"
+    db = store_target
     async with rig(db, start=now) as r:
         await r.add("m", every="1m", command=cmd, anchor=iso(T0), retries=2, retry_delay="1s")
         slots = backfill_slots((await r.store.get_task("m")).schedule, T0, T0 + M, now, 100)

@@ -159,13 +159,13 @@ async def _queue(r, name: str, *slots: int, kind: str = "scheduled", **fields) -
     return await r.store.queue_occurrences(items, r.clock.now())
 
 
-async def test_queued_rows_start_oldest_first_one_at_a_time_under_forbid(tmp_path):
+async def test_queued_rows_start_oldest_first_one_at_a_time_under_forbid(store_target, tmp_path):
     out, lock = tmp_path / "out.txt", tmp_path / "running"
     # a run that finds another one's lock says so: overlap is seen whatever the timing
     script = (f"if [ -e {lock} ]; then echo OVERLAP >> {out}; fi; touch {lock}; sleep 0.1;"
               f" rm -f {lock}; echo $TICKUI_SCHEDULED_FOR >> {out}")  # fmt: skip
     cmd = ["sh", "-c", script]
-    async with rig(tmp_path / "t.db") as r:
+    async with rig(store_target) as r:
         await r.add("q", every="1h", command=cmd, anchor="2027-01-15T09:00:00Z")
         await r.engine.start()
         ids = await _queue(r, "q", T0 - 2 * S, T0 - 3 * S, T0 - S, kind="backfill")
@@ -186,8 +186,8 @@ async def test_queued_rows_start_oldest_first_one_at_a_time_under_forbid(tmp_pat
         assert out.read_text().split() == [iso(T0 - k * S) for k in (3, 2, 1)]
 
 
-async def test_queued_rows_start_together_under_allow(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_queued_rows_start_together_under_allow(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("q", every="1h", command=["sleep", "0.3"], concurrency="allow")
         await r.engine.start()
         await r.settle()
@@ -198,8 +198,10 @@ async def test_queued_rows_start_together_under_allow(tmp_path):
         await r.settle()
 
 
-async def test_a_queued_row_waits_for_its_time_and_is_skipped_past_the_grace(tmp_path):
-    async with rig(tmp_path / "t.db", misfire_grace=5 * S) as r:
+async def test_a_queued_row_waits_for_its_time_and_is_skipped_past_the_grace(
+    store_target, tmp_path
+):
+    async with rig(store_target, misfire_grace=5 * S) as r:
         await r.add("q", every="1h", anchor="2027-01-15T09:00:00Z")
         await r.engine.start()
         soon, late = await _queue(r, "q", T0 - 60 * S, T0 - 50 * S, retry_at=T0 + 10 * S)
@@ -212,8 +214,10 @@ async def test_a_queued_row_waits_for_its_time_and_is_skipped_past_the_grace(tmp
         assert rows[soon].detail.startswith("misfire_skipped: queued run due 15s ago")
 
 
-async def test_queued_rows_are_cancelled_when_their_task_is_disabled_or_removed(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_queued_rows_are_cancelled_when_their_task_is_disabled_or_removed(
+    store_target, tmp_path
+):
+    async with rig(store_target) as r:
         await r.add("a", every="1h", anchor="2027-01-15T09:00:00Z")
         await r.add("b", every="1h", anchor="2027-01-15T09:00:00Z")
         await r.engine.start()
@@ -227,8 +231,8 @@ async def test_queued_rows_are_cancelled_when_their_task_is_disabled_or_removed(
         assert (rows[b].state, rows[b].detail) == ("cancelled", "task removed")
 
 
-async def test_a_queued_row_is_taken_once_and_only_under_the_lease(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_queued_row_is_taken_once_and_only_under_the_lease(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("q", every="1h", anchor="2027-01-15T09:00:00Z")
         await r.engine.start()
         (occ_id,) = await _queue(r, "q", T0, retry_at=T0 + 3600 * S)
@@ -278,8 +282,8 @@ async def _step_to(r, moment: int) -> None:
     await r.tick()
 
 
-async def test_a_command_failing_twice_then_succeeding_runs_three_attempts(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_command_failing_twice_then_succeeding_runs_three_attempts(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add(
             "flaky", every="1h", command=_fails_twice(tmp_path), retries="3", retry_delay="10s"
         )
@@ -316,8 +320,8 @@ async def test_a_command_failing_twice_then_succeeding_runs_three_attempts(tmp_p
         assert (await r.history("flaky"))[-1].attempt == 1  # the next slot starts again at 1
 
 
-async def test_retries_run_out_and_cancelled_runs_are_not_retried(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_retries_run_out_and_cancelled_runs_are_not_retried(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("bad", every="1h", command=["false"], retries="1", retry_delay="1s")
         await r.add("slow", every="1h", command=["sleep", "30"], retries="2")
         await r.engine.start()
@@ -333,8 +337,8 @@ async def test_retries_run_out_and_cancelled_runs_are_not_retried(tmp_path):
         assert [o.state for o in await r.history("slow")] == ["cancelled"]
 
 
-async def test_a_failure_not_named_in_retry_on_is_not_retried(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_failure_not_named_in_retry_on_is_not_retried(store_target, tmp_path):
+    async with rig(store_target) as r:
         missing = str(tmp_path / "no-such-program")
         await r.add("nodispatch", every="1h", command=[missing], retries="2")
         await r.add("dispatch", every="1h", command=[missing], retries="1", retry_on="dispatch")
@@ -344,8 +348,8 @@ async def test_a_failure_not_named_in_retry_on_is_not_retried(tmp_path):
         assert [o.state for o in await r.history("dispatch")] == ["failed", "queued"]
 
 
-async def test_a_retry_goes_first_and_the_slot_due_with_it_obeys_forbid(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_retry_goes_first_and_the_slot_due_with_it_obeys_forbid(store_target, tmp_path):
+    async with rig(store_target) as r:
         marker = tmp_path / "ran"
         # The first run fails at once; later runs take a while.
         script = f"if [ -e {marker} ]; then sleep 0.3; else touch {marker}; exit 1; fi"
@@ -364,8 +368,8 @@ async def test_a_retry_goes_first_and_the_slot_due_with_it_obeys_forbid(tmp_path
         assert (await r.store.get_occurrence(rows[1].id)).state == "succeeded"
 
 
-async def test_a_retry_due_while_a_run_is_active_waits_for_it_under_forbid(tmp_path):
-    async with rig(tmp_path / "t.db", misfire_grace=1 * S) as r:
+async def test_a_retry_due_while_a_run_is_active_waits_for_it_under_forbid(store_target, tmp_path):
+    async with rig(store_target, misfire_grace=1 * S) as r:
         marker = tmp_path / "ran"
         script = f"if [ -e {marker} ]; then sleep 1.5; else touch {marker}; exit 1; fi"
         await r.add("t", every="1h", command=["sh", "-c", script], retries="1", retry_delay="1s")
@@ -443,8 +447,8 @@ def test_bad_toml_keys_exit_2_in_one_line_and_write_nothing(tmp_path, line, fiel
     assert not db.exists()
 
 
-def test_toml_keys_are_taken(tmp_path):
-    config, db = tmp_path / "tickui.toml", tmp_path / "t.db"
+def test_toml_keys_are_taken(store_target, tmp_path):
+    config, db = tmp_path / "tickui.toml", store_target
     config.write_text(
         "[[task]]\nname = 'x'\nevery = '1m'\ncommand = ['true']\nretries = 4\n"
         "retry_delay = '2s'\nretry_max_delay = '1m'\nretry_on = ['timeout']\npause_after = 5\n"
@@ -456,8 +460,8 @@ def test_toml_keys_are_taken(tmp_path):
     assert (shown["retry_on"], shown["pause_after"]) == (["timeout"], 5)
 
 
-def test_history_and_show_say_the_attempt_and_the_pending_retry(tmp_path):
-    db = tmp_path / "t.db"
+def test_history_and_show_say_the_attempt_and_the_pending_retry(store_target, tmp_path):
+    db = store_target
     added = cli(
         "task", "add", "flaky", "--at", iso((int(time.time()) + 3) * S),
         "--retries", "3", "--retry-delay", "1m", "--", "false",
@@ -583,8 +587,8 @@ def test_two_engines_never_run_one_retry_twice(tmp_path):
             assert first["scheduled_for"] == row["scheduled_for"] and first["attempt"] == 1
 
 
-async def test_a_queued_retry_can_be_cancelled(tmp_path):
-    async with rig(tmp_path / "t.db") as r:
+async def test_a_queued_retry_can_be_cancelled(store_target, tmp_path):
+    async with rig(store_target) as r:
         await r.add("t", every="1h", command=["false"], retries=2, retry_delay="1m")
         await r.engine.start()
         await r.settle()

@@ -38,7 +38,9 @@ def test_every_command_answers_the_same_on_both_stores(store_target, tmp_path):
     assert [t["name"] for t in tasks] == ["boom", "hello"]
     runs = _json(cli("history", "--limit", "50", "--json", db=db))
     states = {(r["task"], r["state"]) for r in runs}
-    assert states == {("hello", "succeeded"), ("boom", "failed")}, states
+    # a slot may be skipped (late on a loaded machine, or overlapping): said, not run
+    assert {("hello", "succeeded"), ("boom", "failed")} <= states, states
+    assert {s for _, s in states} <= {"succeeded", "failed", "skipped"}, states
     assert cli("task", "disable", "boom", "--note", "flaky", db=db).returncode == 0
     shown = _json(cli("task", "list", "--json", db=db))
     assert [t["enabled"] for t in shown] == [False, True]

@@ -19,7 +19,7 @@ from tickui.ticks.ticker import RuntimeScheduler
 
 @dataclass
 class Host:
-    db: Path
+    db: Path | str  # the SQLite file, or a PostgreSQL store's URL as it may be shown
     store: Store
     clock: Clock
     engine: SchedulerEngine
@@ -81,4 +81,5 @@ def build_host(
         hooks=not demo,  # the demo's failures are staged: they page no one
         in_process_bus=True,
     )
-    return Host(store.path, store, clock, parts.engine, parts.ticker, hooks=parts.hooks, **flags)
+    where = store.path if store.where == str(store.path) else store.where  # a file, or a URL
+    return Host(where, store, clock, parts.engine, parts.ticker, hooks=parts.hooks, **flags)

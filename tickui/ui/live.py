@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual.timer import Timer
@@ -337,9 +338,8 @@ class LiveRefresh:
             self.notify(lost, title="Lease lost", severity="error")
         waiting = host.engine.dispatcher.active() if self.board.quitting else None
         with contextlib.suppress(Exception):
-            where = host.store.where
             self.screen.query_one(StatusLine).show(
-                short_path(host.db) if where == str(host.db) else where,
+                short_path(host.db) if isinstance(host.db, Path) else host.db,
                 status,
                 host.ticker.status,
                 host.clock.now(),
