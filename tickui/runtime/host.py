@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tickui.common.clock import Clock
 from tickui.dispatch import Dispatcher
@@ -15,6 +16,9 @@ from tickui.runtime.settings import DispatchSettings, Settings
 from tickui.store import Store
 from tickui.ticks.config import TickerConfig, kafka_access
 from tickui.ticks.ticker import RuntimeScheduler
+
+if TYPE_CHECKING:
+    from tickui.runtime.metrics import MetricsEndpoint
 
 
 @dataclass
@@ -29,6 +33,7 @@ class Host:
     start_engine: bool = True
     closed: bool = field(default=False, init=False)
     hooks: HookService | None = None  # alert hooks ([[hook]]), None when there are none
+    metrics: MetricsEndpoint | None = None  # Prometheus metrics ([metrics] listen)
 
     async def start(self) -> None:
         if self.start_engine:
@@ -52,6 +57,9 @@ class Host:
             if self.hooks is not None:
                 with contextlib.suppress(Exception):
                     await self.hooks.close(grace=2.0)
+            if self.metrics is not None:
+                with contextlib.suppress(Exception):
+                    await self.metrics.close()
             await self.store.close()
 
 
@@ -78,4 +86,13 @@ def build_host(
         hooks=not demo,  # the demo's failures are staged: they page no one
         in_process_bus=True,
     )
-    return Host(store.path, store, clock, parts.engine, parts.ticker, hooks=parts.hooks, **flags)
+    return Host(
+        store.path,
+        store,
+        clock,
+        parts.engine,
+        parts.ticker,
+        hooks=parts.hooks,
+        metrics=parts.metrics,
+        **flags,
+    )
