@@ -8,9 +8,10 @@ on the event loop, from what the engine already tells.
 - Runs (`tickui_runs_total`, the start lateness, retries, missed and skipped slots) come
   from the engine's changes, in one observer: the changed occurrences are read in its own
   task, each counted once as it starts and as it ends (this engine's runs only).
-- The rest is sampled every second on the loop: the lease, the ticker's counts and its
-  breaker, the hooks' delivery counts, and three indexed counts from the database (active
-  and queued runs, live workers).
+- The lease follows the engine's scans and the breaker the ticker's moves, as they
+  happen. The rest is sampled every second on the loop: the ticker's counts, the hooks'
+  delivery counts, and three indexed counts from the database (active and queued runs,
+  live workers).
 """
 
 from __future__ import annotations
@@ -168,15 +169,23 @@ class MetricsObserver:
         self._closed = False
         families.breaker.state(BREAKER_STATES[CLOSED])
         engine.subscribe(self._on_change)
+        ticker.on_change(self._on_ticker)
 
     # ---- on the loop ---------------------------------------------------------------
 
     def _on_change(self, change: EngineChange) -> None:
-        """The engine's listener: notes ids, wakes the observer; no I/O here."""
+        """The engine's listener: the lease as it stands after each scan; the changed
+        runs' ids noted for the observer's task (no I/O here)."""
+        if change.status:
+            self.families.lease.set(1 if self.engine.holds_lease else 0)
         if change.occurrences:
             self._pending.update(change.occurrences)
             self._wake.set()
         self.start()
+
+    def _on_ticker(self) -> None:
+        """The ticker's listener (after each tick and breaker move)."""
+        self.families.breaker.state(BREAKER_STATES.get(self.ticker.breaker.state, "open"))
 
     def start(self) -> None:
         if self._task is None and not self._closed:
@@ -249,14 +258,13 @@ class MetricsObserver:
             self._done.popitem(last=False)
 
     async def sample(self) -> None:
-        """The values read rather than counted: the lease, the ticker's counts and breaker,
-        the hooks' deliveries, and the database's counts of runs and workers."""
+        """The values read rather than counted: the lease, the ticker's counts, the hooks'
+        deliveries, and the database's counts of runs and workers."""
         f = self.families
         f.lease.set(1 if self.engine.holds_lease else 0)
         ticking = self.ticker.metrics()
         emitted = _grow(f.ticks_emitted, self._ticks[0], ticking.ticks_emitted)
         self._ticks = (emitted, _grow(f.ticks_failed, self._ticks[1], ticking.ticks_failed))
-        f.breaker.state(BREAKER_STATES.get(self.ticker.breaker.state, "open"))
         if self.hooks is not None:
             for outcome in HOOK_OUTCOMES:
                 seen = self.hooks.counts[outcome]
