@@ -10,6 +10,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import NamedTuple
 
@@ -163,6 +164,37 @@ def test_a_standby_engine_serves_its_lease_as_not_held_and_counts_no_runs(tmp_pa
     finally:
         codes = [stop(p) for p in (standby, holder) if p is not None]
     assert codes == [0] * len(codes)
+
+
+def test_workers_alive_counts_a_real_worker_over_kafka(tmp_path, kafka_bootstrap):
+    """An engine dispatching to a real `tickui worker` through Tansu: the worker's
+    heartbeats make it alive, and its runs are counted as the engine's."""
+    db = tmp_path / "t.db"
+    assert cli("task", "add", "ok", "--every", "1s", "--", "true", db=db).returncode == 0
+    name = f"wk-{uuid.uuid4().hex[:6]}"
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "tickui", "worker", "--kafka", kafka_bootstrap, "--id", name,
+             "--group", f"g-{name}", "--for", "60", "--log-dir", str(tmp_path / "wl")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+    engine = None
+    try:
+        # a new group starts from the end of the runs topic: let it join first
+        poll(lambda: "ready" in (tmp_path / "worker.log").read_text(), 20, "the worker")
+        port = free_port()
+        engine = start(db, tmp_path / "engine.log", "--dispatch", "kafka", "--kafka",
+                       kafka_bootstrap, "--metrics", f"127.0.0.1:{port}")  # fmt: skip
+
+        def alive_and_ran() -> Scrape | None:
+            found = scrape(port)
+            ok = found and found.get("tickui_workers_alive") == 1 and succeeded(port)
+            return found if ok else None
+
+        poll(alive_and_ran, timeout=40, what="the worker alive and a run of it counted")
+    finally:
+        codes = [stop(p) for p in (engine, worker) if p is not None]
+    assert codes[0] == 0, (tmp_path / "engine.log").read_text()
 
 
 async def test_the_dashboards_engine_serves_metrics_until_its_host_closes(tmp_path):
