@@ -10,8 +10,8 @@ on the event loop, from what the engine already tells.
   task, each counted once as it starts and as it ends (this engine's runs only).
 - The lease follows the engine's scans and the breaker the ticker's moves, as they
   happen. The rest is sampled every second on the loop: the ticker's counts, the hooks'
-  delivery counts, and three indexed counts from the database (active and queued runs,
-  live workers).
+  delivery counts, and three counts from the database (active and queued runs on their
+  partial indexes, live workers).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Families:
         task = ["task"]
         self.runs = Counter(
             "tickui_runs",
-            "Runs this engine started that ended, by task and outcome"
+            "Runs this engine claimed, as they ended, by task and outcome"
             " (succeeded, failed, cancelled).",
             ["task", "outcome"],
             registry=r,
