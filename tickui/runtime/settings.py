@@ -109,7 +109,7 @@ class WorkerSettings:
 class MetricsSettings:
     """[metrics]: where Prometheus metrics are served (None: nowhere)."""
 
-    listen: str | None = None  # host:port
+    listen: str | None = default("metrics", "listen")  # host:port
 
 
 def _checked(opt: Option, value: Any, name: str) -> Any:
