@@ -93,3 +93,25 @@ async def test_runs_of_a_vanished_engine_are_not_this_engines_to_count(tmp_path)
         assert sample(seen, "tickui_runs_total", task="slow", outcome="failed") == 0
         assert seen.families.registry.get_sample_value("tickui_lease_held") == 1
         await seen.close()
+
+
+async def test_failed_ticks_and_the_breaker_opening_are_seen(tmp_path):
+    """Simulated publish failures (the dashboard's `f`) on the in-process bus: each failed
+    tick counts, and the breaker's state follows it as it opens."""
+    async with rig(tmp_path / "t.db") as r:
+        seen = observe(r)
+        state = "tickui_tick_breaker_state"
+        assert sample(seen, state, **{state: "closed"}) == 1
+        seen.ticker.simulate_failures = True
+        for _ in range(TickerConfig().breaker_threshold):
+            await seen.ticker.emit_tick_at()
+        await seen.sample()
+        assert sample(seen, state, **{state: "open"}) == 1
+        assert sample(seen, state, **{state: "closed"}) == 0
+        failed = sample(seen, "tickui_ticks_failed_total")
+        assert failed == TickerConfig().breaker_threshold
+        await seen.ticker.emit_tick_at()  # refused by the open breaker: failed as well
+        await seen.sample()
+        assert sample(seen, "tickui_ticks_failed_total") == failed + 1
+        assert sample(seen, "tickui_ticks_emitted_total") == 0
+        await seen.close()
