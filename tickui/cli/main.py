@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     for table, key in (
         ("engine", "stop_grace"), ("ticker", "interval"), ("kafka", "bootstrap"),
         ("dispatch", "mode"), ("ticker", "topic"), ("kafka", "wire"), ("valkey", "url"),
+        ("metrics", "listen"),
     ):  # fmt: skip
         add_argument(run, option(table, key))
     key_cli.add_signing_arguments(run)

@@ -21,7 +21,7 @@ from tickui.common.redact import RedactingFilter, redact_data
 from tickui.common.timeutil import MICROS, format_duration, parse_duration
 from tickui.engine import EngineChange
 from tickui.runtime.assembly import assemble, check_dispatch
-from tickui.runtime.settings import DispatchSettings, Settings
+from tickui.runtime.settings import DispatchSettings, MetricsSettings, Settings
 from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import DATABASE_ERRORS, Store
 from tickui.ticks.config import TickerConfig, kafka_access, ticker_flags
@@ -37,6 +37,7 @@ class RunOptions:
     real_commands: bool = False
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     shown: str = LINES  # the runs' lines: LINES, JSON or QUIET
+    metrics: str | None = None  # serve Prometheus metrics here (host:port)
 
 
 def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
@@ -58,7 +59,8 @@ def options(args: argparse.Namespace, settings: Settings) -> RunOptions:
         shown = JSON
     elif getattr(args, "quiet", False):
         shown = QUIET
-    return RunOptions(args.duration, args.time_scale, grace, ticker, real, dispatch, shown)
+    metrics = args.metrics or settings.metrics.listen
+    return RunOptions(args.duration, args.time_scale, grace, ticker, real, dispatch, shown, metrics)
 
 
 def setup_logging(quiet: bool = False) -> None:
@@ -121,10 +123,11 @@ async def _run(
         if lapse is not None and not lapse.real_commands:
             dispatcher = SimulatedDispatcher(store, clock, lapse.profiles)
         # H: alert hooks ([[hook]]) beside the engine and the ticker; None without any.
-        engine, ticker, hooks = assemble(
+        # M: Prometheus metrics served beside them (--metrics, [metrics] listen).
+        engine, ticker, hooks, metrics = assemble(
             store,
             clock,
-            settings,
+            dataclasses.replace(settings, metrics=MetricsSettings(opts.metrics)),
             opts.ticker,
             dispatch=opts.dispatch,
             kafka=access,
@@ -177,6 +180,8 @@ async def _run(
                 )
             if hooks is not None:  # H: the last changes' alerts, bounded
                 await hooks.close()
+            if metrics is not None:
+                await metrics.close()
         ticking = ticker.metrics().to_json()
         ticking["healthy"] = running.healthy
         ticking["is_healthy"] = running.is_healthy()

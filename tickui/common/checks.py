@@ -152,6 +152,19 @@ def host_port(item: str, name: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def listen_address(value: Any, name: str) -> str:
+    """Where a server listens: `host:port`, the host a name or an address (IPv6 in
+    brackets: `[::1]:9464`), the port from 1 to 65535."""
+    if not isinstance(value, str) or not value.strip():
+        raise BadInput(name, f"{shown(value)} is not host:port")
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not _HOST.fullmatch(host) or not re.fullmatch(r"[0-9]{1,5}", port, re.ASCII):
+        raise BadInput(name, f"{shown(value)} is not host:port (e.g. 127.0.0.1:9464)")
+    if not 1 <= int(port) <= 65535:
+        raise BadInput(name, f"{shown(value)}: port {port} is out of range (1 to 65535)")
+    return value.strip()
+
+
 def bootstrap(value: Any, name: str) -> str:
     """A Kafka bootstrap list: host:port[,host:port...]."""
     if not isinstance(value, str) or not value.strip():

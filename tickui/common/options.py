@@ -22,8 +22,19 @@ from tickui.common.timeutil import MICROS, parse_duration
 ENTRIES = ("hook",)  # tables written as [[table]], one per entry
 # Kinds: duration and size are texts in tickui.toml ("30s", "64KiB"); int, bool; text and
 # path are non-empty texts; choice is one of `choices`; secret is never shown; programs is
-# a list of program names or paths.
-KINDS = ("duration", "size", "int", "bool", "text", "path", "choice", "secret", "programs")
+# a list of program names or paths; address is where a server listens (host:port).
+KINDS = (
+    "duration",
+    "size",
+    "int",
+    "bool",
+    "text",
+    "path",
+    "choice",
+    "secret",
+    "programs",
+    "address",
+)
 
 
 @dataclass(frozen=True)
@@ -218,6 +229,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("hook", "format", "choice", "what a url hook posts: its JSON, or a Slack message",
            "json", choices=("json", "slack")),
     _duration("hook", "timeout", "per delivery attempt", "5s", "100ms", "60s"),
+    Option(
+        "metrics", "listen", "address",
+        "serve Prometheus metrics at http://HOST:PORT/metrics (no auth: keep it on loopback)",
+        env="TICKUI_METRICS", flag="--metrics", metavar="HOST:PORT",
+        flag_check=checks.listen_address, blank_env_unset=True, shown_default="none: off",
+    ),
     Option(
         "worker", "allow", "programs",
         "run only these programs (repeatable; [worker] allow); others fail DISPATCH_FAILED",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tickui.common.clock import Clock
 from tickui.common.errors import BadInput
@@ -30,6 +30,9 @@ MIN_INTERVAL_MS = 10
 MEMORY_BUS_KEEP = 100  # ticks an in-process bus keeps
 SEQUENCE_BLOCK_SECONDS = 10  # reserve about this much ticking ahead
 
+if TYPE_CHECKING:
+    from tickui.runtime.metrics import MetricsEndpoint
+
 log = logging.getLogger("tickui.run")
 
 
@@ -37,6 +40,7 @@ class Assembly(NamedTuple):
     engine: SchedulerEngine
     ticker: RuntimeScheduler
     hooks: HookService | None  # alert hooks ([[hook]]), None when there are none
+    metrics: MetricsEndpoint | None = None  # Prometheus metrics ([metrics] listen), or None
 
 
 def assemble(
@@ -55,7 +59,46 @@ def assemble(
     runs its jobs on `dispatcher` if given, else on the one `dispatch` names (workers
     reached through `kafka`, or child processes). `in_process_bus`: without Kafka, ticks
     still go to a bus in this process, so the breaker (and simulated failures) mean
-    something."""
+    something. With [metrics] listen, the metrics are served from here on (a port in
+    use: Unavailable, before anything else starts)."""
+    endpoint = serve_metrics(settings)
+    try:
+        parts = _assemble(
+            store, clock, settings, ticker_config, dispatch, kafka, dispatcher, hooks,
+            in_process_bus,
+        )  # fmt: skip
+    except BaseException:
+        if endpoint is not None:
+            endpoint.close_now()
+        raise
+    if endpoint is not None:
+        endpoint.attach(
+            store, clock, parts.engine, parts.ticker, parts.hooks, dispatch.worker_timeout
+        )
+        log.info("metrics at %s", endpoint.url)
+    return parts._replace(metrics=endpoint)
+
+
+def serve_metrics(settings: Settings) -> MetricsEndpoint | None:
+    """The metrics endpoint [metrics] listen names, serving; None when it names none."""
+    if settings.metrics.listen is None:
+        return None
+    from tickui.runtime.metrics import MetricsEndpoint  # prometheus-client: only when asked
+
+    return MetricsEndpoint(settings.metrics.listen)
+
+
+def _assemble(
+    store: Store,
+    clock: Clock,
+    settings: Settings,
+    ticker_config: TickerConfig,
+    dispatch: DispatchSettings,
+    kafka: KafkaAccess | None,
+    dispatcher: Dispatcher | None,
+    hooks: bool,
+    in_process_bus: bool,
+) -> Assembly:
     config = real_ticker_config(ticker_config, clock.scale)
     # Between two ticks this much engine time passes: at high scales, more than asked.
     tick = round(config.interval_ms * 1000 * clock.scale)

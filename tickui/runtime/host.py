@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tickui.common.clock import Clock
 from tickui.dispatch import Dispatcher
@@ -15,6 +16,9 @@ from tickui.runtime.settings import DispatchSettings, Settings
 from tickui.store import Store
 from tickui.ticks.config import TickerConfig, kafka_access
 from tickui.ticks.ticker import RuntimeScheduler
+
+if TYPE_CHECKING:
+    from tickui.runtime.metrics import MetricsEndpoint
 
 
 @dataclass
@@ -30,6 +34,7 @@ class Host:
     watch: bool = False  # a dashboard that only watches: no engine, no ticker, ever
     closed: bool = field(default=False, init=False)
     hooks: HookService | None = None  # alert hooks ([[hook]]), None when there are none
+    metrics: MetricsEndpoint | None = None  # Prometheus metrics ([metrics] listen)
 
     async def start(self) -> None:
         if self.watch:
@@ -55,6 +60,9 @@ class Host:
             if self.hooks is not None:
                 with contextlib.suppress(Exception):
                     await self.hooks.close(grace=2.0)
+            if self.metrics is not None:
+                with contextlib.suppress(Exception):
+                    await self.metrics.close()
             await self.store.close()
 
 
@@ -82,4 +90,13 @@ def build_host(
         in_process_bus=True,
     )
     where = store.path if store.where == str(store.path) else store.where  # a file, or a URL
-    return Host(where, store, clock, parts.engine, parts.ticker, hooks=parts.hooks, **flags)
+    return Host(
+        where,
+        store,
+        clock,
+        parts.engine,
+        parts.ticker,
+        hooks=parts.hooks,
+        metrics=parts.metrics,
+        **flags,
+    )

@@ -38,6 +38,7 @@ TABLES = (
     "hook",
     "dispatch",
     "worker",
+    "metrics",
 )
 DISPATCH_MODES = options.option("dispatch", "mode").choices
 MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
@@ -105,6 +106,13 @@ class WorkerSettings:
     allow: tuple[str, ...] = default("worker", "allow")
 
 
+@dataclass(frozen=True)
+class MetricsSettings:
+    """[metrics]: where Prometheus metrics are served (None: nowhere)."""
+
+    listen: str | None = default("metrics", "listen")  # host:port
+
+
 def _checked(opt: Option, value: Any, name: str) -> Any:
     """One value of a table read through `opt`'s kind and bounds; BadInput names `name`."""
     if opt.kind == "duration":
@@ -124,6 +132,8 @@ def _checked(opt: Option, value: Any, name: str) -> Any:
         return value
     if opt.kind == "path":
         return checks.path_text(value, name)
+    if opt.kind == "address":
+        return checks.listen_address(value, name)
     if opt.kind == "programs":
         if not isinstance(value, list) or not all(isinstance(a, str) and a.strip() for a in value):
             raise BadInput(name, "must be a list of program names or paths")
@@ -177,6 +187,14 @@ def dispatch_settings(raw: Any, env: dict[str, str]) -> DispatchSettings:
     return DispatchSettings(**values, key_origin=names["key_file"])
 
 
+def metrics_settings(raw: Any, env: dict[str, str]) -> MetricsSettings:
+    """[metrics], then TICKUI_METRICS."""
+    if not isinstance(raw, dict):
+        raise BadInput("metrics", "must be a [metrics] table")
+    values, _ = _table("metrics", raw, env)
+    return MetricsSettings(**values)
+
+
 @dataclass(frozen=True)
 class Settings:
     path: Path | None = None
@@ -191,6 +209,7 @@ class Settings:
     hooks: tuple[HookConfig, ...] = ()  # [[hook]] entries
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 def _store(path: Path, text: str, raw: Any) -> str | None:
@@ -281,6 +300,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
             ticker=build_ticker({}, env),
             env=env,
             dispatch=dispatch_settings({}, env),
+            metrics=metrics_settings({}, env),
         )
     import tomllib  # read only when there is a file to read
 
@@ -333,6 +353,12 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
             raise
         raise _fail(path, text, "worker", 0, exc, "worker.") from None
     try:
+        metrics = metrics_settings(data.get("metrics", {}), env)
+    except BadInput as exc:
+        if exc.field.startswith("TICKUI_") or exc.field == "metrics":
+            raise
+        raise _fail(path, text, "metrics", 0, exc, "metrics.") from None
+    try:
         ticker = build_ticker(data, env)
     except BadInput as exc:
         table, _, key = exc.field.partition(".")
@@ -355,6 +381,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         hooks=hooks,
         dispatch=dispatch,
         worker=worker,
+        metrics=metrics,
     )
 
 

@@ -329,6 +329,10 @@ class Store(ABC):
     @abstractmethod
     async def state_counts(self) -> dict[str, int]: ...
 
+    @abstractmethod
+    async def pending_counts(self) -> tuple[int, int]:
+        """How many occurrences are active and how many queued (two indexed counts)."""
+
     # ---- the queue -------------------------------------------------------------------
 
     @abstractmethod
@@ -499,6 +503,10 @@ class Store(ABC):
 
     @abstractmethod
     async def silent_workers(self, before: int) -> list[WorkerInfo]: ...
+
+    @abstractmethod
+    async def alive_workers(self, since: int) -> int:
+        """How many workers are alive with a heartbeat at or after `since`."""
 
     @abstractmethod
     async def mark_workers_lost(self, ids: Sequence[str], now: int) -> None: ...

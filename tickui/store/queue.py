@@ -139,6 +139,12 @@ class QueueQueries(StoreBase):
         )
         return [occurrence_from_row(row) for row in rows]
 
+    async def pending_counts(self) -> tuple[int, int]:
+        """Active and queued occurrences, each counted on its partial index."""
+        active = await self._one(f"SELECT count(*) FROM occurrences WHERE state IN {_ACTIVE_SQL}")
+        queued = await self._one("SELECT count(*) FROM occurrences WHERE state = 'queued'")
+        return active[0], queued[0]
+
     async def failures_of(self, task_id: int) -> int:
         """The task's count of consecutive failed slots (for pause_after)."""
         row = await self._one("SELECT failures FROM tasks WHERE id = ?", (task_id,))

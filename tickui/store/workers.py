@@ -138,6 +138,13 @@ class WorkerQueries(StoreBase):
         )
         return [_worker(row) for row in rows]
 
+    async def alive_workers(self, since: int) -> int:
+        """Workers alive whose last heartbeat arrived at or after `since`."""
+        row = await self._one(
+            "SELECT count(*) FROM workers WHERE state = 'alive' AND last_seen >= ?", (since,)
+        )
+        return row[0]
+
     async def mark_workers_lost(self, ids: Sequence[str], now: int) -> None:
         if not ids:
             return
