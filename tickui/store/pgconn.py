@@ -127,6 +127,11 @@ class ServerLost(Unavailable):
     """The server cannot be reached or dropped the connection: an outage to wait out."""
 
 
+class CommitUnknown(ServerLost):
+    """The connection went away while COMMIT was on its way: the server may have
+    committed the transaction or not."""
+
+
 def lost(exc: BaseException) -> ServerLost:
     """The server went away or refused: one line (libpq's first), never a password."""
     text = str(exc).strip()

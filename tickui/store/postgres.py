@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
@@ -24,13 +24,15 @@ import psycopg
 
 from tickui.common import faults
 from tickui.common.errors import StoreError, Unavailable
+from tickui.model.planning import Plan
+from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.store import pgschema
-from tickui.store.base import StoreBase
+from tickui.store.base import _OCC_SELECT, StoreBase
 from tickui.store.claims import ClaimQueries
 from tickui.store.coordination import Coordination
 from tickui.store.events import EventLog
 from tickui.store.hooks import HookQueries
-from tickui.store.pgconn import Connection, fault_kind, open_connection
+from tickui.store.pgconn import CommitUnknown, Connection, ServerLost, fault_kind, open_connection
 from tickui.store.queue import QueueQueries
 from tickui.store.tasks import TaskQueries
 from tickui.store.workers import WorkerQueries
@@ -244,7 +246,10 @@ class PgStoreBase(StoreBase):
                     await conn.run("ROLLBACK")
                 raise
             conn.in_transaction = False
-            await conn.run("COMMIT")
+            try:
+                await conn.run("COMMIT")
+            except ServerLost as exc:
+                raise CommitUnknown(str(exc)) from None
 
     async def data_version(self) -> int:
         """Counts the other connections' commits heard on the change channel."""
@@ -265,3 +270,22 @@ class PostgresStore(
     PgStoreBase,
 ):
     """One PostgreSQL database, with every query group."""
+
+    async def claim(
+        self, plans: Sequence[Plan], owner: str, token: int, now: int
+    ) -> list[Occurrence]:
+        """As every store's, and when the connection went away during the COMMIT, the
+        claim is looked up on a new one: its rows (this owner, token and claim time) are
+        there, all of them, or none is. Found, they are returned as claimed: a slot
+        committed and then forgotten would stay claimed, never started."""
+        try:
+            return await super().claim(plans, owner, token, now)
+        except CommitUnknown:
+            rows = await self._all(
+                f"{_OCC_SELECT} WHERE owner = ? AND lease_token = ? AND claimed_at = ?"
+                " AND state IN ('claimed', 'skipped') ORDER BY id",
+                (owner, token, now),
+            )
+            if not rows:
+                raise
+            return [occurrence_from_row(row) for row in rows]
