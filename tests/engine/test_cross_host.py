@@ -5,9 +5,10 @@ INTERRUPTED, outcome unknown; by then the run's supervisor had ended it."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
-from engine_procs import Engine, lease_owner, occurrences, wait_for
+from engine_procs import Engine, lease_owner, occurrences, rows, wait_for
 
 from helpers import cli
 
@@ -44,6 +45,14 @@ def test_a_vanished_engine_on_another_host_has_its_run_fenced_then_recorded_unkn
         assert fenced_before == ["start", "fenced"]
         assert took_over_in >= 1.0, took_over_in  # not at once: another host's holder
         assert near.stop() == 0, near.stderr()[-2000:]
+        # its output stayed on its host (here the same disk: taken away, as from another
+        # machine's view): said so, with the host and the path
+        (found,) = rows(pg_url, f"SELECT log_path FROM occurrences WHERE id = {run.id}")
+        log_path = found["log_path"]
+        assert log_path
+        Path(log_path).unlink(missing_ok=True)
+        logs = cli("logs", str(run.id), db=pg_url)
+        assert f"its output is on host far-away, in {log_path}" in logs.stderr, logs
     finally:
         far.kill()
         if near is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tickui.cli.output import say, with_store
 from tickui.cli.run_report import end_text
+from tickui.common import procs
 from tickui.common.errors import NotFound
 from tickui.common.procs import stop_on_signals
 from tickui.common.redact import redact_data, safe_text
@@ -170,7 +171,12 @@ async def show_logs(store: Store, run: int, follow: bool) -> int:
     if not follow or not (occ.active or occ.state == "queued"):
         lines.end()
         if occ.log_path is not None and not Path(occ.log_path).exists():
-            say_err(f"run {run}: its log {safe_text(occ.log_path)} is gone (pruned or moved)")
+            host = occ.engine_host
+            if host and host != procs.host():  # a store shared between hosts
+                say_err(f"run {run}: its output is on host {safe_text(host)}, in"
+                        f" {safe_text(occ.log_path)}")  # fmt: skip
+            else:
+                say_err(f"run {run}: its log {safe_text(occ.log_path)} is gone (pruned or moved)")
         if not (occ.active or occ.state == "queued"):
             _status(occ)
         return 0

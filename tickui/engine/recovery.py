@@ -169,7 +169,7 @@ class Pruning:
 
 def _on_this_host(occ: Occurrence) -> bool:
     """Whether the engine that claimed `occ` ran on this host (its owner names its host)."""
-    return (occ.owner or "").split(":", 1)[0] == procs.host()
+    return (occ.engine_host or "") == procs.host()
 
 
 async def _kill_orphan(occ: Occurrence) -> bool:

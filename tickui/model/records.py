@@ -124,6 +124,12 @@ class Occurrence:
     deadline: int | None = None  # handed to workers: none may start it after this
 
     @property
+    def engine_host(self) -> str | None:
+        """The host of the engine that claimed it (its owner is host:pid:nonce): where its
+        local run's journal and output are kept."""
+        return self.owner.split(":", 1)[0] if self.owner else None
+
+    @property
     def active(self) -> bool:
         return self.state in ACTIVE
 

@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
+from tickui.common import procs
 from tickui.common.redact import safe_text
 from tickui.dispatch.output import human_bytes
 from tickui.model.records import Occurrence, RemoteOutput
@@ -190,6 +191,10 @@ class RunScreen(Screen[None]):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as exc:
+            host = self.occ.engine_host
+            if host and host != procs.host():  # a store shared between hosts
+                self.problem = safe_text(f"its output is on host {host}, in {path}")
+                return
             self.problem = f"cannot open the log: {exc.strerror or exc}"
             return
         if not stat.S_ISREG(os.fstat(fd).st_mode):
