@@ -59,8 +59,8 @@ async def test_schema_7_file_migrates_to_8_and_keeps_its_data(tmp_path):
         await store.close()
 
 
-async def test_events_with_the_same_id_are_stored_once(tmp_path):
-    store = await Store.open(tmp_path / "t.db")
+async def test_events_with_the_same_id_are_stored_once(store_target, tmp_path):
+    store = await Store.open(store_target)
     try:
         event = NewEvent(T0, RUN_COMPLETED, "cmd-9", "r1", {"exit_code": 0}, event_id="e1")
         assert await store.append_events([event, event]) == 1
@@ -73,8 +73,8 @@ async def test_events_with_the_same_id_are_stored_once(tmp_path):
         await store.close()
 
 
-async def test_workers_from_heartbeats_lost_and_back(tmp_path):
-    store = await Store.open(tmp_path / "t.db")
+async def test_workers_from_heartbeats_lost_and_back(store_target, tmp_path):
+    store = await Store.open(store_target)
     try:
         beat = Beat("w1", "hostA", 4, ["cmd-1"], "0.9", "alive", T0, "/logs", "g")
         back = await store.record_heartbeats([beat, Beat("w2", "hostB", 2, [], "0.9", "alive", T0)])
@@ -107,8 +107,8 @@ async def test_workers_from_heartbeats_lost_and_back(tmp_path):
         await store.close()
 
 
-async def test_remote_output_reads_the_workers_events(tmp_path):
-    store = await Store.open(tmp_path / "t.db")
+async def test_remote_output_reads_the_workers_events(store_target, tmp_path):
+    store = await Store.open(store_target)
     try:
         await store.add_task(build_spec({"name": "a", "every": "1m", "command": ["x"]}, T0), T0)
         task = await store.get_task("a")

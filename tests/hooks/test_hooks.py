@@ -715,13 +715,13 @@ async def test_the_dashboards_host_calls_hooks_and_the_demo_does_not(tmp_path):
     assert [b["event"] for b in receiver.bodies] == ["failed"]
 
 
-async def test_an_engine_without_the_lease_tells_nothing(tmp_path):
+async def test_an_engine_without_the_lease_tells_nothing(store_target, tmp_path):
     """A standby (a second dashboard beside `tickui run`) may see the leader's runs end
     (its stop reconciles); the leader tells them, the standby must not tell them twice."""
     from tickui.engine import EngineChange, SchedulerEngine
 
     with Receiver() as receiver:
-        async with rig(tmp_path / "t.db") as r:
+        async with rig(store_target) as r:
             await r.add("broken", every="1h", command=["false"])
             leader = service(r, [hook(name="leader", url=receiver.url, on=["failed"])])
             standby_engine = SchedulerEngine(r.store, r.engine.dispatcher, r.clock)

@@ -88,7 +88,7 @@ class WorkerQueries(StoreBase):
                 " state = excluded.state, last_seen = excluded.last_seen,"
                 " log_dir = excluded.log_dir, grp = excluded.grp,"
                 " refused = excluded.refused, insecure = excluded.insecure,"
-                " lost_at = CASE WHEN excluded.state = 'lost' THEN lost_at END",
+                " lost_at = CASE WHEN excluded.state = 'lost' THEN workers.lost_at END",
                 [
                     (
                         b.worker,
