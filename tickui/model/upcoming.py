@@ -73,6 +73,8 @@ def _misfire(spec: TaskSpec, item: Planned, first: int, due: int) -> str | None:
     slots of it having passed."""
     policy = f"misfire {spec.misfire}"
     detail = item.detail or ""
+    if detail.startswith("misfire_coalesced") and item.covers == 1:
+        return f"{policy}: missed, runs late, once"
     if detail.startswith("misfire_coalesced"):
         missed = f"; {item.missed} of them missed" if item.missed != item.covers else ""
         return f"{policy}: {_slots(item.covers, first, spec)} coalesce into this one run{missed}"

@@ -24,8 +24,9 @@ def next_lines(fires: list[Fire], zone: tzinfo) -> str:
 
 
 def why_text(fires: list[Fire], zone: tzinfo) -> Text | None:
-    """Each fire time with reasons, then its reasons, one a line; None when no fire time
-    has any (plain times need no telling)."""
+    """Each fire time with reasons, then its reasons, one a line (a jittered one's planned
+    time is in its jitter reason); None when no fire time has any (plain times need no
+    telling)."""
     text = Text()
     for fire in fires:
         if not fire.reasons:
@@ -35,8 +36,6 @@ def why_text(fires: list[Fire], zone: tzinfo) -> Text | None:
         text.append(stamp_in(fire.at, zone), "bold")
         if fire.pending:
             text.append(" (passed: the next scan)", "yellow")
-        if fire.due != fire.at:
-            text.append(f"  planned {stamp_in(fire.due, zone)}", "bright_black")
         for reason in fire.reasons:
             text.append(f"\n  {reason}")
     return text or None
