@@ -190,8 +190,13 @@ def test_a_task_behind_with_skip_or_run_all_says_so():
         " this one first",
     )
     _, _, _, side_by_side = _behind("run_all", "allow")
-    assert [f.pending for f in side_by_side] == [True] * 6 + [False] * 2
-    assert all("runs late (each of 6 slots" in f.reasons[0] for f in side_by_side[:6])
+    # six late runs side by side: the newest `count` (2) are given, each saying how many
+    assert [f.pending for f in side_by_side] == [True] * 2 + [False] * 2
+    assert [iso(f.at) for f in side_by_side[:2]] == [
+        "2027-03-01T11:00:00+00:00",
+        "2027-03-01T12:00:00+00:00",
+    ]
+    assert all("runs late (each of 6 slots" in f.reasons[0] for f in side_by_side[:2])
 
 
 def test_a_task_on_time_or_disabled_has_no_passed_slots():

@@ -97,7 +97,9 @@ def behind(spec: TaskSpec, anchor: int, next_run_at: int, now: int, grace: int) 
     schedule = spec.schedule(anchor)
     due = DueTask(0, spec.name, schedule, next_run_at, spec.misfire, spec.concurrency, spec.jitter)
     plan = plan_task(due, now, grace, active=False)
-    passed = schedule.slots(next_run_at, now, 0).count if plan.occurrences else 0
+    # run_all's words count the passed slots (the planner's window holds only the newest)
+    counted = plan.occurrences and spec.misfire == "run_all"
+    passed = schedule.slots(next_run_at, now, 0).count if counted else 0
     fires = []
     for item in plan.occurrences:
         slot = item.scheduled_for
@@ -124,6 +126,7 @@ def explain(
     `count` fire times after `now`, each with its reasons. `next_run_at` None: the task
     is disabled or done, and only the schedule's times are given."""
     fires = [] if next_run_at is None else behind(spec, anchor, next_run_at, now, grace)
+    fires = fires[-count:]  # run_all's late runs: the newest few (each says how many)
     schedule: Schedule = spec.schedule(anchor)
     before = now
     for slot in preview(schedule, now, count):

@@ -20,7 +20,7 @@ from tickui.common.redact import safe_text
 from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch import read_tail
 from tickui.model.records import Occurrence, RemoteOutput, Task
-from tickui.model.upcoming import explain
+from tickui.model.upcoming import Fire, explain
 from tickui.ui.keys import DETAIL_DASHBOARD_ACTIONS, QUITTING_OFF, bindings, rank
 from tickui.ui.view.cells import (
     CODE_STYLE,
@@ -97,6 +97,8 @@ class DetailScreen(Screen[None]):
         self.reasons_for: tuple[int, int, int] | None = None  # (task id, missed, skipped)
         self.remote: RemoteOutput | None = None  # the picked run's worker report
         self.remote_for: tuple[int, str] | None = None  # (run id, state) it was read for
+        self.upcoming: list[Fire] = []
+        self.fires_for: tuple | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="detail-top"):
@@ -151,12 +153,7 @@ class DetailScreen(Screen[None]):
         facts = self.query_one("#detail-facts", Static)
         facts.border_title = f"Task {self.task_row.name}"
         facts.update(task_facts(self.task_row, self.runs, self.reasons, now))
-        task = self.task_row
-        fires = (
-            explain(task.spec, task.anchor, task.next_run_at, now, GRACE, 10)
-            if task.enabled
-            else []
-        )
+        fires = self.fires(now)
         upcoming = self.query_one("#detail-next", Static)
         title = f"Next 10 fire times ({named})"
         fits = upcoming.size.width == 0 or len(title) + 4 <= upcoming.size.width
@@ -188,6 +185,20 @@ class DetailScreen(Screen[None]):
             empty = "(no output)"
         tail = [safe_text(line) for line in reported.splitlines()[-12:]]
         output.update(Text("\n".join(tail) or empty, "" if tail else "bright_black"))
+
+    def fires(self, now: int) -> list[Fire]:
+        """The next 10 fire times and why, worked out again once a second or when the task
+        changes (a task far behind takes the planner tens of milliseconds)."""
+        task = self.task_row
+        key = (task.id, task.generation, task.enabled, task.next_run_at, now // MICROS)
+        if key != self.fires_for:
+            self.fires_for = key
+            self.upcoming = (
+                explain(task.spec, task.anchor, task.next_run_at, now, GRACE, 10)
+                if task.enabled
+                else []
+            )
+        return self.upcoming
 
     async def action_pick(self, step: int) -> None:
         if self.recent:
