@@ -115,7 +115,7 @@ async def test_show_tells_how_many_passed_slots_run_once_coalesces(tmp_path: Pat
         f"misfire run_once: {slots} slots since {since} coalesce into this one run"
     ]
     text = cli("task", "show", "hourly", db=db).stdout
-    assert "(passed; the next scan)" in text
+    assert "(passed: the next scan)" in text
     assert re.search(
         rf"- misfire run_once: {slots} slots since .* coalesce into this one run", text
     )

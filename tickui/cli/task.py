@@ -158,7 +158,7 @@ def fires_text(fires: list[Any], zone: str | None) -> str:
         if fire.due != fire.at:
             line += f", planned {shown_time(fire.due, zone)}"
         if fire.pending:
-            line += " (passed; the next scan)"
+            line += " (passed: the next scan)"
         lines.append(f"{'':>18}  {line}")
         lines.extend(f"{'':>18}    - {reason}" for reason in fire.reasons)
     head = f"{'fires':>18}: "

@@ -72,7 +72,7 @@ def _walls(walls: list[datetime]) -> str:
 
 def cron_reasons(schedule: CronSchedule, before: int, at: int) -> list[str]:
     """The reasons for fire time `at` of `schedule`, the fire before it (or the moment the
-    look ahead starts) being `before`. None for a plain fire time."""
+    look ahead starts) being `before`; none for a plain fire time."""
     try:
         rules = cron_rules.rules(schedule.expr)
     except cron_rules.CronSyntaxError:
