@@ -197,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     json_flag = "one JSON array"
     lst = tsub.add_parser("list", parents=[shared], help="every task, with its next run")
     lst.add_argument("--json", action="store_true", help=json_flag)
-    show = tsub.add_parser("show", parents=[shared], help="one task and its recent runs")
+    show = tsub.add_parser(
+        "show", parents=[shared], help="one task, its next fire times and why each is when it is"
+    )
     show.add_argument("name", help="the task")
     show.add_argument("--json", action="store_true", help=json_flag)
     for action, said in (

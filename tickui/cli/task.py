@@ -139,6 +139,34 @@ async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
     return facts
 
 
+def upcoming_fires(task: Any, now: int) -> list[Any]:
+    """For `task show`: the slots the task is behind on and its next 5 fire times, each
+    with why it is when it is (tickui.model.upcoming), reckoned with the default grace."""
+    from tickui.common.options import default
+    from tickui.model.upcoming import explain
+
+    behind = task.next_run_at if task.enabled else None
+    grace = default("engine", "misfire_grace")
+    return explain(task.spec, task.anchor, behind, now, grace)
+
+
+def fires_text(fires: list[Any], zone: str | None) -> str:
+    """`task show`'s fire times, one a line, each reason on its own line under it."""
+    lines = []
+    for fire in fires:
+        line = shown_time(fire.at, zone)
+        if fire.due != fire.at:
+            line += f", planned {shown_time(fire.due, zone)}"
+        if fire.pending:
+            line += " (passed: the next scan)"
+        lines.append(f"{'':>18}  {line}")
+        lines.extend(f"{'':>18}    - {reason}" for reason in fire.reasons)
+    head = f"{'fires':>18}: "
+    return (
+        head + (lines[0].lstrip() if lines else "none") + "".join("\n" + line for line in lines[1:])
+    )
+
+
 async def _read_task(path: Path | str, name: str) -> Any:
     """Task `name`, read before a change is checked: read-only, so a refused change leaves
     the file's bytes as they were; a file from an older tickui (which read-only commands
@@ -234,9 +262,12 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
         if args.action == "show":
             task = await store.get_task(args.name)
             data = task.to_json()
-            data["preview"] = [iso(t) for t in preview(task.schedule, clock.now(), 5)]
-            data.update(await retry_facts(store, task, clock.now()))
+            now = clock.now()
+            data["preview"] = [iso(t) for t in preview(task.schedule, now, 5)]
+            data.update(await retry_facts(store, task, now))
+            fires = upcoming_fires(task, now)
             if args.json:
+                data["fires"] = [fire.to_json() for fire in fires]
                 print_json([data])
             else:
                 # Redacted item by item, then joined: redacting the joined text again would
@@ -247,6 +278,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
                     if key == "pending" and isinstance(value, dict):
                         shown = value["text"]
                     say(f"{key:>18}: {shown}", redacted=True)
+                say(fires_text(fires, zone), redacted=True)
             return 0
         from tickui.cli import changes as commands
 

@@ -182,6 +182,10 @@ class CronRules:
                 return True
         return False
 
+    def day_fields(self, day: date) -> tuple[bool, bool]:
+        """Whether the day-of-month field and the day-of-week field each match `day`."""
+        return self._dom(day), self._dow(day)
+
     def day_matches(self, day: date) -> bool:
         if self.day_and:
             return self._dom(day) and self._dow(day)

@@ -320,6 +320,11 @@ def _changes_between(tz: str, low: int, high: int) -> list[int]:
     return found
 
 
+def offset_changes(tz: str, low: int, high: int) -> list[int]:
+    """The instants X with low < X <= high at which the zone's offset from UTC changes."""
+    return _changes_between(tz, low, high)
+
+
 def _gap_end(zone: ZoneInfo, low: int, high: int) -> int:
     """First instant at or after the transition that opened a wall-clock gap."""
     after_offset = from_micros(high).astimezone(zone).utcoffset()

@@ -15,11 +15,12 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Static
 
+from tickui.common.options import default
 from tickui.common.redact import safe_text
 from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch import read_tail
 from tickui.model.records import Occurrence, RemoteOutput, Task
-from tickui.schedules.triggers import preview
+from tickui.model.upcoming import Fire, explain
 from tickui.ui.keys import DETAIL_DASHBOARD_ACTIONS, QUITTING_OFF, bindings, rank
 from tickui.ui.view.cells import (
     CODE_STYLE,
@@ -30,9 +31,9 @@ from tickui.ui.view.cells import (
     lateness,
     outcome_code,
     span,
-    stamp_in,
     when_text,
 )
+from tickui.ui.view.fires import next_lines, why_text
 from tickui.ui.widgets.panes import KeyFooter
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -40,6 +41,8 @@ SPARK_RUNS = 40  # runs read for the sparkline; the table shows the newest RUNS_
 RUNS_SHOWN = 12
 WORKER_WIDTH = 16  # the runs table's WORKER column at most
 UTC_VIEW = TimeView("utc")
+# The on-time window the engine gives a slot by default: a task later than this is behind.
+GRACE = default("engine", "misfire_grace")
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,8 @@ def _footer_rank(action: str) -> int:
 
 
 class DetailScreen(Screen[None]):
-    """One task: its definition, next 10 fire times, recent runs and the selected run's output."""
+    """One task: its definition, next 10 fire times (and why, when one is not plain), recent
+    runs and the selected run's output."""
 
     BINDINGS = [
         Binding("escape,backspace", "app.pop_screen", "Back"),
@@ -93,11 +97,14 @@ class DetailScreen(Screen[None]):
         self.reasons_for: tuple[int, int, int] | None = None  # (task id, missed, skipped)
         self.remote: RemoteOutput | None = None  # the picked run's worker report
         self.remote_for: tuple[int, str] | None = None  # (run id, state) it was read for
+        self.upcoming: list[Fire] = []
+        self.fires_for: tuple | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="detail-top"):
             yield Static(id="detail-facts")
             yield Static(id="detail-next")
+        yield Static(id="detail-why")
         yield Static(id="detail-runs")
         yield Static(id="detail-output")
         yield KeyFooter(_footer_rank)  # its own keys, dropping the least used first; ? and q stay
@@ -146,15 +153,20 @@ class DetailScreen(Screen[None]):
         facts = self.query_one("#detail-facts", Static)
         facts.border_title = f"Task {self.task_row.name}"
         facts.update(task_facts(self.task_row, self.runs, self.reasons, now))
-        times = preview(self.task_row.schedule, now, 10) if self.task_row.enabled else []
+        fires = self.fires(now)
         upcoming = self.query_one("#detail-next", Static)
         title = f"Next 10 fire times ({named})"
         fits = upcoming.size.width == 0 or len(title) + 4 <= upcoming.size.width
         upcoming.border_title = title if fits else f"Next ({named})"
         # The zone is in the title: each line is the 19-character stamp, which fits the
         # pane at 80 columns.
-        lines = [stamp_in(t, zone).rsplit(" ", 1)[0] for t in times]
-        upcoming.update("\n".join(lines) or "none (disabled or finished)")
+        upcoming.update(next_lines(fires, zone) or "none (disabled or finished)")
+        why = self.query_one("#detail-why", Static)
+        reasons = why_text(fires, zone)
+        why.display = reasons is not None
+        if reasons is not None:
+            why.border_title = f"Why these times ({named}; • in the list)"
+            why.update(reasons)
         runs = self.query_one("#detail-runs", Static)
         runs.border_title = f"Recent runs, times {named} (↑/↓ to pick)"
         runs.update(runs_table(self.recent, self.picked, now, zone))
@@ -173,6 +185,20 @@ class DetailScreen(Screen[None]):
             empty = "(no output)"
         tail = [safe_text(line) for line in reported.splitlines()[-12:]]
         output.update(Text("\n".join(tail) or empty, "" if tail else "bright_black"))
+
+    def fires(self, now: int) -> list[Fire]:
+        """The next 10 fire times and why, worked out again once a second or when the task
+        changes (a task far behind takes the planner tens of milliseconds)."""
+        task = self.task_row
+        key = (task.id, task.generation, task.enabled, task.next_run_at, now // MICROS)
+        if key != self.fires_for:
+            self.fires_for = key
+            self.upcoming = (
+                explain(task.spec, task.anchor, task.next_run_at, now, GRACE, 10)
+                if task.enabled
+                else []
+            )
+        return self.upcoming
 
     async def action_pick(self, step: int) -> None:
         if self.recent:
