@@ -74,3 +74,30 @@ def test_a_watching_dashboard_shows_runs_at_once_and_runs_now_through_the_holder
         assert holder.stop() == 0, holder.stderr()[-2000:]
     finally:
         holder.kill()
+
+
+def test_the_header_says_the_store_is_down_while_it_is(tmux, tmp_path: Path) -> None:
+    """The PostgreSQL server stopped under a dashboard: its header says the store is down
+    within seconds, and stops saying so once the server is back."""
+    import services
+
+    server = services.PrivatePostgres()
+    try:
+        server.start_with_retries(same_port=False)
+        added = cli("task", "add", "t", "--every", "1m", "--", "true", db=server.url)
+        assert added.returncode == 0, added.stderr
+        command = f"TERM=xterm-256color {sys.executable} -m tickui --db {server.url} --watch"
+        tmux("new-session", "-d", "-s", "ui", "-x", "160", "-y", "30", f"{command}; sleep 30")
+
+        def header() -> str:
+            return tmux("capture-pane", "-p", "-t", "ui").splitlines()[0]
+
+        poll(lambda: "watching" in header(), 20, "the dashboard")
+        assert "store down" not in header()
+        server.stop()
+        shown = poll(lambda: "store down" in header() and header(), 10, "the outage said")
+        assert "watching" in shown
+        server.start_with_retries(same_port=True)
+        poll(lambda: "store down" not in header(), 20, "the outage gone from the header")
+    finally:
+        server.close()

@@ -195,6 +195,11 @@ class Store(ABC):
     async def data_version(self) -> int:
         """Changes whenever another connection commits: a cheap 'has anything changed'."""
 
+    def outage(self) -> str | None:
+        """What keeps the store's server from being reached now, in one line; None while
+        it answers (and always for a SQLite file, whose faults each call raises)."""
+        return None
+
     def on_commit(self, listener: Callable[[], None]) -> None:  # noqa: B027 (optional)
         """Call `listener` (in the loop) soon after another connection commits, when the
         store can hear that (PostgreSQL's NOTIFY). A SQLite file cannot: its readers look

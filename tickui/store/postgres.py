@@ -32,7 +32,14 @@ from tickui.store.claims import ClaimQueries
 from tickui.store.coordination import Coordination
 from tickui.store.events import EventLog
 from tickui.store.hooks import HookQueries
-from tickui.store.pgconn import CommitUnknown, Connection, ServerLost, fault_kind, open_connection
+from tickui.store.pgconn import (
+    CommitUnknown,
+    Connection,
+    ServerLost,
+    fault_kind,
+    lost,
+    open_connection,
+)
 from tickui.store.queue import QueueQueries
 from tickui.store.tasks import TaskQueries
 from tickui.store.workers import WorkerQueries
@@ -89,6 +96,7 @@ class PgStoreBase(StoreBase):
         self._changes = 0
         self._name = uuid.uuid4().hex[:12]  # said in this store's NOTIFYs, to know its own
         self._commit_listeners: list[Callable[[], None]] = []
+        self._outage: str | None = None  # the listener's lost connection, while it is lost
         self._listen: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None
 
@@ -176,14 +184,17 @@ class PgStoreBase(StoreBase):
         delay = 0.2
         while True:
             try:
+                self._outage = None
                 async for note in raw.notifies():
                     delay = 0.2
                     if note.payload != self._name:  # another connection's commit
                         self._changes += 1
                         for listener in list(self._commit_listeners):
                             listener()
-            except psycopg.Error:
-                pass
+            except psycopg.Error as exc:
+                self._outage = str(lost(exc)).removeprefix("PostgreSQL store: ")
+            else:
+                self._outage = "the server closed the connection"
             with contextlib.suppress(Exception):
                 await raw.close()
             while True:
@@ -193,8 +204,8 @@ class PgStoreBase(StoreBase):
                     raw = await open_connection(self.url, "tickui-listen")
                     await raw.execute(f"LISTEN {CHANNEL}")
                     break
-                except psycopg.Error:
-                    continue
+                except psycopg.Error as exc:
+                    self._outage = str(lost(exc)).removeprefix("PostgreSQL store: ")
             self._listen = raw
             self._changes += 1
 
@@ -257,6 +268,9 @@ class PgStoreBase(StoreBase):
 
     def on_commit(self, listener: Callable[[], None]) -> None:
         self._commit_listeners.append(listener)
+
+    def outage(self) -> str | None:
+        return self._outage
 
 
 class PostgresStore(

@@ -349,6 +349,7 @@ class LiveRefresh:
                 view.label(),
                 waiting,
                 host.watch,
+                host.store.outage(),
             )
 
     def show_ticker(self) -> None:

@@ -62,6 +62,7 @@ class StatusLine(Static):
         zone_label: str = "UTC",
         waiting: int | None = None,
         watching: bool = False,
+        outage: str | None = None,
     ) -> None:
         head = Text.assemble((" tickui ", "bold reverse"), " ")
         if demo:
@@ -72,6 +73,8 @@ class StatusLine(Static):
         else:
             head.append("engine ")
             head.append(*engine_state(engine, ticker_status, watching))
+        if outage is not None:
+            head.append(f" store down: {safe_text(outage)}", "bold white on red")
         clock = clock_in(now, zone)
         # (what is dropped first when the line is short: a higher number), then the text
         parts = [
