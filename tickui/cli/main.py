@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import logging
 import os
 import re
 import sys
@@ -355,13 +354,23 @@ def parse(args_part: list[str], command: list[str] | None) -> argparse.Namespace
     return args
 
 
+def _listing(args: argparse.Namespace, path: Path) -> bool:
+    """`task list` and `history` (not --follow) of a SQLite file: read through a blocking
+    read-only connection (tickui.store.reader), which asks for no event loop, no aiosqlite
+    and no store implementation; other stores go through the Store."""
+    from tickui.store import is_sqlite_file
+
+    wanted = (args.command == "task" and args.action == "list") or (
+        args.command == "history" and not args.follow
+    )
+    return wanted and is_sqlite_file(path)
+
+
 def run(argv: Sequence[str]) -> int:
     args_part, command = _split_command(argv)
     args = parse(args_part, command)
     # Loaded once the command line is read: `--help` and a bad command line need neither
     # the settings nor the event loop, and each command loads only its own part.
-    import asyncio
-
     from tickui.common.clock import SystemClock
     from tickui.runtime import settings as config_mod
 
@@ -376,6 +385,20 @@ def run(argv: Sequence[str]) -> int:
             raise UsageError("", "'--' and a command only go with 'task add'")
         return key_cli.main(args)
     path = db_path(args, settings)
+    if command is None and _listing(args, path):  # read without an event loop
+        from tickui.cli import listing
+
+        return (
+            listing.list_now(args, path)
+            if args.command == "task"
+            else listing.history_now(args, path)
+        )
+    import asyncio
+    import logging
+
+    # aiokafka logs every failed connection; tickui reports outages itself, in one line,
+    # through the breaker's transitions and the metrics.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     if args.command in (None, "demo"):
         from tickui.ui.launch import run_dashboard
 
@@ -424,9 +447,6 @@ def run(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # aiokafka logs every failed connection; tickui reports outages itself, in one line,
-    # through the breaker's transitions and the metrics.
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         code = run(argv)
     except (BadInput, NotFound, StoreError) as exc:

@@ -1,8 +1,9 @@
 """The store: what the rest of tickui may ask of the database, and nothing of how.
 
 Callers use the contract (`Store`, in tickui.store.abc, opened with `Store.open`), the
-values that cross it, and the database-file functions below; the SQLite implementation
-behind them (tickui.store.sqlite and the query groups) is this package's own.
+values that cross it, and the database-file functions below (with `Reader`: a listing's
+blocking read of a SQLite file, without an event loop); the SQLite implementation behind
+them (tickui.store.sqlite and the query groups) is this package's own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from tickui.store.abc import (
     SyncReport,
     ascii_lower,
 )
-from tickui.store.base import inspect_file
 from tickui.store.copies import (
     copy_database,
     finished_runs,
@@ -31,7 +31,8 @@ from tickui.store.copies import (
     newest_occurrence_id,
     outcome_counts,
 )
-from tickui.store.dbfile import DATABASE_ERRORS, database_failure, lookup, os_failure
+from tickui.store.dbfile import DATABASE_ERRORS, database_failure, inspect_file, lookup, os_failure
+from tickui.store.reader import Reader, is_sqlite_file
 from tickui.store.tasksync import default_anchor
 
 SCHEMA_VERSION = schema.VERSION  # the newest schema this tickui reads and writes
@@ -50,6 +51,7 @@ __all__ = [
     "NewEvent",
     "OutcomeCount",
     "Queued",
+    "Reader",
     "Store",
     "SyncReport",
     "ascii_lower",
@@ -58,6 +60,7 @@ __all__ = [
     "default_anchor",
     "finished_runs",
     "inspect_file",
+    "is_sqlite_file",
     "lookup",
     "neutralize",
     "newest_occurrence_id",
