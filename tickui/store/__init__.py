@@ -8,32 +8,63 @@ them (tickui.store.sqlite and the query groups) is this package's own.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tickui.common import faults
 from tickui.store import dbfile, schema
-from tickui.store.abc import (
-    DEFAULT_KEEP,
-    Beat,
-    Delivery,
-    DispatchSecurity,
-    FinishedRun,
-    LeaseLost,
-    NewEvent,
-    OutcomeCount,
-    Queued,
-    Store,
-    SyncReport,
-    ascii_lower,
-)
-from tickui.store.copies import (
-    copy_database,
-    finished_runs,
-    neutralize,
-    newest_occurrence_id,
-    outcome_counts,
-)
 from tickui.store.dbfile import DATABASE_ERRORS, database_failure, inspect_file, lookup, os_failure
 from tickui.store.reader import Reader, is_sqlite_file
-from tickui.store.tasksync import default_anchor
+
+if TYPE_CHECKING:
+    from tickui.store.abc import (
+        DEFAULT_KEEP,
+        Beat,
+        Delivery,
+        DispatchSecurity,
+        FinishedRun,
+        LeaseLost,
+        NewEvent,
+        OutcomeCount,
+        Queued,
+        Store,
+        SyncReport,
+        ascii_lower,
+    )
+    from tickui.store.copies import (
+        copy_database,
+        finished_runs,
+        neutralize,
+        newest_occurrence_id,
+        outcome_counts,
+    )
+    from tickui.store.tasksync import default_anchor
+
+# The contract and the rest, loaded when first asked for (`from tickui.store import Store`
+# works as ever): a listing that reads through `Reader` needs none of them.
+_CONTRACT = (
+    "DEFAULT_KEEP", "Beat", "Delivery", "DispatchSecurity", "FinishedRun", "LeaseLost",
+    "NewEvent", "OutcomeCount", "Queued", "Store", "SyncReport", "ascii_lower",
+)  # fmt: skip
+_COPIES = (
+    "copy_database", "finished_runs", "neutralize", "newest_occurrence_id", "outcome_counts"
+)  # fmt: skip
+_LATER = {
+    **dict.fromkeys(_CONTRACT, "tickui.store.abc"),
+    **dict.fromkeys(_COPIES, "tickui.store.copies"),
+    "default_anchor": "tickui.store.tasksync",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = vars(importlib.import_module(module))[name]
+    globals()[name] = value
+    return value
+
 
 SCHEMA_VERSION = schema.VERSION  # the newest schema this tickui reads and writes
 
