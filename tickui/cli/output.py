@@ -17,6 +17,8 @@ from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import printable, redact_data, safe_text
 from tickui.common.timeutil import from_micros, machine_zone, to_micros
 
+JSON_FLAG = "one JSON array"  # the help of a listing's --json
+
 
 class UsageError(BadInput):
     """A command line that argparse accepted but that makes no sense (exit 2)."""
