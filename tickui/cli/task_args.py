@@ -13,7 +13,6 @@ from tickui.common.timeutil import parse_instant
 from tickui.model import backfill
 from tickui.model.retries import REASONS
 from tickui.model.spec import MISFIRE_POLICIES, OVERLAP_POLICIES, check_name
-from tickui.schedules.cron import MACROS
 
 ACTIONS = ("add", "edit", "export", "backfill", "list", "show", "enable", "rm", "run-now",
            "disable")  # fmt: skip
@@ -111,6 +110,8 @@ def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
     """`task add`'s options (the schedule, policies, retries, ...): `task edit` takes the
     same ones, each optional; there only the options given are in the namespace (their
     default is SUPPRESS) and only they change. Add an option of `task add` here."""
+    from tickui.schedules.cron import MACROS  # (calendar, locale): for add and edit only
+
     when = parser.add_mutually_exclusive_group(required=not edit)
     when.add_argument(
         "--cron",
