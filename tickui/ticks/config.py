@@ -80,9 +80,9 @@ class TickerConfig:
         if not self.topic:
             self.topic = DEFAULT_TOPIC.get(self.wire, DEFAULT_TOPIC["bare"])
         if not self.scheduler_id:
-            from tickui.common import procs  # with socket and signal: not for --help
+            import socket  # not for --help; procs.host()'s name, without procs (signal)
 
-            self.scheduler_id = f"tickui-{procs.host()}"
+            self.scheduler_id = f"tickui-{socket.gethostname()}"
         if not self.sequence_key:
             self.sequence_key = f"tickui:sequence:{self.scheduler_id}"
 
