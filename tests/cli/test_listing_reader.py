@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import T0, cli
+from helpers import T0, cli, write_schema_1_file
 from tickui.cli import listing
 from tickui.cli.main import build_parser
 from tickui.cli.task import cmd_history, cmd_task
@@ -174,11 +174,14 @@ def test_the_reader_refuses_what_a_readonly_store_refuses(tmp_path):
     garbage.write_bytes(b"not a database at all, not even close to one")
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")
+    old = tmp_path / "old.db"
+    write_schema_1_file(old)
     for path, kind in (
         (foreign, StoreError),
         (newer, StoreError),
         (garbage, StoreError),
         (empty, Unavailable),
+        (old, Unavailable),  # to be migrated by a command that writes
         (tmp_path / "none.db", Unavailable),
     ):
         with pytest.raises(kind) as by_reader:
