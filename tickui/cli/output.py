@@ -49,7 +49,8 @@ def no_database(path: Path, name: str | None = None, empty: Any = None) -> bool:
     prints `empty` (True: nothing more to do, exit 0)."""
     from tickui.store import lookup
 
-    if (name is None and empty is None) or lookup(path) is not None:
+    missing = isinstance(path, Path) and lookup(path) is None  # a store URL: its server says
+    if (name is None and empty is None) or not missing:
         return False
     if name is not None:
         raise NotFound(f"no task named {name!r} (no database at {path})")
