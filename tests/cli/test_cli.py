@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sqlite3
@@ -339,3 +340,44 @@ def test_every_subcommand_and_flag_has_help_text():
     assert found == set(later), set(later) - found  # each closed set was looked at
     assert not missing, missing
     assert not unlisted, unlisted
+
+
+# A line for each command and each task action, with its options.
+LINES = [
+    ["demo", "--time-scale", "60"],
+    ["run", "--for", "3", "-q", "--stop-grace", "2s"],
+    ["ticks", "--count", "3", "--json"],
+    ["task", "add", "x", "--every", "1s", "--retries", "2", "--env", "A=1"],
+    ["task", "edit", "x", "--rename", "y", "--timeout", "1m"],
+    ["task", "export"],
+    ["task", "backfill", "x", "--from", "2027-01-01T00:00:00Z", "--max", "5"],
+    ["task", "list", "--json"],
+    ["task", "show", "x"],
+    ["task", "enable", "x"],
+    ["task", "rm", "x"],
+    ["task", "run-now", "x"],
+    ["task", "disable", "x", "--note", "why"],
+    ["history", "x", "--limit", "20", "--json"],
+    ["logs", "7", "--follow"],
+    ["hooks", "--limit", "3"],
+    ["worker", "--slots", "2"],
+    ["workers", "--json"],
+    ["key", "new", "k.key"],
+]
+
+
+@pytest.mark.parametrize("line", LINES, ids=" ".join)
+def test_a_parser_built_for_the_command_given_reads_it_as_the_whole_one(line, capsys):
+    """build_parser(argv) builds only the command argv names: the same namespace, and the
+    same help for it (the whole parser's is the reference)."""
+    whole, lean = build_parser(), build_parser(line)
+    assert vars(lean.parse_args(line)) == vars(whole.parse_args(line))
+    words = line[:2] if line[0] in ("task", "key") else line[:1]
+    helps = []
+    for parser in (whole, lean):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*words, "--help"])
+        helps.append(capsys.readouterr().out)
+    assert helps[0] == helps[1] and "usage: tickui " + " ".join(words) in helps[0]
+    lean_commands = [a for a in lean._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(lean_commands[0].choices) == [line[0]]  # built alone

@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from helpers import cli
+from tickui.common.logfilter import RedactingFilter
 from tickui.common.redact import (
-    RedactingFilter,
     hide,
     printable,
     redact,

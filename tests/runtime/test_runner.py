@@ -14,7 +14,8 @@ import time
 
 from helpers import T0, cli, cli_json
 from tickui.common.clock import ManualClock
-from tickui.common.redact import RedactingFilter, redact
+from tickui.common.logfilter import RedactingFilter
+from tickui.common.redact import redact
 from tickui.common.timeutil import MICROS, iso
 from tickui.model.spec import build_spec
 from tickui.runtime.assembly import build_dispatcher, build_engine

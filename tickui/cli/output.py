@@ -17,6 +17,8 @@ from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import printable, redact_data, safe_text
 from tickui.common.timeutil import from_micros, machine_zone, to_micros
 
+JSON_FLAG = "one JSON array"  # the help of a listing's --json
+
 
 class UsageError(BadInput):
     """A command line that argparse accepted but that makes no sense (exit 2)."""
@@ -41,23 +43,33 @@ def print_json(value: Any) -> None:
     sys.stdout.write("\n")
 
 
+def no_database(path: Path, name: str | None = None, empty: Any = None) -> bool:
+    """With no database at `path` nothing is created: a command about one named task says
+    that task does not exist (NotFound, exit 2); a listing says there is no database and
+    prints `empty` (True: nothing more to do, exit 0)."""
+    from tickui.store import lookup
+
+    missing = isinstance(path, Path) and lookup(path) is None  # a store URL: its server says
+    if (name is None and empty is None) or not missing:
+        return False
+    if name is not None:
+        raise NotFound(f"no task named {name!r} (no database at {path})")
+    print(
+        f"tickui: no database at {safe_text(path)} (tickui task add or tickui run creates one)",
+        file=sys.stderr,
+    )
+    empty()
+    return True
+
+
 async def with_store(
     path: Path | str, action, readonly: bool = False, name: str | None = None, empty: Any = None
 ) -> int:
     """Run `action` on the database. Read-only commands open it read-only. With no database
-    at `path` nothing is created: a command about one named task says that task does not
-    exist (exit 2); a listing says there is no database and prints `empty` (exit 0)."""
-    from tickui.store import DATABASE_ERRORS, Store, database_failure, lookup
+    at `path`: see no_database."""
+    from tickui.store import DATABASE_ERRORS, Store, database_failure
 
-    missing = isinstance(path, Path) and lookup(path) is None  # a URL: the server says
-    if (name is not None or empty is not None) and missing:
-        if name is not None:
-            raise NotFound(f"no task named {name!r} (no database at {path})")
-        print(
-            f"tickui: no database at {safe_text(path)} (tickui task add or tickui run creates one)",
-            file=sys.stderr,
-        )
-        empty()
+    if no_database(path, name, empty):
         return 0
     store = await Store.open(path, readonly=readonly)
     try:
@@ -66,6 +78,22 @@ async def with_store(
         raise database_failure(exc, path) from None
     finally:
         await store.close()
+
+
+def with_reader(path: Path, action, name: str | None = None, empty: Any = None) -> int:
+    """with_store for a listing of a SQLite file, read through a blocking read-only
+    connection (tickui.store.reader) instead of the Store: no event loop started for it."""
+    from tickui.store import DATABASE_ERRORS, Reader, database_failure
+
+    if no_database(path, name, empty):
+        return 0
+    reader = Reader.open(path)
+    try:
+        return action(reader)
+    except DATABASE_ERRORS as exc:
+        raise database_failure(exc, path) from None
+    finally:
+        reader.close()
 
 
 def table(rows: list[list[Any]], headers: list[str]) -> str:

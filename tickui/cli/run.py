@@ -16,8 +16,9 @@ from tickui.cli.run_report import JSON, LINES, QUIET, RunReport, print_stderr, s
 from tickui.common.clock import Clock, ScaledClock, SystemClock
 from tickui.common.errors import BadInput
 from tickui.common.kafka import preflight
+from tickui.common.logfilter import RedactingFilter
 from tickui.common.procs import stop_on_signals
-from tickui.common.redact import RedactingFilter, redact_data
+from tickui.common.redact import redact_data
 from tickui.common.timeutil import MICROS, format_duration, parse_duration
 from tickui.engine import EngineChange
 from tickui.runtime.assembly import assemble, check_dispatch

@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tickui.cli.listing import history_table, no_occurrences, no_tasks, print_tasks
 from tickui.cli.output import (
     UsageError,
     print_json,
     say,
     shown_time,
     shown_value,
-    table,
     task_line,
     task_zone,
     with_store,
@@ -113,13 +113,6 @@ def _task_edit_raw(args: argparse.Namespace, command: list[str] | None) -> dict[
     if args.rename:
         changes["name"] = args.rename
     return changes
-
-
-def started_text(occ: Any, now: int, zone: str | None = None) -> str:
-    """When a run started; for a queued one, when it may ("next in 40s")."""
-    if occ.state == "queued":
-        return wait_text(occ.retry_at if occ.retry_at is not None else occ.scheduled_for, now)
-    return shown_time(occ.started_at, zone)
 
 
 async def retry_facts(store: Store, task: Any, now: int) -> dict[str, Any]:
@@ -238,26 +231,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             say(task_line("added", task.name, task.spec.schedule_text(), nxt), redacted=True)
             return 0
         if args.action == "list":
-            tasks = await store.list_tasks()
-            if args.json:
-                print_json([t.to_json() for t in tasks])
-            else:
-                rows = [
-                    [
-                        t.name,
-                        t.spec.schedule_text(),
-                        shown_time(t.next_run_at, task_zone(t)) if t.enabled else "-",
-                        "yes" if t.enabled else f"no {t.note or ''}".strip(),
-                        t.spec.misfire,
-                        t.spec.concurrency,
-                        t.stats.last_state or "-",
-                        f"{t.source} (overridden)" if t.overridden else t.source,
-                    ]
-                    for t in tasks
-                ]
-                headers = ["NAME", "SCHEDULE", "NEXT", "ENABLED", "MISFIRE", "OVERLAP", "LAST"]
-                headers.append("SOURCE")
-                say(table(rows, headers) if rows else "no tasks")
+            print_tasks(await store.list_tasks(), args.json)
             return 0
         if args.action == "show":
             task = await store.get_task(args.name)
@@ -290,39 +264,8 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
     if args.action == "export":
         empty = functools.partial(sys.stdout.write, "")
     if args.action == "list":
-        empty = (
-            functools.partial(print_json, []) if args.json else functools.partial(say, "no tasks")
-        )
+        empty = no_tasks(args.json)
     return await with_store(path, action, readonly=readonly, name=named, empty=empty)
-
-
-def _history_table(occs: list[Any], tasks: list[Any]) -> str:
-    """`tickui history`'s table, newest first."""
-    now = SystemClock().now()
-    tries = {t.name: t.spec.retries for t in tasks}
-    zones = {t.name: task_zone(t) for t in tasks}
-    rows = [
-        [
-            str(o.id),
-            o.task,
-            o.kind,
-            shown_time(o.scheduled_for, zones.get(o.task)),
-            o.state,
-            started_text(o, now, zones.get(o.task)),
-            attempt_text(o.attempt, tries.get(o.task, 0)).removeprefix("attempt ") or "-",
-            o.error_code or "",
-            safe_text(o.detail or "")[:60],
-        ]
-        for o in occs
-    ]
-    headers = [
-        "ID", "TASK", "KIND", "SCHEDULED", "STATE", "STARTED", "ATTEMPT", "CODE", "DETAIL"
-    ]  # fmt: skip
-    if any(o.worker for o in occs):  # runs on workers (Kafka dispatch): which one
-        headers.insert(6, "WORKER")
-        for row, o in zip(rows, occs, strict=True):
-            row.insert(6, o.worker or "-")
-    return table(rows, headers) if rows else "no occurrences"
 
 
 async def cmd_history(args: argparse.Namespace, path: Path | str) -> int:
@@ -344,7 +287,7 @@ async def cmd_history(args: argparse.Namespace, path: Path | str) -> int:
                 for occ in reversed(occs):
                     print(json.dumps(redact_data(occ.to_json())))
             else:
-                say(_history_table(occs, await store.list_tasks(with_stats=False)))
+                say(history_table(occs, await store.list_tasks(with_stats=False)))
             sys.stdout.flush()
             task = await store.find_task(args.name) if args.name else None
             await follow_history(store, args.name, task.id if task else None, occs, args.json)
@@ -352,10 +295,9 @@ async def cmd_history(args: argparse.Namespace, path: Path | str) -> int:
         if args.json:
             print_json([o.to_json() for o in occs])
             return 0
-        say(_history_table(occs, await store.list_tasks(with_stats=False)))
+        say(history_table(occs, await store.list_tasks(with_stats=False)))
         return 0
 
-    empty = (
-        functools.partial(print_json, []) if args.json else functools.partial(say, "no occurrences")
+    return await with_store(
+        path, action, readonly=True, name=args.name, empty=no_occurrences(args.json)
     )
-    return await with_store(path, action, readonly=True, name=args.name, empty=empty)

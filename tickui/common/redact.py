@@ -7,7 +7,6 @@ Kafka errors) goes through one of them.
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any
 
@@ -161,25 +160,6 @@ def redact_data(value: Any) -> Any:
                 out_list[i] = value[i].split(":", 1)[0] + ":" + MASK  # curl -u user:password
         return out_list
     return value
-
-
-class RedactingFilter(logging.Filter):
-    """A logging filter that redacts the fully formatted message of every record and makes
-    its control characters visible (one record stays one line)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        cleaned = safe_text(message)
-        if record.exc_info and record.exc_info[1] is not None:
-            exc = record.exc_info[1]
-            record.exc_text = safe_text(
-                logging.Formatter().formatException(record.exc_info), newlines=True
-            )
-            record.exc_info = None
-            del exc
-        if cleaned != message or record.args:
-            record.msg, record.args = cleaned, None
-        return True
 
 
 def secret_markers() -> tuple[str, ...]:

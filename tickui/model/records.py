@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickui.common.timeutil import format_duration, iso
 from tickui.model.occurrence import ACTIVE
 from tickui.model.spec import TaskSpec
-from tickui.schedules.triggers import Schedule
+
+if TYPE_CHECKING:  # a listing reads records without building their schedules
+    from tickui.schedules.triggers import Schedule
 
 
 @dataclass(slots=True)

@@ -61,9 +61,9 @@ class TaskSpec:
         return schedules.OnceSchedule(int(self.expr))
 
     def schedule_text(self) -> str:
-        from tickui.schedules import triggers as schedules
+        if self.kind == "cron":  # only a cron's text needs the cron parser
+            from tickui.schedules import triggers as schedules
 
-        if self.kind == "cron":
             return schedules.CronSchedule(self.expr, self.tz).text
         if self.kind == "interval":
             return f"every {format_duration(int(self.expr))}"

@@ -1,39 +1,73 @@
 """The store: what the rest of tickui may ask of the database, and nothing of how.
 
 Callers use the contract (`Store`, in tickui.store.abc, opened with `Store.open`), the
-values that cross it, and the database-file functions below; the SQLite implementation
-behind them (tickui.store.sqlite and the query groups) is this package's own.
+values that cross it, and the database-file functions below (with `Reader`: a listing's
+blocking read of a SQLite file, without an event loop); the SQLite implementation behind
+them (tickui.store.sqlite and the query groups) is this package's own.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tickui.common import faults
 from tickui.store import dbfile, schema
-from tickui.store.abc import (
-    DEFAULT_KEEP,
-    Beat,
-    Delivery,
-    DispatchSecurity,
-    FinishedRun,
-    LeaseLost,
-    NewEvent,
-    OutcomeCount,
-    Queued,
-    Store,
-    SyncReport,
-    ascii_lower,
-)
-from tickui.store.base import inspect_file
-from tickui.store.copies import (
-    copy_database,
-    finished_runs,
-    neutralize,
-    newest_occurrence_id,
-    outcome_counts,
-)
-from tickui.store.dbfile import DATABASE_ERRORS, database_failure, lookup, os_failure
-from tickui.store.tasksync import default_anchor
-from tickui.store.transfer import CopyReport, copy_store
+from tickui.store.dbfile import DATABASE_ERRORS, database_failure, inspect_file, lookup, os_failure
+from tickui.store.reader import Reader, is_sqlite_file
+
+if TYPE_CHECKING:
+    from tickui.store.abc import (
+        DEFAULT_KEEP,
+        Beat,
+        Delivery,
+        DispatchSecurity,
+        FinishedRun,
+        LeaseLost,
+        NewEvent,
+        OutcomeCount,
+        Queued,
+        Store,
+        SyncReport,
+        ascii_lower,
+    )
+    from tickui.store.copies import (
+        copy_database,
+        finished_runs,
+        neutralize,
+        newest_occurrence_id,
+        outcome_counts,
+    )
+    from tickui.store.tasksync import default_anchor
+    from tickui.store.transfer import CopyReport, copy_store
+
+# The contract and the rest, loaded when first asked for (`from tickui.store import Store`
+# works as ever): a listing that reads through `Reader` needs none of them.
+_CONTRACT = (
+    "DEFAULT_KEEP", "Beat", "Delivery", "DispatchSecurity", "FinishedRun", "LeaseLost",
+    "NewEvent", "OutcomeCount", "Queued", "Store", "SyncReport", "ascii_lower",
+)  # fmt: skip
+_COPIES = (
+    "copy_database", "finished_runs", "neutralize", "newest_occurrence_id", "outcome_counts"
+)  # fmt: skip
+_LATER = {
+    **dict.fromkeys(_CONTRACT, "tickui.store.abc"),
+    **dict.fromkeys(_COPIES, "tickui.store.copies"),
+    "default_anchor": "tickui.store.tasksync",
+    "CopyReport": "tickui.store.transfer",
+    "copy_store": "tickui.store.transfer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = vars(importlib.import_module(module))[name]
+    globals()[name] = value
+    return value
+
 
 SCHEMA_VERSION = schema.VERSION  # the newest schema this tickui reads and writes
 
@@ -52,6 +86,7 @@ __all__ = [
     "NewEvent",
     "OutcomeCount",
     "Queued",
+    "Reader",
     "Store",
     "SyncReport",
     "ascii_lower",
@@ -61,6 +96,7 @@ __all__ = [
     "default_anchor",
     "finished_runs",
     "inspect_file",
+    "is_sqlite_file",
     "lookup",
     "neutralize",
     "newest_occurrence_id",

@@ -7,91 +7,28 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-import stat
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import aiosqlite
 
-from tickui.common.errors import StoreError, Unavailable
-from tickui.model.occurrence import ACTIVE
-from tickui.model.records import OCCURRENCE_COLUMNS, Occurrence, TaskStats, occurrence_from_row
+from tickui.common.errors import StoreError
+from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.model.spec import TaskSpec
-from tickui.store import dbfile, schema
+from tickui.store import dbfile, reads, schema
 from tickui.store.abc import LeaseLost, Store
+from tickui.store.dbfile import BUSY_TIMEOUT_MS, inspect_file
 
-NO_STATS = TaskStats()
-SPEC_CACHE_MAX = 100_000
-SQLITE_MAGIC = b"SQLite format 3\x00"
-BUSY_TIMEOUT_MS = 5000
 WAL_AUTOCHECKPOINT_PAGES = 10_000  # about 40 MB of WAL before SQLite checkpoints by itself
-_OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
-_ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
-
-
-OLDEST_READABLE = 8  # read-only commands read every column (worker, deadline, ...) from 8 on
+_OCC_SELECT = reads.OCC_SELECT
+_ACTIVE_SQL = reads.ACTIVE_SQL
 
 
 async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
     if conn is not None:
         with contextlib.suppress(Exception):
             await conn.close()
-
-
-def inspect_file(path: Path) -> int | None:
-    """Check a database file before using it; return its schema version.
-
-    None means the file is new or empty. A file that is not SQLite, belongs to another
-    program, or was written by a newer tickui raises StoreError and is left untouched.
-    Reads only (a read-only connection), so it works on read-only media and beside a writer.
-    """
-    info = dbfile.lookup(path)
-    if info is None:
-        return None
-    if stat.S_ISDIR(info.st_mode):
-        raise StoreError(f"database {path} is a directory")
-    if not stat.S_ISREG(info.st_mode):
-        raise StoreError(f"database {path} is not a regular file")
-    try:
-        with open(path, "rb") as handle:  # read even when the size says 0 (/proc files)
-            header = handle.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise dbfile.os_failure(exc, f"cannot read database {path}") from None
-    if not header:
-        return None
-    if header != SQLITE_MAGIC:
-        raise StoreError(
-            f"database {path} is not a SQLite file (corrupt or foreign); left untouched"
-        )
-    try:
-        conn = dbfile.connect_ro(path, timeout=BUSY_TIMEOUT_MS / 1000)
-        try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = [
-                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            ]
-            conn.execute("PRAGMA quick_check(1)").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.OperationalError as exc:
-        raise dbfile.database_failure(exc, path) from None
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"database {path} is unreadable ({exc}); left untouched") from None
-    if app_id != schema.APPLICATION_ID:
-        if not tables and app_id == 0:
-            return None
-        shown = ", ".join(tables[:4]) or "none"
-        raise StoreError(
-            f"database {path} belongs to another program (tables: {shown}); left untouched"
-        )
-    if version > schema.VERSION:
-        raise StoreError(
-            f"database {path} has schema {version}, newer than this tickui's {schema.VERSION}; "
-            "upgrade tickui (the file was left untouched)"
-        )
-    return version
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
@@ -157,17 +94,7 @@ class StoreBase(Store):
 
     @classmethod
     async def _open_readonly(cls, db: Path) -> Self:
-        if dbfile.lookup(db) is None:
-            raise Unavailable(f"no database at {db} (tickui task add or tickui run creates one)")
-        version = await asyncio.to_thread(inspect_file, db)
-        if version is None:
-            raise Unavailable(f"database {db} is empty (tickui task add or tickui run sets it up)")
-        if version < OLDEST_READABLE:
-            raise Unavailable(
-                f"database {db} has schema {version}, older than this tickui's {schema.VERSION};"
-                " run `tickui run` (or any task change) once to migrate it"
-            )
-        uri = await asyncio.to_thread(dbfile.read_only_uri, db)
+        uri = await asyncio.to_thread(dbfile.check_readable, db)
         conn = None
         try:
             conn = await aiosqlite.connect(uri, uri=True, isolation_level=None)

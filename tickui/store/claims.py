@@ -10,6 +10,7 @@ from tickui.common.errors import NotFound
 from tickui.model.occurrence import ACTIVE
 from tickui.model.planning import Plan, due_time
 from tickui.model.records import Occurrence, Task, occurrence_from_row
+from tickui.store import reads
 from tickui.store.abc import DEFAULT_KEEP, ascii_lower
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase
 from tickui.store.queue import after_settling, watch_settling
@@ -169,12 +170,7 @@ class ClaimQueries(StoreBase):
     # ---- history -------------------------------------------------------------------------
 
     async def history(self, task: str | None = None, limit: int = 50) -> list[Occurrence]:
-        if task is None:
-            rows = await self._all(f"{_OCC_SELECT} ORDER BY id DESC LIMIT ?", (limit,))
-        else:
-            rows = await self._all(
-                f"{_OCC_SELECT} WHERE task = ? ORDER BY id DESC LIMIT ?", (task, limit)
-            )
+        rows = await self._all(*reads.history_query(task, limit))
         return [occurrence_from_row(row) for row in rows]
 
     async def prune(self, keep: int = DEFAULT_KEEP) -> list[str]:

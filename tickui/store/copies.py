@@ -12,7 +12,7 @@ from pathlib import Path
 from tickui.common.errors import StoreError
 from tickui.model.occurrence import ACTIVE
 from tickui.store.abc import FinishedRun, OutcomeCount
-from tickui.store.base import SQLITE_MAGIC
+from tickui.store.dbfile import SQLITE_MAGIC
 
 
 def _same_file(before: os.stat_result, after: os.stat_result) -> bool:

@@ -2,6 +2,7 @@
 
 Whoever can write the database decides what runs, so tickui keeps it (and its -wal, -shm
 and log folder) readable by its owner only, and refuses a file that is not the user's.
+Every opening inspects the file first (inspect_file: SQLite, tickui's, not newer).
 Read-only commands open it with SQLite's `mode=ro` and never write a byte; on media where
 even that needs a write (a read-only mount or a full disk without a -shm file), and only
 when no write-ahead log is pending, they read it as `immutable`.
@@ -19,10 +20,14 @@ from urllib.parse import quote
 
 from tickui.common import faults
 from tickui.common.errors import StoreError, TickuiError, Unavailable
+from tickui.store import schema
 
 SIDE_FILES = ("-wal", "-shm")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 5000
 DATABASE_ERRORS = (sqlite3.Error,)  # what SQLite raises of its own: never tickui's errors
 MIN_FREE = 1024 * 1024  # below this, a reader does not try to create a -shm file
+OLDEST_READABLE = 8  # read-only commands read every column (worker, deadline, ...) from 8 on
 
 
 def lookup(path: Path) -> os.stat_result | None:
@@ -92,6 +97,77 @@ def connect_ro(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
             raise
         conn = sqlite3.connect(ro_uri(path, immutable=True), uri=True, timeout=timeout)
         return conn
+
+
+def inspect_file(path: Path) -> int | None:
+    """Check a database file before using it; return its schema version.
+
+    None means the file is new or empty. A file that is not SQLite, belongs to another
+    program, or was written by a newer tickui raises StoreError and is left untouched.
+    Reads only (a read-only connection), so it works on read-only media and beside a writer.
+    """
+    info = lookup(path)
+    if info is None:
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        raise StoreError(f"database {path} is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(f"database {path} is not a regular file")
+    try:
+        with open(path, "rb") as handle:  # read even when the size says 0 (/proc files)
+            header = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise os_failure(exc, f"cannot read database {path}") from None
+    if not header:
+        return None
+    if header != SQLITE_MAGIC:
+        raise StoreError(
+            f"database {path} is not a SQLite file (corrupt or foreign); left untouched"
+        )
+    try:
+        conn = connect_ro(path, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = [
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            ]
+            conn.execute("PRAGMA quick_check(1)").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        raise database_failure(exc, path) from None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"database {path} is unreadable ({exc}); left untouched") from None
+    if app_id != schema.APPLICATION_ID:
+        if not tables and app_id == 0:
+            return None
+        shown = ", ".join(tables[:4]) or "none"
+        raise StoreError(
+            f"database {path} belongs to another program (tables: {shown}); left untouched"
+        )
+    if version > schema.VERSION:
+        raise StoreError(
+            f"database {path} has schema {version}, newer than this tickui's {schema.VERSION}; "
+            "upgrade tickui (the file was left untouched)"
+        )
+    return version
+
+
+def check_readable(db: Path) -> str:
+    """The checks before a read-only command reads `db` (inspect_file's, then: a file
+    is there, set up, and of a schema it can read); the URI to open it with."""
+    if lookup(db) is None:
+        raise Unavailable(f"no database at {db} (tickui task add or tickui run creates one)")
+    version = inspect_file(db)
+    if version is None:
+        raise Unavailable(f"database {db} is empty (tickui task add or tickui run sets it up)")
+    if version < OLDEST_READABLE:
+        raise Unavailable(
+            f"database {db} has schema {version}, older than this tickui's {schema.VERSION};"
+            " run `tickui run` (or any task change) once to migrate it"
+        )
+    return read_only_uri(db)
 
 
 def create_private(path: Path) -> list[Path]:

@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tickui.common.errors import NotFound
-from tickui.model.occurrence import ACTIVE, QUEUED
-from tickui.model.records import STATS_WINDOW, Task, TaskStats
+from tickui.model.records import Task, TaskStats
 from tickui.model.spec import TaskSpec
+from tickui.store import reads
 from tickui.store.abc import SyncReport
-from tickui.store.base import NO_STATS, SPEC_CACHE_MAX, StoreBase
+from tickui.store.base import StoreBase
 from tickui.store.tasksync import (
     DELETE_TASK,
     INSERT_TASK,
@@ -39,33 +39,8 @@ class TaskQueries(StoreBase):
 
     # ---- tasks -----------------------------------------------------------------------
 
-    _TASK_COLS = (
-        "id, name, spec, source, enabled, note, generation, created_at, updated_at, anchor, "
-        "next_run_at, due_at, overridden"
-    )
-
     def _task(self, row: Any, stats: TaskStats | None = None) -> Task:
-        spec = self._specs.get(row[2])
-        if spec is None:
-            if len(self._specs) > SPEC_CACHE_MAX:
-                self._specs.clear()
-            spec = self._specs[row[2]] = TaskSpec.from_json(row[2])
-        return Task(
-            id=row[0],
-            name=row[1],
-            spec=spec,
-            source=row[3],
-            enabled=bool(row[4]),
-            note=row[5],
-            generation=row[6],
-            created_at=row[7],
-            updated_at=row[8],
-            anchor=row[9],
-            next_run_at=row[10],
-            due_at=row[11],
-            stats=stats or NO_STATS,
-            overridden=bool(row[12]),
-        )
+        return reads.task_from_row(row, stats, self._specs)
 
     async def _insert_task(self, spec: TaskSpec, now: int, source: str) -> None:
         """Insert a new task row, its first slot computed from its anchor (in a write)."""
@@ -82,7 +57,7 @@ class TaskQueries(StoreBase):
         return await self.get_task(spec.name)
 
     async def find_task(self, name: str) -> Task | None:
-        row = await self._one(f"SELECT {self._TASK_COLS} FROM tasks WHERE name = ?", (name,))
+        row = await self._one(reads.FIND_TASK, (name,))
         if row is None:
             return None
         stats = (await self.task_stats([row[0]])).get(row[0])
@@ -96,31 +71,21 @@ class TaskQueries(StoreBase):
 
     async def tasks_by_id(self, ids: Sequence[int]) -> list[Task]:
         marks = ",".join("?" * len(ids))
-        rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks WHERE id IN ({marks})", ids)
+        rows = await self._all(f"{reads.TASK_SELECT} WHERE id IN ({marks})", ids)
         found = {task.id: task for task in map(self._task, rows)}
         return [found[task_id] for task_id in ids if task_id in found]
 
     async def list_tasks(self, with_stats: bool = True) -> list[Task]:
-        rows = await self._all(f"SELECT {self._TASK_COLS} FROM tasks ORDER BY name")
+        rows = await self._all(reads.LIST_TASKS)
         stats = await self.task_stats() if with_stats else {}
         return [self._task(row, stats.get(row[0])) for row in rows]
 
     async def task_stats(self, ids: Iterable[int] | None = None) -> dict[int, TaskStats]:
-        """One ordered pass over the tasks' occurrences (newest first per task, from
-        occurrences_task_id): counts, the last row, and the last STATS_WINDOW finished runs'
-        success rate and median duration. SQL window functions took twice as long here."""
-        where, params = "", []
-        if ids is not None:
-            params = list(ids)
-            if not params:
-                return {}
-            where = f"WHERE task_id IN ({','.join('?' * len(params))})"
-        rows = await self._all(
-            "SELECT task_id, state, missed, scheduled_for, started_at, finished_at, attempt,"
-            f" retry_at FROM occurrences {where} ORDER BY task_id DESC, id DESC",
-            params,
-        )
-        return _stats_from(rows)
+        """What the history says of each task (reads.stats_from), of `ids` or of all."""
+        query = reads.stats_query(ids)
+        if query is None:
+            return {}
+        return reads.stats_from(await self._all(*query))
 
     async def set_enabled(
         self, name: str, enabled: bool, now: int, note: str | None = None
@@ -319,46 +284,3 @@ class TaskQueries(StoreBase):
         from tickui.model.export import spec_fields
 
         return spec_fields(spec)
-
-
-def _stats_from(rows: Iterable[Any]) -> dict[int, TaskStats]:
-    """Rows (task_id, state, missed, scheduled_for, started_at, finished_at, attempt,
-    retry_at) grouped by task, newest first within a task."""
-    result: dict[int, TaskStats] = {}
-    durations: dict[int, list[int]] = {}
-    succeeded: dict[int, int] = {}
-    stats = TaskStats()
-    took: list[int] = []
-    current = None
-    for task_id, state, missed, scheduled, started, finished, attempt, retry_at in rows:
-        if task_id != current:
-            current = task_id
-            stats = result[task_id] = TaskStats(state, scheduled, started, finished)
-            took = durations[task_id] = []
-            succeeded[task_id] = 0
-        stats.missed += missed or 0
-        if state == "skipped":
-            stats.skipped += 1
-        elif state == QUEUED:  # waits to start (a retry, a buffered or backfill slot)
-            if attempt > 1 and stats.retry_attempt is None:  # the newest pending retry
-                stats.retry_attempt, stats.retry_at = attempt, retry_at
-            continue
-        elif state in ACTIVE:
-            stats.active += 1
-        elif stats.finished < STATS_WINDOW:
-            if stats.finished == 0:
-                stats.last_result = state
-            stats.finished += 1
-            if state == "succeeded":
-                succeeded[task_id] += 1
-            if state != "cancelled" and started is not None and finished is not None:
-                took.append(finished - started)
-    for task_id, stats in result.items():
-        if stats.finished:
-            stats.success_rate = succeeded[task_id] / stats.finished
-        took = durations[task_id]
-        if took:
-            from statistics import median  # with fractions and decimal: only once runs ended
-
-            stats.median_duration_us = round(median(took))
-    return result

@@ -80,9 +80,11 @@ class TickerConfig:
         if not self.topic:
             self.topic = DEFAULT_TOPIC.get(self.wire, DEFAULT_TOPIC["bare"])
         if not self.scheduler_id:
-            from tickui.common import procs  # with socket and signal: not for --help
+            import os
+            import socket  # not for --help; procs.host()'s name, without procs (signal)
 
-            self.scheduler_id = f"tickui-{procs.host()}"
+            host = os.environ.get("TICKUI_HOST") or socket.gethostname()
+            self.scheduler_id = f"tickui-{host}"
         if not self.sequence_key:
             self.sequence_key = f"tickui:sequence:{self.scheduler_id}"
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from tickui.common.clock import Clock, ScaledClock, SystemClock
 from tickui.common.errors import BadInput
-from tickui.common.redact import RedactingFilter
+from tickui.common.logfilter import RedactingFilter
 from tickui.model.spec import build_spec
 from tickui.runtime.host import Host, build_host
 from tickui.runtime.settings import Settings
