@@ -327,6 +327,8 @@ def run(argv: Sequence[str]) -> int:
             raise UsageError("", "'--' and a command only go with 'task add'")
         return key_cli.main(args)
     if args.command == "store":
+        import asyncio
+
         from tickui.cli import store as store_cli
 
         if command is not None:
