@@ -108,24 +108,31 @@ def layout_columns(
     return [(i, widths[i]) for i in chosen]
 
 
+CUT = 3  # the narrowest a cut cell gets ("ab…"); a column that cannot have it goes
+
+
 def _squeeze(
     columns: list[Column], chosen: list[int], widths: dict[int, int], width: int, gap: int
 ) -> None:
-    """Narrower than the minimums of the columns that are never dropped: they are cut
-    (their content then ends in "…"), flexible ones first, then from the right; a column
-    left with no cell goes. The columns and their gaps never pass `width`."""
-    over = sum(widths[i] for i in chosen) + gap * (len(chosen) - 1) - width
-    order = sorted(chosen, key=lambda i: (not columns[i].flex, -i))
-    for i in order:
+    """Narrower than the minimums of the columns that are never dropped: columns go from
+    the right while even CUT cells each would not fit, then the rest are cut (their
+    content then ends in "…"), flexible ones first, then from the right. The columns and
+    their gaps never pass `width`."""
+
+    def total(least: bool = False) -> int:
+        sizes = (min(widths[i], CUT) if least else widths[i] for i in chosen)
+        return sum(sizes) + gap * (len(chosen) - 1)
+
+    while len(chosen) > 1 and total(least=True) > width:
+        del widths[chosen.pop()]
+    over = total() - width
+    for i in sorted(chosen, key=lambda i: (not columns[i].flex, -i)):
         if over <= 0:
-            break
-        cut = min(over, widths[i] - 1)
+            return
+        cut = min(over, widths[i] - min(widths[i], CUT))
         widths[i] -= cut
         over -= cut
-    while over > 0 and len(chosen) > 1:  # one cell each is still too wide
-        gone = chosen.pop()
-        over -= widths.pop(gone) + gap
-    if over > 0 and chosen:
+    if over > 0:  # one column, narrower than CUT
         widths[chosen[0]] = max(0, widths[chosen[0]] - over)
 
 
