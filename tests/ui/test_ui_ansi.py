@@ -7,7 +7,16 @@ import pytest
 from rich.color import Color
 from rich.style import Style
 
-from tickui.ui.view.ansi import Pen, apply_sgr, paged_line, shown_line, shown_plain, split_sgr
+from tickui.ui.view.ansi import (
+    Pen,
+    apply_sgr,
+    paged_line,
+    shown_line,
+    shown_plain,
+    shown_visible,
+    split_sgr,
+    without_sgr,
+)
 
 
 def styles(raw: str) -> list[tuple[str, Style | None]]:
@@ -119,3 +128,22 @@ def test_the_pager_gets_the_colours_again_as_sgr() -> None:
     assert paged_line("\x1b[38;5;196mx") == "\x1b[38;5;196mx\x1b[0m"
     assert paged_line("\x1b[48;2;1;2;3mx") == "\x1b[48;2;1;2;3mx\x1b[0m"
     assert paged_line("plain\tline\r") == "plain\\x09line\\x0d"  # as before
+
+
+def test_the_searched_text_is_the_shown_text() -> None:
+    """shown_plain (what search matches, built without styles) is shown_line's text for
+    lines of colours, escapes, tabs, secrets and junk mixed at random; so is the text
+    search sees once it has taken the SGR sequences out of the bytes (what is left of
+    `\\x1b[\\x1b[1m5m` is not taken for a colour a second time)."""
+    import random
+
+    parts = ["\x1b[31m", "\x1b[0m", "\x1b[38;5;9m", "\x1b[2J", "\x1b]0;t\x07", "\t", "\r",
+             "\x1b", "a", "bc ", "password=", "hunter2", "redis://u:pw@h", "é", "\u202e",
+             "\x1b[1;4m", "\x1b[", "m", "5;", "\x9b"]  # fmt: skip
+    rng = random.Random(7)
+    for _ in range(3000):
+        raw = "".join(rng.choice(parts) for _ in range(rng.randrange(12)))
+        assert shown_plain(raw) == shown_line(raw).plain, repr(raw)
+        # as search reads it: the SGR sequences taken out of the bytes first
+        assert shown_visible(without_sgr(raw.encode()).decode()) == shown_plain(raw), repr(raw)
+        assert "password=hunter2" not in shown_plain(raw)  # a secret is never shown

@@ -19,12 +19,13 @@ from rich.color import Color, ColorSystem
 from rich.style import Style
 from rich.text import Text
 
-from tickui.common.redact import printable, redact, safe_text
+from tickui.common.redact import printable, safe_text, secret_markers
 
 ESC = "\x1b"
 # Only a CSI with digits, `;` and `:` ending in `m` is SGR; any other byte (`?`, `>`, a
 # space, another final) makes it something else, shown escaped.
 SGR = re.compile(r"\x1b\[([0-9;:]*)m")
+SGR_BYTES = re.compile(rb"\x1b\[[0-9;:]*m")  # the same in UTF-8 bytes
 MAX_PARAMS = 64  # parameters of one sequence looked at; the rest are ignored
 TAB = 8
 
@@ -160,41 +161,63 @@ def split_sgr(raw: str) -> Iterator[tuple[str, Pen]]:
         yield raw[at:], pen
 
 
-def _expand_from(piece: str, column: int) -> str:
-    """`piece` with its tabs expanded as if it started at `column` (as str.expandtabs)."""
+_COLUMN_BREAK = re.compile(r"([\t\r\n])")
+
+
+def _expand_from(piece: str, column: int) -> tuple[str, int]:
+    """`piece` with its tabs expanded as if it started at `column`, and the column after
+    it (as str.expandtabs counts: characters, from 0 again after `\\r` or `\\n`)."""
+    if not _COLUMN_BREAK.search(piece):
+        return piece, column + len(piece)
     out: list[str] = []
-    for n, part in enumerate(piece.split("\t")):
-        if n:
+    for token in _COLUMN_BREAK.split(piece):
+        if token == "\t":
             pad = TAB - column % TAB
             out.append(" " * pad)
             column += pad
-        out.append(part)
-        newline = part.rfind("\n")
-        column = len(part) - newline - 1 if newline >= 0 else column + len(part)
-    return "".join(out)
+        else:
+            out.append(token)
+            column = 0 if token in ("\r", "\n") else column + len(token)
+    return "".join(out), column
 
 
 def shown_line(raw: str) -> Text:
     """A line of output (without its newline) as the run view shows it: styled by its
     SGR sequences, every other control made visible, secrets hidden, tabs expanded and
-    a final `\\r` dropped. Its `plain` is what a search matches and what `y` copies."""
-    raw = raw.rstrip("\r")
+    the `\\r`s that end its visible text dropped. Its `plain` is what a search matches
+    and what `y` copies."""
     if ESC not in raw:
-        return Text(safe_text(raw.expandtabs(TAB)))
-    return _styled(raw, tabs=True)
+        return Text(_safe(raw.rstrip("\r").expandtabs(TAB)))
+    return _styled(raw, view=True)
 
 
-def _styled(raw: str, tabs: bool) -> Text:
-    pieces: list[tuple[str, Pen]] = []
-    column = 0
-    for piece, pen in split_sgr(raw):
-        if tabs and "\t" in piece:
-            piece = _expand_from(piece, column)
-        column += len(piece)
-        pieces.append((piece, pen))
+def _safe(text: str) -> str:
+    """`safe_text(text)`, redacting only a line that holds a secret's marker (any other
+    is left as it is by redact): most lines of a log hold none."""
+    lowered = text.lower()
+    if any(marker.lower() in lowered for marker in secret_markers()):
+        return safe_text(text)
+    return printable(text)
+
+
+def _styled(raw: str, view: bool) -> Text:
+    """The pieces of `raw` between its SGR sequences, made safe and styled; for the
+    `view`, its tabs expanded and the `\\r`s that end it dropped."""
+    pieces = list(split_sgr(raw))
+    while view and pieces and pieces[-1][0].endswith("\r"):
+        piece, pen = pieces.pop()
+        if piece.rstrip("\r"):
+            pieces.append((piece.rstrip("\r"), pen))
+            break
+    if view:
+        column = 0
+        for n, (piece, pen) in enumerate(pieces):
+            expanded, column = _expand_from(piece, column)
+            pieces[n] = (expanded, pen)
     visible = "".join(piece for piece, _ in pieces)
-    if redact(visible) != visible:  # a secret: hidden, and the line shown plain
-        return Text(safe_text(visible))
+    shown = _safe(visible)
+    if shown != printable(visible):  # a secret: hidden, and the line shown plain
+        return Text(shown)
     text = Text()
     for piece, pen in pieces:
         text.append(printable(piece), pen.style())
@@ -202,11 +225,22 @@ def _styled(raw: str, tabs: bool) -> Text:
 
 
 def shown_plain(raw: str) -> str:
-    """The text of `shown_line(raw)`: what a search of the output matches."""
-    raw = raw.rstrip("\r")
-    if ESC not in raw:
-        return safe_text(raw.expandtabs(TAB))
-    return _styled(raw, tabs=True).plain
+    """The text of `shown_line(raw)`, without building it: what a search of the output
+    matches. The SGR sequences go; the visible text is made safe as a whole (escaping is
+    character by character, so it is the same as escaping each piece)."""
+    return shown_visible(SGR.sub("", raw) if ESC in raw else raw)
+
+
+def shown_visible(visible: str) -> str:
+    """`shown_plain` of a line whose SGR sequences `without_sgr` has taken out already
+    (taking them out again could join what is left into a new one)."""
+    return _safe(visible.rstrip("\r").expandtabs(TAB))
+
+
+def without_sgr(data: bytes) -> bytes:
+    """Bytes of output without their SGR sequences (which hold no newline: every line
+    stays where it was): what a search looks through, as the view shows no SGR."""
+    return SGR_BYTES.sub(b"", data) if b"\x1b[" in data else data
 
 
 def paged_line(raw: str) -> str:
@@ -214,9 +248,9 @@ def paged_line(raw: str) -> str:
     `\\r` left to the pager, escaped as before), its styles written again as SGR
     sequences, so `less -R` shows the colours and nothing else raw."""
     if ESC not in raw:
-        return safe_text(raw)
+        return _safe(raw)
     out: list[str] = []
-    for piece, style in _runs(_styled(raw, tabs=False)):
+    for piece, style in _runs(_styled(raw, view=False)):
         out.append(style.render(piece, color_system=ColorSystem.TRUECOLOR) if style else piece)
     return "".join(out)
 
