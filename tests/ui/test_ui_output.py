@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from rich.color import Color
 
 from helpers import T0
 from tickui.common.clock import ManualClock
@@ -411,15 +412,21 @@ def test_search_over_chunks_finds_matches_across_chunk_edges(tmp_path: Path) -> 
 
 
 async def test_an_escape_sequence_and_a_password_are_shown_made_safe(dashboard) -> None:
+    """A colour is shown as a colour (its sequence is not text); every other escape is
+    shown escaped, a password hidden."""
     app, pilot = await dashboard()
     occ = await run_once(pilot)
     Path(occ.log_path).write_bytes(
-        b"plain line\n\x1b[31mred text\x1b[0m\x07\ndb postgres://u:hunter2@h/x\n"
+        b"plain line\n\x1b[31mred text\x1b[0m\x07\x1b[2J\ndb postgres://u:hunter2@h/x\n"
     )
-    await open_from_occurrences(pilot, occ)
+    screen = await open_from_occurrences(pilot, occ)
     await until(pilot, lambda: "red text" in screen_text(app))
     text = screen_text(app)
-    assert "\\x1b[31mred text\\x1b[0m\\x07" in text
+    assert "red text\\x07\\x1b[2J" in text and "[31m" not in text
+    view = screen.view
+    drawn = {seg.text: seg.style for seg in view.render_line(1 - view.scroll_offset.y)}
+    assert drawn["red text"].color == Color.from_ansi(1)  # drawn red, in the theme's red
+    assert drawn["\\x07\\x1b[2J"] is None or drawn["\\x07\\x1b[2J"].color is None
     assert "\x1b" not in text and "\x07" not in text
     assert "hunter2" not in text and "u:***@h" in text
 
@@ -430,7 +437,7 @@ async def test_search_finds_what_the_view_shows_never_the_hidden_secret(dashboar
     app, pilot = await dashboard(notifications=True)
     occ = await run_once(pilot)
     Path(occ.log_path).write_bytes(
-        b"start\n" + b"hay\n" * 40 + b"db postgres://u:hunter2@h/x\n\x1b[31mred\x1b[0m\n"
+        b"start\n" + b"hay\n" * 40 + b"db postgres://u:hunter2@h/x\n\x1b[31mred\x1b[0m\x1b[2K\n"
         b"col\tumn\nend\n"
     )
     screen = await open_from_occurrences(pilot, occ)
@@ -445,11 +452,13 @@ async def test_search_finds_what_the_view_shows_never_the_hidden_secret(dashboar
     await until(pilot, lambda: view.match == 41 and "/***: match 1/1" in screen_text(app))
     await search("re:u:\\*+@")
     await until(pilot, lambda: view.match == 41 and "match 1/1" in screen_text(app))
-    await search("\\x1b[31m")
+    await search("\\x1b[2K")  # an escape shown escaped is found
     await until(pilot, lambda: view.match == 42 and "match 1/1" in screen_text(app))
+    await search("re:^red\\\\x1b")  # a colour is not text: the visible text is searched
+    await until(pilot, lambda: view.match == 42 and "red\\\\x1b: match 1/1" in screen_text(app))
     await search("col     umn")  # the tab as the view shows it
     await until(pilot, lambda: view.match == 43 and "match 1/1" in screen_text(app))
-    for secret in ("hunter2", "re:hunt.r2"):
+    for secret in ("hunter2", "re:hunt.r2", "[31m"):
         await search(secret)
         await until(pilot, lambda: "no match" in screen_text(app))
         assert view.match is None
@@ -469,14 +478,19 @@ async def test_o_opens_the_log_in_the_pager_and_comes_back(
     app, pilot = await dashboard()
     occ = await run_once(pilot)
     secret = "postgres://app:s3cret-pw@db.internal/x"
-    Path(occ.log_path).write_text(f"connect {secret}\n\x1b[2J\x1b]0;pwned\x07 out\nlast")
+    Path(occ.log_path).write_text(
+        f"connect {secret}\n\x1b[2J\x1b]0;pwned\x07 out\n\x1b[1;31mred\x1b[0m\x1b[8mshown\nlast"
+    )
     screen = await open_from_occurrences(pilot, occ)
     await pilot.press("o")
     await until(pilot, lambda: marker.exists())
     paged = marker.read_text()
-    # the pager gets what the view shows: redacted, escapes as text, every line
+    # the pager gets what the view shows: redacted, colours as SGR for `less -R` (conceal
+    # dropped), every other escape as text, every line
     assert "s3cret-pw" not in paged and "connect postgres://app:***@db.internal/x" in paged
-    assert "\x1b" not in paged and "\\x1b[2J" in paged and "pwned" in paged
+    assert "\x1b[1;31mred\x1b[0mshown\n" in paged
+    assert "\x1b" not in paged.replace("\x1b[1;31m", "").replace("\x1b[0m", "")
+    assert "\\x1b[2J" in paged and "pwned" in paged
     assert paged.endswith("last\n")
     assert app.screen is screen  # back in the view
 

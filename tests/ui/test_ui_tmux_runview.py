@@ -120,6 +120,42 @@ def test_search_wraps_ignores_case_when_lowercase_and_counts(tmux, tmp_path: Pat
     _keys(tmux, "q")
 
 
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def _foreground(line: str, word: str) -> int | None:
+    """The 256-colour foreground `word` is drawn in on a `capture-pane -e` line (None for
+    the default), from the SGR sequences tmux writes before it."""
+    fg = None
+    for match in SGR.finditer(line[: line.index(word)]):
+        codes = match[1].split(";")
+        i = 0
+        while i < len(codes):
+            code = codes[i]
+            if code in ("", "0", "39"):
+                fg = None
+            elif code == "38" and codes[i + 1 : i + 2] == ["5"]:
+                fg, i = int(codes[i + 2]), i + 2
+            elif code in ("48",) and codes[i + 1 : i + 2] == ["5"]:
+                i += 2
+            elif len(code) == 2 and code[0] == "3" and code[1] in "01234567":
+                fg = int(code[1])
+            i += 1
+    return fg
+
+
+def _reddish(colour: int | None) -> bool:
+    if colour is None:
+        return False
+    if colour < 16:
+        return colour in (1, 9)
+    if colour >= 232:
+        return False
+    level = (0, 95, 135, 175, 215, 255)
+    r, g, b = (level[(colour - 16) // 36], level[(colour - 16) // 6 % 6], level[(colour - 16) % 6])
+    return r >= 175 and g <= r // 2 and b <= r // 2
+
+
 def _search(tmux, screen, text: str) -> None:
     """`/`, then the words once the box shows (keys sent before it has focus go elsewhere)."""
     poll(lambda: "▊▔" not in screen(), 20, "the last search box to close")
@@ -131,19 +167,26 @@ def _search(tmux, screen, text: str) -> None:
 
 def test_search_finds_what_is_shown_not_the_secret_behind_it(tmux, tmp_path: Path) -> None:
     """`***` and an escaped `\\x1b` are found as the view shows them; the password they
-    stand for is found nowhere and never shown."""
+    stand for is found nowhere and never shown. A colour shows as a colour; the title
+    sequence beside it shows escaped and never sets the title."""
     script = (
         "seq -f 'row %g' 1 100; echo 'db postgres://app:hunter2@db/x';"
-        " printf '\\033[31mred\\033[0m\\n'; seq -f 'row %g' 101 200"
+        " printf '\\033[31mred\\033[0m \\033]0;title\\007done\\n'; seq -f 'row %g' 101 200"
     )
     screen = _open_run(tmux, tmp_path / "shown.db", script)
     wait_for(screen, "succeeded")
     _search(tmux, screen, "***")
     shown = wait_for(screen, "/***: match 1/1")
     assert "postgres://app:***@db/x" in shown
-    _search(tmux, screen, "\\x1b[31m")
-    shown = wait_for(screen, "match 1/1")
-    assert "\\x1b[31mred\\x1b[0m" in shown
+    _search(tmux, screen, "\\x1b]0;title")
+    shown = wait_for(screen, "title: match 1/1")
+    assert "red \\x1b]0;title\\x07done" in shown and "[31m" not in shown
+    coloured = tmux("capture-pane", "-p", "-e", "-t", "ui")
+    line = next(row for row in coloured.splitlines() if "title" in row and "done" in row)
+    # the pane's own escapes: "red" drawn in a red (the theme's), "done" in the default
+    assert _reddish(_foreground(line, "red")), line
+    assert _foreground(line, "done") is None, line
+    assert tmux("display-message", "-p", "-t", "ui", "#{pane_title}").strip() != "title"
     _search(tmux, screen, "hunter2")
     shown = wait_for(screen, "/hunter2: no match")
     assert shown.count("hunter2") == 1  # only what was typed, on the status line

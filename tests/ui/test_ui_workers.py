@@ -244,6 +244,8 @@ async def test_a_broker_that_is_down_is_said_in_the_header_and_the_workers_pane(
 
 def test_columns_that_cannot_be_dropped_keep_their_minimum_when_the_width_is_short() -> None:
     columns = [Column("WORKER", 6, 18, flex=True), Column("STATE", 8), Column("SEEN", 7)]
-    # 23 needed, 20 given, nothing droppable: each keeps its minimum (the line is cut at
-    # the right), none is squeezed to nothing as the first one was
-    assert layout_columns(columns, 20, {0: 12}) == [(0, 6), (1, 8), (2, 7)]
+    # 23 needed, 20 given, nothing droppable: the flexible one is cut (its cells end in
+    # "…") so the line fits, and none is squeezed to nothing as the first one once was
+    assert layout_columns(columns, 20, {0: 12}) == [(0, 3), (1, 8), (2, 7)]
+    # narrower still: the others are cut from the right, each keeping a few cells
+    assert layout_columns(columns, 14, {0: 12}) == [(0, 3), (1, 6), (2, 3)]

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import AnyStr
 
-from tickui.common.redact import MASK, safe_text, secret_markers
+from rich.text import Text
+
+from tickui.common.redact import MASK, secret_markers
+from tickui.ui.view.ansi import shown_line, shown_visible, without_sgr
 
 BLOCK = 1 << 16  # the index keeps one count per block
 SCAN_SLICE = 16 << 20  # bytes indexed per step of the worker (then the view updates)
@@ -154,11 +157,17 @@ class LineIndex:
         data = os.pread(self.fd, min(length, MAX_LINE_BYTES), start)
         return data, length > MAX_LINE_BYTES
 
-    def text(self, line: int, blocks: Blocks | None = None) -> str:
+    def shown(self, line: int, blocks: Blocks | None = None) -> Text:
+        """A line as the view shows it (`ansi.shown_line`: coloured, made safe)."""
         data, cut = self.raw(line, blocks)
-        text = data.decode("utf-8", "replace").rstrip("\r").expandtabs(8)
-        shown = safe_text(text)
-        return shown + " …" if cut else shown
+        shown = shown_line(data.decode("utf-8", "replace"))
+        if cut:
+            shown.append(" …")
+        return shown
+
+    def text(self, line: int, blocks: Blocks | None = None) -> str:
+        """A line's shown text, without its styles."""
+        return self.shown(line, blocks).plain
 
     # -- search (runs in a thread; reads the file in chunks cut at line ends) --
 
@@ -309,9 +318,11 @@ def _lines_matching(search: Search, data: bytes, first: int) -> Iterator[int]:
 
 
 def _shown_match(search: Search, raw: str) -> bool:
-    """A candidate line checked as the view shows it: made safe, so `***` finds a hidden
-    secret and `\\x1b` an escape, and the secret itself is never found."""
-    return search.matches(safe_text(raw.rstrip("\r").expandtabs(8)))
+    """A candidate line (from `_candidates`: its SGR sequences taken out) checked as the
+    view shows it: made safe, so `***` finds a hidden
+    secret and `\\x1b` an escape, and the secret itself is never found; a colour's SGR
+    sequence is not text, so it is never found either."""
+    return search.matches(shown_visible(raw))
 
 
 # What the view shows differently from the bytes, besides hidden secrets: control bytes
@@ -327,10 +338,13 @@ def _candidates(search: Search, data: bytes, first: int) -> Iterator[tuple[int, 
     their raw text: where the raw text matches (plain text found in the bytes, an
     expression in the decoded text), and where the view shows the line changed in a way
     the search could see: escaped or spaced (control and invisible characters), or with
-    a secret hidden when the search can match its `***`.
+    a secret hidden when the search can match its `***`. A colour's SGR sequence is not
+    shown: it is taken out of `data` first (a line of coloured text is then looked at only
+    where its text matches).
 
     A match in the shown line that touches none of those changes lies in text the line
     has as it is, so the raw text matches there too."""
+    data = without_sgr(data)
     needle = search.needle
     # plain text without a `*` can never match in a `***`
     masks = needle is None or MASK[0].encode() in needle

@@ -1,5 +1,6 @@
-"""The pager a run's log opens in (`o` in the run view): fed the log as the view shows it,
-chunk by chunk, while the loop goes on."""
+"""The pager a run's log opens in (`o` in the run view): fed the log as the view shows it
+(its colours kept as SGR sequences for `less -R`, everything else made safe), chunk by
+chunk, while the loop goes on."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shlex
 import shutil
 
 from tickui.common.redact import safe_text
+from tickui.ui.view.ansi import paged_line
 
 PAGE_CHUNK = 256 * 1024  # bytes of log made safe at a time, off the loop, for the pager
 
@@ -19,11 +21,11 @@ def _safe_chunk(log, rest: bytes) -> tuple[bytes, bytes, bool]:
     a line cut by the chunk, and whether the file ended."""
     data = log.read(PAGE_CHUNK)
     if not data:
-        tail = safe_text(rest.decode("utf-8", "replace")) + "\n" if rest else ""
+        tail = paged_line(rest.decode("utf-8", "replace")) + "\n" if rest else ""
         return tail.encode(), b"", True
     lines = (rest + data).split(b"\n")
     rest = lines.pop()
-    shown = "".join(safe_text(line.decode("utf-8", "replace")) + "\n" for line in lines)
+    shown = "".join(paged_line(line.decode("utf-8", "replace")) + "\n" for line in lines)
     return shown.encode(), rest, False
 
 

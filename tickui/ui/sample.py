@@ -262,7 +262,7 @@ SAMPLE_LOG = "".join(
 
 async def run_output_scene(pilot) -> None:
     """The run output view on export-orders' failed run, its log replaced by a fixed one
-    (with a password and an escape sequence, both shown made safe)."""
+    (with a password, shown hidden, and a colour, shown as a colour)."""
     from dataclasses import replace
 
     from tickui.ui.screens.run import RunScreen

@@ -25,6 +25,7 @@ from tickui.ui.keys import DETAIL_DASHBOARD_ACTIONS, QUITTING_OFF, bindings, ran
 from tickui.ui.view.cells import (
     CODE_STYLE,
     STATE_STYLE,
+    Cell,
     TimeView,
     detail_text,
     duration,
@@ -34,12 +35,14 @@ from tickui.ui.view.cells import (
     when_text,
 )
 from tickui.ui.view.fires import next_lines, why_text
+from tickui.ui.view.layout import Column, FittedTable
 from tickui.ui.widgets.panes import KeyFooter
 
 BARS = "▁▂▃▄▅▆▇█"
 SPARK_RUNS = 40  # runs read for the sparkline; the table shows the newest RUNS_SHOWN
 RUNS_SHOWN = 12
 WORKER_WIDTH = 16  # the runs table's WORKER column at most
+DETAIL_WIDTH = 200  # and its DETAIL (the rest of the width, as much as it needs)
 UTC_VIEW = TimeView("utc")
 # The on-time window the engine gives a slot by default: a task later than this is behind.
 GRACE = default("engine", "misfire_grace")
@@ -306,32 +309,35 @@ def bar_style(occ: Occurrence) -> str:
     return STATE_STYLE.get(occ.state, "").replace("bold ", "")
 
 
-def runs_table(recent: list[Occurrence], picked: int, now: int, zone: tzinfo) -> Table:
-    """ID, STATE and CODE always show: DETAIL alone takes the width that is left, cut
-    with an ellipsis; the other columns keep their content's width."""
-    table = Table(box=None, padding=(0, 1), expand=True, header_style="bold")
-    for title in ("ID", "STATE", "KIND", "SCHEDULED", "LATE", "TOOK", "CODE"):
-        widest = max([len(title)] + [len(cell) for cell in _column(recent, title, now, zone)])
-        table.add_column(title, no_wrap=True, min_width=widest)
+def runs_table(recent: list[Occurrence], picked: int, now: int, zone: tzinfo) -> FittedTable:
+    """ID, STATE and CODE always show: DETAIL takes the width that is left, cut with an
+    ellipsis; the other columns keep their content's width while they fit (then they are
+    cut too, never run into each other)."""
+    columns = [
+        Column(title, max([len(title)] + [len(c) for c in _column(recent, title, now, zone)]))
+        for title in ("ID", "STATE", "KIND", "SCHEDULED", "LATE", "TOOK", "CODE")
+    ]
     workers = any(occ.worker for occ in recent)
     if workers:  # runs on workers (Kafka): which one; cut before anything else is
-        table.add_column("WORKER", no_wrap=True, overflow="ellipsis", max_width=WORKER_WIDTH)
-    table.add_column("DETAIL", no_wrap=True, overflow="ellipsis", ratio=1, min_width=0)
-    for index, occ in enumerate(recent):
+        columns.append(Column("WORKER", 6, WORKER_WIDTH, flex=True))
+    columns.append(Column("DETAIL", 6, DETAIL_WIDTH, flex=True))
+    rows: list[list[Cell]] = []
+    for occ in recent:
         code = outcome_code(occ)
-        cells = [
-            str(occ.id),
-            Text(occ.state, STATE_STYLE.get(occ.state, "")),
-            kind_word(occ),
-            when_text(occ.scheduled_for, now, zone),
-            lateness(occ),
-            duration(occ, now),
-            Text(code or "-", CODE_STYLE.get(code, "red")),
+        cells: list[Cell] = [
+            (str(occ.id), ""),
+            (occ.state, STATE_STYLE.get(occ.state, "")),
+            (kind_word(occ), ""),
+            (when_text(occ.scheduled_for, now, zone), ""),
+            (lateness(occ), ""),
+            (duration(occ, now), ""),
+            (code or "-", CODE_STYLE.get(code, "red")),
         ]
         if workers:
-            cells.append(Text(safe_text(occ.worker or "-"), "bright_black"))
-        table.add_row(*cells, detail_text(occ), style="reverse" if index == picked else None)
-    return table
+            cells.append((safe_text(occ.worker or "-"), "bright_black"))
+        rows.append([*cells, (detail_text(occ), "")])
+    styles = ["reverse" if index == picked else None for index in range(len(recent))]
+    return FittedTable(columns, rows, styles)
 
 
 def kind_word(occ: Occurrence) -> str:

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, tzinfo
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,7 +20,9 @@ from textual.widgets import Label, Static
 
 from tickui.common.redact import safe_text
 from tickui.store import Delivery
-from tickui.ui.view.cells import stamp_in
+from tickui.ui.view.cells import Cell, stamp_in
+from tickui.ui.view.columns import DELIVERY_COLUMNS
+from tickui.ui.view.layout import FittedTable
 
 OUTCOME_STYLE = {"delivered": "green", "failed": "bold red", "pending": "yellow"}
 SHOWN = 50
@@ -39,33 +40,23 @@ def status_text(status: dict[str, Any] | None) -> Text:
     return Text(" · ".join(parts) + " (since this dashboard started)", style)
 
 
-def deliveries_table(deliveries: list[Delivery], zone: tzinfo = UTC) -> Table | Text:
+def deliveries_table(deliveries: list[Delivery], zone: tzinfo = UTC) -> FittedTable | Text:
     if not deliveries:
         return Text("No deliveries recorded yet.", "bright_black")
-    table = Table(box=None, padding=(0, 1), expand=True, header_style="bold")
-    for name, kwargs in (
-        ("WHEN", {"no_wrap": True}),
-        ("HOOK", {"no_wrap": True, "overflow": "ellipsis", "max_width": 24}),
-        ("EVENT", {"no_wrap": True}),
-        ("TASK", {"no_wrap": True, "overflow": "ellipsis", "max_width": 24}),
-        ("RUN", {"no_wrap": True, "justify": "right"}),
-        ("OUTCOME", {"no_wrap": True}),
-        ("TRIES", {"no_wrap": True, "justify": "right"}),
-        ("DETAIL", {"overflow": "ellipsis", "ratio": 1}),
-    ):
-        table.add_column(name, **kwargs)
-    for d in deliveries:
-        table.add_row(
-            stamp_in(d.created_at, zone),
-            safe_text(d.hook),
-            d.event,
-            safe_text(d.task or "-"),
-            str(d.occurrence_id) if d.occurrence_id is not None else "-",
-            Text(d.outcome, OUTCOME_STYLE.get(d.outcome, "")),
-            str(d.attempts),
-            Text(safe_text(d.detail or ""), "bright_black"),
-        )
-    return table
+    rows: list[list[Cell]] = [
+        [
+            (stamp_in(d.created_at, zone), ""),
+            (safe_text(d.hook), ""),
+            (d.event, ""),
+            (safe_text(d.task or "-"), ""),
+            (str(d.occurrence_id) if d.occurrence_id is not None else "-", ""),
+            (d.outcome, OUTCOME_STYLE.get(d.outcome, "")),
+            (str(d.attempts), ""),
+            (safe_text(d.detail or "").replace("\n", " "), "bright_black"),
+        ]
+        for d in deliveries
+    ]
+    return FittedTable(DELIVERY_COLUMNS, rows)
 
 
 class HooksScreen(ModalScreen[None]):

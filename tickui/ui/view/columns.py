@@ -1,4 +1,5 @@
-"""The columns of the Tasks and Occurrences tables and how a row becomes cells."""
+"""The columns of the Tasks, Occurrences and hook deliveries tables and how a row becomes
+cells."""
 
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ OCCURRENCE_COLUMNS_WITH_WORKER = [
     *OCCURRENCE_COLUMNS[:WORKER_AT],
     WORKER_COLUMN,
     *OCCURRENCE_COLUMNS[WORKER_AT:],
+]
+# The hooks screen's recent deliveries: when, which hook, how it went and why; the event,
+# task, run and tries go first when narrow.
+DELIVERY_COLUMNS = [
+    Column("WHEN", 8, 23, flex=True),  # "2027-01-15 09:00:00 CET"
+    Column("HOOK", 4, 24, flex=True),
+    Column("EVENT", 5, 16, priority=3, flex=True),
+    Column("TASK", 4, 24, priority=2, flex=True),
+    Column("RUN", 3, 6, priority=4, right=True),
+    Column("OUTCOME", 9),
+    Column("TRIES", 5, priority=5, right=True),
+    Column("DETAIL", 6, 60, priority=1, flex=True),
 ]
 
 

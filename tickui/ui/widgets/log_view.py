@@ -1,13 +1,13 @@
 """The log view: a `ScrollView` drawing with `render_line` (as Toolong does) that asks the
 index only for the lines on screen, keeps a small cache of them, and shows every line
-through `safe_text`. It holds its place as lines arrive unless it follows them (as
-`less +F`): a move up stops following, `G` (or the screen's `f`) resumes it."""
+as `view.ansi.shown_line` makes it (its colours as styles, everything else made safe).
+It holds its place as lines arrive unless it follows them (as `less +F`): a move up
+stops following, `G` (or the screen's `f`) resumes it."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -43,7 +43,7 @@ class LogView(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.index: LineIndex | None = None
-        self.lines: OrderedDict[int, str] = OrderedDict()
+        self.lines: OrderedDict[int, Text] = OrderedDict()
         self.search: Search | None = None
         self.match: int | None = None  # the line of the current match
         self.marked: int | None = None  # the line `y` copies: the match or a clicked line
@@ -76,13 +76,17 @@ class LogView(ScrollView, can_focus=True):
         self.refresh()
 
     def text(self, line: int) -> str:
+        """A line's shown text (what a search matches and `y` copies)."""
+        return self.styled(line).plain
+
+    def styled(self, line: int) -> Text:
         cached = self.lines.get(line)
         if cached is None:
             assert self.index is not None
             try:
-                cached = self.index.text(line)
+                cached = self.index.shown(line)
             except OSError as exc:
-                cached = safe_text(f"[cannot read: {exc.strerror or exc}]")
+                cached = Text(safe_text(f"[cannot read: {exc.strerror or exc}]"))
             self.lines[line] = cached
             while len(self.lines) > LINE_CACHE:
                 self.lines.popitem(last=False)
@@ -95,14 +99,16 @@ class LogView(ScrollView, can_focus=True):
         line = self.scroll_offset.y + y
         if line >= self.count:
             return Strip.blank(width)
-        text = self.text(line)
+        shown = self.styled(line)
         numbers = self.number_width
-        length = cell_len(text)
+        length = shown.cell_len
         if length > self.widest:
             self.widest = length
             self.call_later(self.sync_size)
         number = Segment(f"{line + 1:>{numbers - 1}} ", Style(dim=True))
-        body = Text(text, style="bold" if line == self.marked else "")
+        body = shown.copy()
+        if line == self.marked:
+            body.style = "bold"
         if self.search is not None:
             body.highlight_regex(self.search.regex, "reverse")
         segments = list(body.render(self.app.console))

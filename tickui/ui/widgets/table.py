@@ -22,7 +22,7 @@ from textual.strip import Strip
 from textual.timer import Timer
 
 from tickui.ui.view.cells import Cell
-from tickui.ui.view.layout import ARROWS, Column, RowSource, fit, layout_columns
+from tickui.ui.view.layout import Column, RowSource, fit, fit_row, header_row, layout_columns
 
 HOLD_AFTER_KEY = 5.0  # seconds a key holds the order of rows that reorder by themselves
 
@@ -315,14 +315,8 @@ class RowTable(ScrollView, can_focus=True):
 
     def _header(self, width: int, layout: list[tuple[int, int]]) -> Strip:
         style = self.get_component_rich_style("rowtable--header")
-        sort = self.source.sort
-        titles = []
-        for i, w in layout:
-            title = self.columns[i].title
-            if sort and sort[0] == title:
-                title += ARROWS[sort[1]]
-            titles.append(fit(title, w))
-        return Strip([Segment(fit(" ".join(titles), width), style)], width)
+        titles = header_row(self.columns, layout, self.source.sort)
+        return Strip([Segment(fit(titles, width), style)], width)
 
     def render_line(self, y: int) -> Strip:
         width = self._width
@@ -339,15 +333,11 @@ class RowTable(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         self._measure(cells, layout)
         selected = index == self._cursor
-        segments = []
-        last = len(layout) - 1
-        for n, (i, w) in enumerate(layout):
-            text, spec = cells[i]
-            cell = fit(text, w, self.columns[i].right)
-            segments.append(Segment(cell, self._cell_style(spec, selected)))
-            if n < last:
-                segments.append(Segment(" ", self._cell_style("", selected)))
-        used = sum(w for _, w in layout) + last
+        segments = [
+            Segment(text, self._cell_style(spec, selected))
+            for text, spec in fit_row(self.columns, layout, cells)
+        ]
+        used = sum(w for _, w in layout) + len(layout) - 1
         if used < width:
             segments.append(Segment(" " * (width - used), self._cell_style("", selected)))
         return Strip(segments).crop(0, width)

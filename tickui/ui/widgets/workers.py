@@ -29,7 +29,7 @@ from tickui.dispatch.refusals import security_lines
 from tickui.model.records import Occurrence
 from tickui.ui.view.cells import Cell, span
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS, OCCURRENCE_COLUMNS_WITH_WORKER, WORKER_AT
-from tickui.ui.view.layout import Column, fit, layout_columns
+from tickui.ui.view.layout import Column, content_widths, fit_row, header_row, layout_columns
 from tickui.ui.widgets.table import RowTable
 
 # Column(title, min, preferred, priority, flex): see table.layout_columns. In the side
@@ -121,18 +121,12 @@ class WorkerLines(Widget):
 
     @staticmethod
     def _wanted(rows: list[list[Cell]]) -> tuple:
-        return tuple(
-            max((len(row[i][0]) for row in rows), default=0)
-            for i, column in enumerate(WORKER_COLUMNS)
-            if column.flex
-        )
+        return tuple(sorted(content_widths(WORKER_COLUMNS, rows).items()))
 
     def layout(self, width: int) -> list[tuple[int, int]]:
         wanted = self._wanted(self.rows)
         if self._laid != (width, wanted):
-            flex = [i for i, column in enumerate(WORKER_COLUMNS) if column.flex]
-            sizes = dict(zip(flex, wanted, strict=True))
-            self._layout = layout_columns(WORKER_COLUMNS, width, sizes)
+            self._layout = layout_columns(WORKER_COLUMNS, width, dict(wanted))
             self._laid = (width, wanted)
         return self._layout
 
@@ -151,8 +145,7 @@ class WorkerLines(Widget):
         width, base = self.size.width, self.rich_style
         layout = self.layout(width)
         if y == 0:
-            titles = " ".join(fit(WORKER_COLUMNS[i].title, w) for i, w in layout)
-            return self._strip(Text(titles, "bold"), width, base)
+            return self._strip(Text(header_row(WORKER_COLUMNS, layout), "bold"), width, base)
         if not self.rows:
             if y == 1:
                 return self._strip(Text("no worker has reported yet", "bright_black"), width, base)
@@ -164,13 +157,9 @@ class WorkerLines(Widget):
             return self._strip(Text(more, "bright_black"), width, base)
         if y > len(self.rows):
             return Strip.blank(width, base)
-        cells = self.rows[y - 1]
         line = Text()
-        for n, (i, w) in enumerate(layout):
-            if n:
-                line.append(" ")
-            text, style = cells[i]
-            line.append(fit(text, w, WORKER_COLUMNS[i].right), style)
+        for text, style in fit_row(WORKER_COLUMNS, layout, self.rows[y - 1]):
+            line.append(text, style)
         return self._strip(line, width, base)
 
     def _strip(self, text: Text, width: int, base: Style) -> Strip:
