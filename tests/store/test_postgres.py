@@ -102,3 +102,15 @@ def test_the_store_setting_wins_over_the_db_setting(tmp_path, pg_url):
     toml.write_text(f'[store]\nurl = "{url}"\n')
     from_file = _json(cli("task", "list", "--json", "--config", str(toml)))
     assert [t["name"] for t in from_file] == ["p"]
+
+
+def test_time_lapse_on_a_postgresql_store_runs_on_a_file_copy(pg_url):
+    assert cli("task", "add", "t", "--every", "1m", "--", "true", db=pg_url).returncode == 0
+    before = _json(cli("history", "--json", db=pg_url))
+    ran = cli("run", "--time-scale", "600", "--for", "1", db=pg_url)
+    assert ran.returncode == 0, ran.stderr
+    assert "time-lapse x600 on a copy of postgresql:" in ran.stderr, ran.stderr
+    assert ran.stdout.count("succeeded") >= 3  # ten minutes of slots, simulated
+    assert _json(cli("history", "--json", db=pg_url)) == before  # the real store untouched
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0

@@ -76,8 +76,6 @@ def setup_logging(quiet: bool = False) -> None:
 
 async def run_headless(args: argparse.Namespace, settings: Settings, db: Path | str) -> int:
     opts = options(args, settings)
-    if isinstance(db, str) and opts.scale != 1:
-        raise BadInput("--time-scale", "time-lapse copies a SQLite file; give --db PATH")
     setup_logging(quiet=opts.shown == QUIET)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

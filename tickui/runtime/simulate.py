@@ -27,6 +27,7 @@ from typing import Any
 
 from tickui.common.clock import Clock
 from tickui.common.errors import StoreError
+from tickui.common.redact import redact
 from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch import Dispatcher, DispatchFailure, Fence, Job, NotStarted, Receipt
 from tickui.dispatch.base import wait_until_done
@@ -52,6 +53,29 @@ POLL_SECONDS = 0.05  # how often a run's end is re-checked (the clock may be mov
 # ---- the copy ---------------------------------------------------------------------------
 
 
+async def _copy_server(url: str, target: Path) -> bool:
+    """A PostgreSQL store's every table into a new private SQLite file (read only there);
+    False when the database has no tickui schema yet (an empty time-lapse)."""
+    from tickui.common.errors import Unavailable
+    from tickui.store import Store, copy_store
+
+    try:
+        source = await Store.open(url, readonly=True)
+    except Unavailable as exc:
+        if "no tickui schema" in str(exc):
+            return False
+        raise
+    try:
+        copy = await Store.open(target)
+        try:
+            await copy_store(source, copy)
+        finally:
+            await copy.close()
+    finally:
+        await source.close()
+    return True
+
+
 class TimeLapse:
     """A copy of `source` in a private temp folder for the length of a `with` block.
 
@@ -59,8 +83,9 @@ class TimeLapse:
     the block, whatever ends it. `copied` says whether there was a database to copy.
     """
 
-    def __init__(self, source: Path, scale: float, real_commands: bool = False) -> None:
-        self.source = Path(source).expanduser()
+    def __init__(self, source: Path | str, scale: float, real_commands: bool = False) -> None:
+        # a SQLite file, or a PostgreSQL store's URL (copied into a file the same way)
+        self.source: Path | str = source if isinstance(source, str) else source.expanduser()
         self.scale = scale
         self.real_commands = real_commands
         self.folder: Path | None = None
@@ -76,7 +101,10 @@ class TimeLapse:
     def __enter__(self) -> TimeLapse:
         self.folder = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))  # 0700
         try:
-            self.copied = copy_database(self.source, self.copy)
+            if isinstance(self.source, str):
+                self.copied = asyncio.run(_copy_server(self.source, self.copy))
+            else:
+                self.copied = copy_database(self.source, self.copy)
             if self.copied:
                 try:
                     inspect_file(self.copy)
@@ -108,17 +136,22 @@ class TimeLapse:
                 entry["late_max_s"] = max(late / MICROS, entry["late_max_s"] or 0.0)
         return {
             "scale": self.scale,
-            "copy_of": str(self.source),
+            "copy_of": self.shown_source,
             "runs": "real" if self.real_commands else "simulated",
             "tasks": tasks,
         }
 
+    @property
+    def shown_source(self) -> str:
+        """The source as it may be shown (a URL without its password)."""
+        return redact(self.source) if isinstance(self.source, str) else str(self.source)
+
     def banner(self) -> str:
         runs = "real commands on the copy" if self.real_commands else "simulated runs"
         if self.copied:
-            where = f"on a copy of {self.source}"
+            where = f"on a copy of {self.shown_source}"
         else:
-            where = f"on an empty database ({self.source} does not exist and is not created)"
+            where = f"on an empty database ({self.shown_source} does not exist and is not created)"
         return f"tickui: time-lapse x{self.scale:g} {where}; {runs}; the real database is untouched"
 
 

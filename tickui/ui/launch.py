@@ -153,8 +153,6 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path | str, 
     # Bad input first (it is said the same with or without a terminal), then the
     # terminal, then whatever the session makes.
     scale = check_scale(args.time_scale)
-    if isinstance(db, str) and scale != 1 and not demo:
-        raise BadInput("--time-scale", "time-lapse copies a SQLite file; give --db PATH")
     if isinstance(db, Path) and scale == 1 and not demo:  # time-lapse reads only its copy
         inspect_file(db.expanduser())
     require_terminal()
