@@ -28,10 +28,7 @@ from tickui.model.planning import Plan
 from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.store import pgschema
 from tickui.store.base import _OCC_SELECT, StoreBase
-from tickui.store.claims import ClaimQueries
-from tickui.store.coordination import Coordination
-from tickui.store.events import EventLog
-from tickui.store.hooks import HookQueries
+from tickui.store.groups import QUERY_GROUPS
 from tickui.store.pgconn import (
     CommitUnknown,
     Connection,
@@ -40,9 +37,6 @@ from tickui.store.pgconn import (
     lost,
     open_connection,
 )
-from tickui.store.queue import QueueQueries
-from tickui.store.tasks import TaskQueries
-from tickui.store.workers import WorkerQueries
 
 faults.recognize(fault_kind)  # the server's outages, for fault_text
 
@@ -273,16 +267,7 @@ class PgStoreBase(StoreBase):
         return self._outage
 
 
-class PostgresStore(
-    TaskQueries,
-    ClaimQueries,
-    QueueQueries,
-    EventLog,
-    Coordination,
-    HookQueries,
-    WorkerQueries,
-    PgStoreBase,
-):
+class PostgresStore(*QUERY_GROUPS, PgStoreBase):
     """One PostgreSQL database, with every query group."""
 
     async def claim(
