@@ -133,7 +133,13 @@ def _printed(capsys, call) -> tuple[int, str, str]:
     ],
     ids=" ".join,
 )
-def test_the_listings_print_the_same_bytes_either_way(db, capsys, words, as_json):
+def test_the_listings_print_the_same_bytes_either_way(db, capsys, monkeypatch, words, as_json):
+    # one "now" for both paths: a queued run says "next in 40s", and a second may pass
+    # between the two readings
+    from tickui.common.clock import SystemClock
+
+    fixed = SystemClock().now()
+    monkeypatch.setattr(SystemClock, "now", lambda self: fixed)
     args = _args(*words, *as_json)
     if args.command == "task":
         fast = _printed(capsys, lambda: listing.list_now(args, db))
