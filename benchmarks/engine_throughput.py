@@ -27,8 +27,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import engine_throughput_pg
-
 from tickui.common.clock import ManualClock
 from tickui.common.timeutil import MICROS
 from tickui.dispatch import Dispatcher, Receipt
@@ -150,6 +148,8 @@ async def tickui_side(tasks: int, retries: int = 0, url: str | None = None) -> d
         store = await Store.open(db)
         await store.close()
         if url:
+            import engine_throughput_pg  # psycopg only where PostgreSQL is measured
+
             engine_throughput_pg.seed(url, tasks, HISTORY, T0, retries)
         else:
             _seed(db, tasks, retries)
@@ -223,6 +223,8 @@ async def apscheduler_side(tasks: int, retries: int = 0) -> dict:
 
 async def raw_side(tasks: int, retries: int, url: str) -> dict:
     """The same seeded tables, claimed and settled in batches by plain SQL: no engine."""
+    import engine_throughput_pg
+
     store = await Store.open(url)
     await store.close()
     engine_throughput_pg.seed(url, tasks, HISTORY, T0, retries)
@@ -255,6 +257,8 @@ def _line(round_no: int, side: str, figures: dict) -> str:
 
 def postgres_main(args: argparse.Namespace) -> None:
     """tickui, APScheduler 4 and raw batched claims, each on a fresh database per round."""
+    import engine_throughput_pg
+
     python = engine_throughput_pg.aps4_python(Path(args.aps4_venv))
     sides = ("tickui", "apscheduler4", "raw")
     results: dict[str, list[dict]] = {side: [] for side in sides}
@@ -309,7 +313,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--aps4-venv",
-        default=str(engine_throughput_pg.APS4_VENV),
+        default=str(Path(__file__).resolve().parent / ".venv-aps4"),
         help="where the venv holding APScheduler 4 is made (once) and reused",
     )
     parser.add_argument("--side", choices=["tickui", "apscheduler", "raw"], help=argparse.SUPPRESS)
@@ -325,9 +329,16 @@ def main() -> None:
         print(json.dumps(figures))
         return
     if args.store:
-        if not engine_throughput_pg.is_url(args.store):
-            raise SystemExit("--store takes a postgresql:// URL")
-        postgres_main(args)
+        if args.store.split("://", 1)[0] not in ("postgresql", "postgres"):
+            print("--store takes a postgresql:// URL", file=sys.stderr)
+            sys.exit(2)
+        import psycopg
+
+        try:
+            postgres_main(args)
+        except psycopg.Error as exc:
+            first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise SystemExit(f"PostgreSQL: {first}") from None
         return
     results: dict[str, list[dict]] = {"tickui": [], "apscheduler": []}
     for round_no in range(args.rounds):

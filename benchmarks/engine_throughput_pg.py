@@ -25,10 +25,6 @@ APS4_REQUIREMENTS = ("apscheduler==4.0.0a6", "sqlalchemy[asyncio]", "asyncpg", "
 HOUR = 3600 * 1_000_000
 
 
-def is_url(text: str) -> bool:
-    return urlsplit(text).scheme in ("postgresql", "postgres")
-
-
 def with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
