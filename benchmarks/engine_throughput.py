@@ -8,6 +8,11 @@ few rounds; the parent prints medians and their ratio. The last line is one JSON
 `--retries N` gives every task `retries = N` (the figure must hold with retries
 set on every task; the runs succeed, so no retry is queued, but each run's end is
 followed up as a retrying task's would be).
+
+`--store postgresql://...` measures on that PostgreSQL server instead, each side on a
+database of its own made there per round and dropped after: tickui's engine, APScheduler 4
+(in a venv of its own, see engine_throughput_aps4.py) and raw batched claims by plain SQL
+(the floor); it prints their medians and the ratios tickui / APScheduler 4 and tickui / raw.
 """
 
 from __future__ import annotations
