@@ -8,6 +8,11 @@ few rounds; the parent prints medians and their ratio. The last line is one JSON
 `--retries N` gives every task `retries = N` (the figure must hold with retries
 set on every task; the runs succeed, so no retry is queued, but each run's end is
 followed up as a retrying task's would be).
+
+`--store postgresql://...` measures on that PostgreSQL server instead, each side on a
+database of its own made there per round and dropped after: tickui's engine, APScheduler 4
+(in a venv of its own, see engine_throughput_aps4.py) and raw batched claims by plain SQL
+(the floor); it prints their medians and the ratios tickui / APScheduler 4 and tickui / raw.
 """
 
 from __future__ import annotations
@@ -141,12 +146,18 @@ def _seed(db: Path, tasks: int, retries: int = 0) -> None:
     conn.close()
 
 
-async def tickui_side(tasks: int, retries: int = 0) -> dict:
+async def tickui_side(tasks: int, retries: int = 0, url: str | None = None) -> dict:
+    """On a fresh SQLite file, or on the fresh PostgreSQL database at `url`."""
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.db"
+        db: Path | str = url or Path(tmp) / "bench.db"
         store = await Store.open(db)
         await store.close()
-        _seed(db, tasks, retries)
+        if url:
+            import engine_throughput_pg  # psycopg only where PostgreSQL is measured
+
+            engine_throughput_pg.seed(url, tasks, HISTORY, T0, retries)
+        else:
+            _seed(db, tasks, retries)
         store = await Store.open(db)
         clock = ManualClock(T0 - MICROS)
         engine = SchedulerEngine(store, InstantDispatcher(store, clock), clock, EngineConfig())
@@ -215,23 +226,86 @@ async def apscheduler_side(tasks: int, retries: int = 0) -> dict:
     return _figures(tasks, elapsed, probe)
 
 
-def _child(side: str, tasks: int, retries: int) -> dict:
-    result = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--side",
-            side,
-            "--tasks",
-            str(tasks),
-            "--retries",
-            str(retries),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+async def raw_side(tasks: int, retries: int, url: str) -> dict:
+    """The same seeded tables, claimed and settled in batches by plain SQL: no engine."""
+    import engine_throughput_pg
+
+    store = await Store.open(url)
+    await store.close()
+    engine_throughput_pg.seed(url, tasks, HISTORY, T0, retries)
+    elapsed, succeeded = engine_throughput_pg.raw_side(url, tasks, T0 + MICROS)
+    assert succeeded == HISTORY // tasks * tasks + tasks, succeeded
+    return {
+        "jobs_per_s": tasks / elapsed,
+        "seconds": elapsed,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _child(side: str, tasks: int, retries: int, url: str | None = None) -> dict:
+    command = [sys.executable, __file__, "--side", side, "--tasks", str(tasks)]
+    command += ["--retries", str(retries)] + (["--db-url", url] if url else [])
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{side} side failed: {result.stderr.strip()[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _line(round_no: int, side: str, figures: dict) -> str:
+    line = f"round {round_no + 1} {side:>12}: {figures['jobs_per_s']:9.0f} jobs/s"
+    line += f"  {figures['seconds']:6.2f} s"
+    if "loop_lag_p99_ms" in figures:
+        line += f"  loop lag p99 {figures['loop_lag_p99_ms']:7.1f} ms"
+        line += f" max {figures['loop_lag_max_ms']:7.1f} ms"
+    return line + f"  peak RSS {figures['peak_rss_mb']:5.0f} MB"
+
+
+def postgres_main(args: argparse.Namespace) -> None:
+    """tickui, APScheduler 4 and raw batched claims, each on a fresh database per round."""
+    import engine_throughput_pg
+
+    python = engine_throughput_pg.aps4_python(Path(args.aps4_venv))
+    sides = ("tickui", "apscheduler4", "raw")
+    results: dict[str, list[dict]] = {side: [] for side in sides}
+    for round_no in range(args.rounds):
+        for side in sides:
+            with engine_throughput_pg.fresh_database(args.store) as url:
+                if side == "apscheduler4":
+                    figures = engine_throughput_pg.aps4_child(python, url, args.tasks)
+                else:
+                    figures = _child(side, args.tasks, args.retries, url)
+            results[side].append(figures)
+            print(_line(round_no, side, figures), flush=True)
+
+    def med(side: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[side])
+
+    tickui, aps, raw = (med(side, "jobs_per_s") for side in sides)
+    summary = {
+        "store": "postgresql",
+        "tasks": args.tasks,
+        "retries": args.retries,
+        "stored_occurrences": HISTORY,
+        "rounds": args.rounds,
+        "tickui_jobs_per_s": round(tickui),
+        "apscheduler4_jobs_per_s": round(aps),
+        "raw_jobs_per_s": round(raw),
+        "ratio_apscheduler4": round(tickui / aps, 2),
+        "ratio_raw": round(tickui / raw, 2),
+        "loop_lag_p99_ms": round(med("tickui", "loop_lag_p99_ms"), 1),
+        "loop_lag_max_ms": round(med("tickui", "loop_lag_max_ms"), 1),
+        "peak_rss_mb": round(med("tickui", "peak_rss_mb"), 1),
+        "apscheduler4_loop_lag_p99_ms": round(med("apscheduler4", "loop_lag_p99_ms"), 1),
+        "apscheduler4_peak_rss_mb": round(med("apscheduler4", "peak_rss_mb"), 1),
+        "apscheduler4_version": results["apscheduler4"][0]["apscheduler"],
+    }
+    print(
+        f"median tickui {summary['tickui_jobs_per_s']} jobs/s, APScheduler 4"
+        f" {summary['apscheduler4_jobs_per_s']} jobs/s, raw {summary['raw_jobs_per_s']}"
+        f" jobs/s: tickui / apscheduler4 {summary['ratio_apscheduler4']} (goal >= 5),"
+        f" tickui / raw {summary['ratio_raw']} (goal >= 0.33)"
+    )
+    print(json.dumps(summary))
 
 
 def main() -> None:
@@ -239,11 +313,37 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--retries", type=int, default=0, help="retries set on every task")
-    parser.add_argument("--side", choices=["tickui", "apscheduler"])
+    parser.add_argument(
+        "--store", metavar="URL", help="a PostgreSQL server (postgresql://...) to measure on"
+    )
+    parser.add_argument(
+        "--aps4-venv",
+        default=str(Path(__file__).resolve().parent / ".venv-aps4"),
+        help="where the venv holding APScheduler 4 is made (once) and reused",
+    )
+    parser.add_argument("--side", choices=["tickui", "apscheduler", "raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--db-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        runner = tickui_side if args.side == "tickui" else apscheduler_side
-        print(json.dumps(asyncio.run(runner(args.tasks, args.retries))))
+        if args.side == "raw":
+            figures = asyncio.run(raw_side(args.tasks, args.retries, args.db_url))
+        elif args.side == "tickui":
+            figures = asyncio.run(tickui_side(args.tasks, args.retries, args.db_url))
+        else:
+            figures = asyncio.run(apscheduler_side(args.tasks, args.retries))
+        print(json.dumps(figures))
+        return
+    if args.store:
+        if args.store.split("://", 1)[0] not in ("postgresql", "postgres"):
+            print("--store takes a postgresql:// URL", file=sys.stderr)
+            sys.exit(2)
+        import psycopg
+
+        try:
+            postgres_main(args)
+        except psycopg.Error as exc:
+            first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise SystemExit(f"PostgreSQL: {first}") from None
         return
     results: dict[str, list[dict]] = {"tickui": [], "apscheduler": []}
     for round_no in range(args.rounds):
