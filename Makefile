@@ -9,7 +9,7 @@ STAMP       := $(VENV)/.installed
 # Debian packages the tests need; skipped entirely when their commands are already on PATH.
 APT_PACKAGES := redis-server redis-tools tmux stunnel4 openssl postgresql
 APT_COMMANDS := redis-server redis-cli tmux stunnel4 openssl pg_ctlcluster psql
-PYTEST_ARGS ?= -ra
+PYTEST_ARGS ?= -ra --durations=15
 # Three pytest-xdist workers on 2 cores: most tests wait on real processes, services and clocks
 # (the summary's "cost by part" adds up about 2.6 times the wall time). Files that must not
 # share the broker run in one group (tests/conftest.py SERIAL_GROUPS), on one worker.
