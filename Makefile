@@ -20,7 +20,7 @@ PYTEST_PARALLEL ?= -n 3 --dist loadgroup
 
 help:
 	@echo "make venv|install  create $(VENV) and pip install -e '.[dev]' (only when pyproject.toml changed)"
-	@echo "make test          install Debian packages, venv, start Redis + Tansu, run pytest (PYTEST_ARGS=...)"
+	@echo "make test          install Debian packages, venv, start Redis, Tansu, PostgreSQL, run pytest"
 	@echo "make interop       check tickui against the real ONEX package (omnibase-infra, Python 3.12)"
 	@echo "make demo          run tickui demo"
 	@echo "make lint          ruff check ."
@@ -77,7 +77,7 @@ $(STAMP): pyproject.toml | $(VPY)
 venv install: $(STAMP)
 
 # ---- targets ---------------------------------------------------------------------------------
-# pytest runs under scripts/services.sh, which starts Redis and Tansu first and stops them by their
+# pytest runs under scripts/services.sh, which starts Redis, Tansu and PostgreSQL first and stops them by their
 # own PIDs afterwards. pytest's status is the target's status; 5 (no tests collected) is a failure.
 # tickui's modules are compiled first: the tests start many tickui processes, and
 # with PYTHONDONTWRITEBYTECODE set (as it may be) each would compile every module it imports.
