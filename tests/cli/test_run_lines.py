@@ -24,12 +24,12 @@ def _add(db, name: str, *args: str) -> None:
     assert added.returncode == 0, added.stderr
 
 
-def _tickui(db, *args: str, out=None) -> subprocess.Popen:
+def _tickui(db, *args: str, out=None, err=None) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "TICKUI_DB"}
     return subprocess.Popen(
         [sys.executable, "-m", "tickui", "--db", str(db), *args],
         stdout=out or subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=err or subprocess.PIPE,
         text=True,
         env=env,
     )
@@ -102,12 +102,18 @@ def test_history_follow_shows_a_run_that_settles_after_it_started(tmp_path):
     db = tmp_path / "t.db"
     _add(db, "nap", "--every", "1h", "--anchor", "2020-01-01T00:00:00Z", "--", "sleep", "1")
     cli("task", "run-now", "nap", db=db)
-    out = tmp_path / "follow.out"
-    with open(out, "w") as handle:
+    out, said = tmp_path / "follow.out", tmp_path / "engine.err"
+    with open(out, "w") as handle, open(said, "w") as engine_err:
         follow = _tickui(db, "history", "--follow", out=handle)
-        engine = _tickui(db, "run", "--for", "60", "-q")  # stopped once the run is seen
+        # the engine's words go to a file: a pipe nobody reads could fill and stop it
+        engine = _tickui(db, "run", "--for", "60", "-q", out=engine_err, err=engine_err)
         try:
-            poll(lambda: "succeeded" in out.read_text(), 30, "the settled run")
+            try:
+                poll(lambda: "succeeded" in out.read_text(), 30, "the settled run")
+            except AssertionError as exc:
+                shown = out.read_text()[-2000:]
+                engine_said = said.read_text()[-3000:]
+                raise AssertionError(f"{exc}\nfollow: {shown}\nengine: {engine_said}") from None
         finally:
             engine.send_signal(signal.SIGTERM)
             engine.wait(30)

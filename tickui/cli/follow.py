@@ -57,10 +57,9 @@ async def follow_history(
     """After `shown` (the rows already printed, newest first): each run as it settles
     (succeeded, failed, cancelled, skipped), also one that was running when shown."""
     waiting = {o.id for o in shown if o.active or o.state == "queued"}
+    # Nothing shown means there was nothing (of this task) when `shown` was read: every
+    # row since is new, also one made between that read and this line.
     last = max((o.id for o in shown), default=0)
-    if not shown:  # nothing printed: start from the newest row now
-        newest = await store.newest_occurrences(1, task_id=task_id)
-        last = newest[0].id if newest else 0
 
     async def work(stop: asyncio.Event) -> None:
         nonlocal last
