@@ -176,7 +176,9 @@ class Store(ABC):
         with `readonly`, for reading only. On the contract this opens the store `path` names:
         a `postgresql://` URL a PostgreSQL store, anything else a SQLite file; an
         implementation's own `open` opens its kind."""
-        if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+        from tickui.common.checks import is_store_url
+
+        if isinstance(path, str) and is_store_url(path):
             from tickui.store.postgres import PostgresStore
 
             return await PostgresStore.open(path, readonly=readonly)

@@ -133,11 +133,15 @@ class CommitUnknown(ServerLost):
     committed the transaction or not."""
 
 
-def lost(exc: BaseException) -> ServerLost:
-    """The server went away or refused: one line (libpq's first), never a password."""
+def first_line(exc: BaseException) -> str:
+    """libpq's first line of a failure (its messages never hold the password)."""
     text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return ServerLost(f"PostgreSQL store: {first}")
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def lost(exc: BaseException, where: str = "") -> ServerLost:
+    """The server went away or refused: one line, naming the store when `where` does."""
+    return ServerLost(f"PostgreSQL store{' ' + where if where else ''}: {first_line(exc)}")
 
 
 def fault_kind(exc: BaseException) -> str | None:

@@ -34,19 +34,15 @@ from tickui.store.pgconn import (
     Connection,
     ServerLost,
     fault_kind,
+    first_line,
     lost,
     open_connection,
 )
 
 faults.recognize(fault_kind)  # the server's outages, for fault_text
 
-SCHEMES = ("postgresql", "postgres")
 WRITE_LOCK = 0x7469636B  # the advisory lock every write transaction takes ("tick")
 CHANNEL = "tickui_changes"
-
-
-def is_url(target: object) -> bool:
-    return isinstance(target, str) and urlsplit(target).scheme in SCHEMES
 
 
 def shown(url: str) -> str:
@@ -59,12 +55,6 @@ def shown(url: str) -> str:
         host = f"{host}:{parts.port}"
     user = f"{parts.username}@" if parts.username else ""
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
-
-
-def _failure(exc: BaseException, url: str) -> Unavailable:
-    """One line, without the password (libpq's messages never hold it, the URL may)."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return Unavailable(f"PostgreSQL store {shown(url)}: {first}")
 
 
 def default_log_dir(url: str) -> Path:
@@ -100,7 +90,7 @@ class PgStoreBase(StoreBase):
         try:
             raw = await open_connection(url)
         except psycopg.Error as exc:
-            raise _failure(exc, url) from None
+            raise lost(exc, shown(url)) from None
         store = cls(url, Connection(raw, url))
         store.readonly = readonly
         try:
@@ -114,10 +104,9 @@ class PgStoreBase(StoreBase):
                 await store._conn.run("SET default_transaction_read_only = on")
             else:
                 await store._migrate()
-            await store._start_listening()
         except psycopg.Error as exc:
             await store.close()
-            raise _failure(exc, url) from None
+            raise lost(exc, shown(url)) from None
         except BaseException:
             await store.close()
             raise
@@ -166,42 +155,55 @@ class PgStoreBase(StoreBase):
                 (pgschema.APPLICATION, str(pgschema.VERSION)),
             )
 
-    async def _start_listening(self) -> None:
-        raw = await open_connection(self.url, "tickui-listen")
-        await raw.execute(f"LISTEN {CHANNEL}")
-        self._listen = raw
-        self._listening = asyncio.create_task(self._hear(raw))
+    async def _listening_now(self) -> None:
+        """The change channel's own connection, opened for the first who asks what changed
+        (a viewer): a one-shot command never opens it."""
+        if self._listening is not None:
+            return
+        self._listening = asyncio.create_task(self._hear())
+        while self._listen is None and self._outage is None and not self._listening.done():
+            await asyncio.sleep(0.01)
 
-    async def _hear(self, raw: psycopg.AsyncConnection[Any]) -> None:
+    async def _hear(self) -> None:
         """Count the commits heard; a dropped connection is opened again, with backoff,
         and counts as a change (what was missed meanwhile is unknown)."""
-        delay = 0.2
+        try:
+            raw = await open_connection(self.url, "tickui-listen")
+            await raw.execute(f"LISTEN {CHANNEL}")
+        except psycopg.Error as exc:
+            self._outage = first_line(exc)
+            raw = await self._listen_again()
+        self._listen = raw
         while True:
             try:
                 self._outage = None
                 async for note in raw.notifies():
-                    delay = 0.2
                     if note.payload != self._name:  # another connection's commit
                         self._changes += 1
                         for listener in list(self._commit_listeners):
                             listener()
             except psycopg.Error as exc:
-                self._outage = str(lost(exc)).removeprefix("PostgreSQL store: ")
+                self._outage = first_line(exc)
             else:
                 self._outage = "the server closed the connection"
             with contextlib.suppress(Exception):
                 await raw.close()
-            while True:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                try:
-                    raw = await open_connection(self.url, "tickui-listen")
-                    await raw.execute(f"LISTEN {CHANNEL}")
-                    break
-                except psycopg.Error as exc:
-                    self._outage = str(lost(exc)).removeprefix("PostgreSQL store: ")
+            raw = await self._listen_again()
             self._listen = raw
             self._changes += 1
+
+    async def _listen_again(self) -> psycopg.AsyncConnection[Any]:
+        """A new listening connection, tried with a growing pause (up to 5 s) until one opens."""
+        delay = 0.2
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            try:
+                raw = await open_connection(self.url, "tickui-listen")
+                await raw.execute(f"LISTEN {CHANNEL}")
+                return raw
+            except psycopg.Error as exc:
+                self._outage = first_line(exc)
 
     async def _columns(self, table: str) -> list[str]:
         rows = await self._all(
@@ -258,10 +260,13 @@ class PgStoreBase(StoreBase):
 
     async def data_version(self) -> int:
         """Counts the other connections' commits heard on the change channel."""
+        await self._listening_now()
         return self._changes
 
     def on_commit(self, listener: Callable[[], None]) -> None:
         self._commit_listeners.append(listener)
+        if self._listening is None:
+            self._listening = asyncio.create_task(self._hear())
 
     def outage(self) -> str | None:
         return self._outage

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from typing import Protocol
 
+from tickui.common.checks import is_store_url
 from tickui.common.redact import redact
 
 log = logging.getLogger("tickui.sequence")
@@ -42,7 +43,7 @@ class SqliteSequenceStore:
 
     def __init__(self, store) -> None:
         self._store = store
-        if str(store.where).startswith(("postgresql://", "postgres://")):
+        if is_store_url(str(store.where)):
             self.name = "postgresql"
 
     async def reserve(self, key: str, floor: int, block: int) -> int:
