@@ -39,6 +39,7 @@ FAILURE_QUIET = 60.0  # s: a task that keeps failing raises one toast in this lo
 
 
 OUTSIDE_DELAY = 0.05  # s from hearing another process's commit to looking at it
+OUTSIDE_EVERY = 0.25  # s at least between two such looks: a busy holder commits many times a second
 
 
 class LiveRefresh:
@@ -66,6 +67,7 @@ class LiveRefresh:
         self._last_second = 0.0  # loop time countdowns and the clock were last looked at
         self._stalled: asyncio.TimerHandle | None = None  # resumes the timer if ticks stop
         self._outside_soon = False  # a look at another process's commit is scheduled
+        self._outside_at = 0.0  # loop time of the last look at other processes' commits
 
     @property
     def host(self) -> Host:
@@ -234,11 +236,13 @@ class LiveRefresh:
 
     def _heard_commit(self) -> None:
         """Another process committed (a store that hears it): look within 50 ms rather
-        than at the next second; a burst of commits is one look."""
+        than at the next second, and at most every 0.25 s: each look reads every task's
+        versions, and a burst of commits is one look."""
         if self._outside_soon:
             return
         self._outside_soon = True
-        self.screen.set_timer(OUTSIDE_DELAY, self._look_outside_soon)
+        since = asyncio.get_running_loop().time() - self._outside_at
+        self.screen.set_timer(max(OUTSIDE_DELAY, OUTSIDE_EVERY - since), self._look_outside_soon)
 
     async def _look_outside_soon(self) -> None:
         self._outside_soon = False
@@ -250,6 +254,7 @@ class LiveRefresh:
         board = self.board
         if board.host is None or board.host.closed:
             return
+        self._outside_at = asyncio.get_running_loop().time()
         store = board.host.store
         try:
             version = await store.data_version()
