@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tickui.common import checks
-from tickui.common.errors import BadInput, Unavailable
+from tickui.common.errors import BadInput, NotSetUp, Unavailable
 from tickui.common.redact import redact
 
 TABLE_NAMES = {"hook_deliveries": "hook deliveries", "dispatch_security": "dispatch security"}
@@ -90,10 +90,8 @@ async def _open_target(target: Path | str, dry_run: bool):
         return None
     try:
         return await Store.open(target, readonly=True)
-    except Unavailable as exc:
-        if "no tickui schema" in str(exc) or "is empty" in str(exc):
-            return None
-        raise
+    except NotSetUp:
+        return None
 
 
 async def _copy(src, dst, args: argparse.Namespace):

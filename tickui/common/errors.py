@@ -29,6 +29,11 @@ class Unavailable(TickuiError):
     media, in a folder that cannot be written, or not the user's. Not bad input (exit 1)."""
 
 
+class NotSetUp(Unavailable):
+    """Read-only, there is no tickui database there yet: no file, an empty one, or a
+    PostgreSQL database tickui never set up."""
+
+
 # ---- the ticker's typed errors, named after ONEX's (omnibase_infra.errors) ------------------
 
 

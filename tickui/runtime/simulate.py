@@ -56,15 +56,13 @@ POLL_SECONDS = 0.05  # how often a run's end is re-checked (the clock may be mov
 async def _copy_server(url: str, target: Path) -> bool:
     """A PostgreSQL store's every table into a new private SQLite file (read only there);
     False when the database has no tickui schema yet (an empty time-lapse)."""
-    from tickui.common.errors import Unavailable
+    from tickui.common.errors import NotSetUp
     from tickui.store import Store, copy_store
 
     try:
         source = await Store.open(url, readonly=True)
-    except Unavailable as exc:
-        if "no tickui schema" in str(exc):
-            return False
-        raise
+    except NotSetUp:
+        return False
     try:
         copy = await Store.open(target)
         try:

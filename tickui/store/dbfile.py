@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from tickui.common import faults
-from tickui.common.errors import StoreError, TickuiError, Unavailable
+from tickui.common.errors import NotSetUp, StoreError, TickuiError, Unavailable
 from tickui.store import schema
 
 SIDE_FILES = ("-wal", "-shm")
@@ -158,10 +158,10 @@ def check_readable(db: Path) -> str:
     """The checks before a read-only command reads `db` (inspect_file's, then: a file
     is there, set up, and of a schema it can read); the URI to open it with."""
     if lookup(db) is None:
-        raise Unavailable(f"no database at {db} (tickui task add or tickui run creates one)")
+        raise NotSetUp(f"no database at {db} (tickui task add or tickui run creates one)")
     version = inspect_file(db)
     if version is None:
-        raise Unavailable(f"database {db} is empty (tickui task add or tickui run sets it up)")
+        raise NotSetUp(f"database {db} is empty (tickui task add or tickui run sets it up)")
     if version < OLDEST_READABLE:
         raise Unavailable(
             f"database {db} has schema {version}, older than this tickui's {schema.VERSION};"

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from tickui.common import faults
-from tickui.common.errors import StoreError, Unavailable
+from tickui.common.errors import NotSetUp, StoreError, Unavailable
 from tickui.model.planning import Plan
 from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.store import pgschema
@@ -97,7 +97,7 @@ class PgStoreBase(StoreBase):
             version = await store._version()
             if readonly:
                 if version is None:
-                    raise Unavailable(
+                    raise NotSetUp(
                         f"PostgreSQL store {store.where} has no tickui schema"
                         " (tickui task add or tickui run sets it up)"
                     )
