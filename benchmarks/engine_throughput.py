@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import resource
 import sqlite3
@@ -32,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lagprobe import LagProbe
+
 from tickui.common.clock import ManualClock
 from tickui.common.timeutil import MICROS
 from tickui.dispatch import Dispatcher, Receipt
@@ -42,39 +43,6 @@ from tickui.store import NewEvent, Store
 
 T0 = 1_800_000_000 * MICROS
 HISTORY = 100_000
-
-
-class LagProbe:
-    """Measures how late a 5 ms sleep wakes up: the event loop's responsiveness."""
-
-    def __init__(self, period: float = 0.005) -> None:
-        self.period = period
-        self.lags: list[float] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            start = loop.time()
-            await asyncio.sleep(self.period)
-            self.lags.append(max(0.0, loop.time() - start - self.period) * 1000)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    def worst(self) -> float:
-        return max(self.lags, default=0.0)
-
-    def p99(self) -> float:
-        if len(self.lags) < 2:
-            return max(self.lags, default=0.0)
-        return statistics.quantiles(self.lags, n=100, method="inclusive")[98]
 
 
 def _figures(tasks: int, elapsed: float, probe: LagProbe) -> dict:

@@ -12,10 +12,8 @@ running, then it is started and timed until all N jobs have run. Prints one JSON
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import resource
-import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -24,6 +22,7 @@ from importlib.metadata import version
 from apscheduler import AsyncScheduler
 from apscheduler.datastores.sqlalchemy import SQLAlchemyDataStore
 from apscheduler.triggers.date import DateTrigger
+from lagprobe import LagProbe  # benchmarks/lagprobe.py: the same probe as tickui's side
 from sqlalchemy.ext.asyncio import create_async_engine
 
 ran = 0
@@ -32,36 +31,6 @@ ran = 0
 async def noop() -> None:
     global ran
     ran += 1
-
-
-class LagProbe:
-    """How late a 5 ms sleep wakes up (as in engine_throughput.py)."""
-
-    def __init__(self, period: float = 0.005) -> None:
-        self.period = period
-        self.lags: list[float] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            start = loop.time()
-            await asyncio.sleep(self.period)
-            self.lags.append(max(0.0, loop.time() - start - self.period) * 1000)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    def p99(self) -> float:
-        if len(self.lags) < 2:
-            return max(self.lags, default=0.0)
-        return statistics.quantiles(self.lags, n=100, method="inclusive")[98]
 
 
 async def main(url: str, tasks: int) -> dict:
