@@ -94,5 +94,13 @@ def test_bad_targets_are_one_line(tmp_path):
     assert missing.returncode == 1 and "no database at" in missing.stderr
     same = cli("store", "copy", "--from", str(tmp_path / "a.db"), "--to", str(tmp_path / "a.db"))
     assert same.returncode == 2 and "same store" in same.stderr
+    # the same store spelled another way: a relative path, a URL with its password
+    spelled = cli("store", "copy", "--from", str(tmp_path / "a.db"), "--to", "a.db", cwd=tmp_path)
+    assert spelled.returncode == 2 and "same store" in spelled.stderr
+    url = "postgresql://u@db.example:5432/x"
+    with_password = url.replace("u@", "u:secret@")
+    twice = cli("store", "copy", "--from", url, "--to", with_password)
+    assert twice.returncode == 2 and "same store" in twice.stderr
+    assert "secret" not in twice.stderr
     scheme = cli("store", "copy", "--from", "mysql://x/y", "--to", str(tmp_path / "a.db"))
     assert scheme.returncode == 2 and "is not a store" in scheme.stderr

@@ -39,6 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     copy.add_argument("--json", action="store_true", help="the counts as JSON")
 
 
+def _identity(store: Path | str) -> tuple[object, ...]:
+    """What names one store however it is spelled: a file's real path; a server's host,
+    port, database and user (not the password)."""
+    if isinstance(store, Path):
+        return ("file", store.resolve())
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(store)
+    return ("server", parts.hostname, parts.port or 5432, parts.path.strip("/"), parts.username)
+
+
 def _target(name: str):
     def check(value: str, flag: str) -> Path | str:
         given = checks.store_text(value, flag)
@@ -51,7 +62,7 @@ async def main(args: argparse.Namespace) -> int:
     from tickui.store import Store, lookup
 
     source, target = args.source, args.target
-    if str(source) == str(target):
+    if _identity(source) == _identity(target):
         raise BadInput("--to", "is the same store as --from")
     if isinstance(source, Path) and lookup(source) is None:
         raise Unavailable(f"no database at {source}")
