@@ -142,6 +142,11 @@ def open_gate(run: ProcessRun) -> None:
     if gate is not None:
         try:
             os.write(gate, b"go\n")
+        except BrokenPipeError:
+            # The supervisor ended before the go (it could not open the log, say): its
+            # command never ran, and its watcher records how it ended, as for any start
+            # that failed. Not a failure of the whole batch.
+            pass
         finally:
             os.close(gate)
 
