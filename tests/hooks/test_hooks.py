@@ -583,25 +583,24 @@ async def test_a_full_queue_drops_and_counts(tmp_path):
 async def test_a_hanging_hook_holds_up_only_its_own_deliveries(tmp_path):
     """Each hook has its own queue and senders: one that hangs never silences another,
     and what it never got to send is recorded failed when tickui stops."""
-    got = tmp_path / "ok.lines"
+    got = tmp_path / "ok"
+    got.mkdir()
     hang = parse_hook({"name": "hang", "on": ["failed"], "command": ["sleep", "30"],
                        "timeout": "30s"}, 0)  # fmt: skip
     ok = parse_hook({"name": "ok", "on": ["failed"],
-                     "command": ["sh", "-c", f"cat >> {got}; echo >> {got}"]}, 1)  # fmt: skip
+                     "command": ["sh", "-c", f"cat > {got}/$$.json"]}, 1)  # fmt: skip
     async with rig(tmp_path / "t.db") as r:
         svc = HookService([hang, ok], r.store, r.clock, attempts=1)
         base = dict.fromkeys(FIELDS - {"event", "host", "occurrence_id"})
         for n in range(10):
             svc.emit(HookEvent(event="failed", host="h", occurrence_id=n + 1, **base))
-        await wait_for(
-            lambda: got.exists() and len(got.read_text().splitlines()) >= 10, 15, "10 sends"
-        )
+        await wait_for(lambda: len(list(got.iterdir())) >= 10, 15, "10 sends")
         # the ok hook's ten went through; the hanging hook's two senders are (or, on a
         # loaded machine, are about to be) stuck in their first sends
         await wait_for(
             lambda: svc.status()["sending"] == 2, 15, "the hanging hook's two senders stuck"
         )
-        assert len(got.read_text().splitlines()) == 10
+        assert len(list(got.iterdir())) == 10
         await svc.close(grace=0.2)
         rows = await r.store.recent_deliveries(100)
     by_hook = {name: [d for d in rows if d.hook == name] for name in ("hang", "ok")}
@@ -863,10 +862,11 @@ async def test_a_hook_has_2_senders_and_a_queue_of_256(tmp_path):
 async def test_refused_is_told_at_once_then_once_a_minute_per_sender_and_kind(tmp_path):
     """README: `refused` is told at once, then at most once a minute per sender and kind,
     on the engine's clock (a manual one here, moved to just under and to the minute)."""
-    told = tmp_path / "told.jsonl"
+    told = tmp_path / "told"
+    told.mkdir()
     h = parse_hook(
         {"name": "alarm", "on": ["refused"],
-         "command": ["sh", "-c", f"cat >> {told}; echo >> {told}"]}, 0
+         "command": ["sh", "-c", f"cat > {told}/$$.json"]}, 0
     )  # fmt: skip
     async with rig(tmp_path / "t.db") as r:
         svc = HookService([h], r.store, r.clock)
@@ -882,7 +882,8 @@ async def test_refused_is_told_at_once_then_once_a_minute_per_sender_and_kind(tm
         svc.on_refused("engine", "forged_event", 5, "bad signature")  # 30 s since: not
         await deliveries(r.store, 4)
         await svc.close()
-    events = [json.loads(line) for line in told.read_text().split("\n") if line.strip()]
+    # one file per delivery: two senders writing one file could interleave their bytes
+    events = [json.loads(f.read_text()) for f in told.iterdir()]
     # two senders: the order they arrive in is not the order they were told in
     assert sorted((e["error_code"], e["detail"].split(" refused")[0]) for e in events) == [
         ("FOREIGN_EVENT", "engine: 1"),
