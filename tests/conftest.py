@@ -165,11 +165,18 @@ _GROUP_OF = {name: group for group, names in SERIAL_GROUPS.items() for name in n
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     """Give each test of a SERIAL_GROUPS file its group's xdist_group mark (before xdist reads
-    the marks), so `--dist loadgroup` runs the group's tests one after another on one worker."""
+    the marks), so `--dist loadgroup` runs the group's tests one after another on one worker;
+    tests marked slow go first."""
     for item in items:
         group = _GROUP_OF.get(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+    # the longest tests first (the chaos tests lead), so that none starts last and runs alone
+    def order(item) -> tuple[bool, bool]:
+        return item.get_closest_marker("slow") is None, item.path.name != "test_chaos.py"
+
+    items.sort(key=order)
 
 
 def _skips(config) -> tuple[list, list]:

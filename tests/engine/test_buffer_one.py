@@ -166,6 +166,7 @@ def test_the_choice_is_accepted_by_spec_cli_and_toml(store_target, tmp_path, val
     assert bad.returncode == 2 and "buffer_one" in bad.stderr
 
 
+@pytest.mark.slow
 def test_real_runs_a_3s_task_every_1s_never_overlap_and_the_buffered_slot_follows_at_once(
     tmp_path,
 ) -> None:

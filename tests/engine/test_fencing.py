@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from engine_procs import wait_for
 
 from helpers import T0, rig
@@ -194,6 +195,7 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.mark.slow
 def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(store_target, tmp_path):
     db, out, config = store_target, tmp_path / "ran.txt", tmp_path / "tickui.toml"
     config.write_text('[engine]\nlease_ttl = "2s"\n')

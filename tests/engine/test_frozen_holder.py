@@ -163,13 +163,12 @@ def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
     back to their tasks, those that ran during the freeze keep their real exit codes."""
     db, out = tmp_path / "t.db", tmp_path / "marks.txt"
     cfg = config(tmp_path, lease_ttl=f"{TTL:g}s", misfire_grace="60s")
-    anchor = iso_second(time.time() + 12)  # after both engines are up, even under load
     codes = {f"t{k:03d}": k % 5 for k in range(BURST)}
-    add_many(db, out, {name: f"sleep 0.5; exit {code}" for name, code in codes.items()},
-             "1h", anchor)  # fmt: skip
     holder, standby = engines(tmp_path, db, cfg)
     thaw = None
-    try:
+    try:  # added once both engines are up: the holder takes them from the store
+        add_many(db, out, {name: f"sleep 0.5; exit {code}" for name, code in codes.items()},
+                 "1h", iso_second(time.time() + 3))  # fmt: skip
         first = (lambda: children(holder)) if freeze_at == "first-spawn" else (lambda: marks(out))
         wait_for(first, 30, "the burst to start", step=0.001)
         thaw = frozen(holder)

@@ -124,6 +124,7 @@ async def test_the_note_names_the_last_code(store_target, tmp_path, code):
         assert task.note == f"paused after 1 consecutive failures (last: {code})"
 
 
+@pytest.mark.slow
 def test_the_pause_after_flag_on_a_real_engine(tmp_path):
     db = tmp_path / "t.db"
     added = cli("task", "add", "bad", "--every", "1s", "--pause-after", "3", "--", "false", db=db)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from helpers import cli, cli_json, poll
 
 
@@ -32,6 +34,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_two_engines_run_every_slot_exactly_once(tmp_path):
     db = tmp_path / "t.db"
     out = tmp_path / "slots.txt"

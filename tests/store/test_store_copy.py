@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import psycopg
+import pytest
 from engine_procs import rows
 
 from helpers import cli
@@ -41,6 +42,7 @@ def _views(db) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_setup_moves_to_postgresql_and_back_unchanged(tmp_path, pg_url):
     source, back = tmp_path / "from.db", tmp_path / "back.db"
     _setup(source, tmp_path)

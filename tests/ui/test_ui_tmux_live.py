@@ -153,6 +153,7 @@ def test_a_task_says_running_in_its_row_within_a_second_of_its_start(tmux, tmp_p
     assert seen - started < 1.0, (seen, run)
 
 
+@pytest.mark.slow
 def test_a_moved_cursor_keeps_its_row_while_next_reorders_the_tasks(tmux, tmp_path: Path) -> None:
     """Sorted by NEXT, tasks every 2 to 5 s swap places every second: the row the user
     moved to stays where it is for 10 s, and enter opens that task; home lets them move."""

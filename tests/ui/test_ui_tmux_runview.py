@@ -69,8 +69,9 @@ def _holds(screen, seconds: float) -> list[str]:
     return rows
 
 
+@pytest.mark.slow
 def test_a_running_runs_output_holds_still_when_scrolled_back(tmux, tmp_path: Path) -> None:
-    """k stops following and the view holds for 10 s while a line arrives every 0.5 s;
+    """k stops following and the view holds for 4 s while a line arrives every 0.5 s;
     pgup and g hold too; G follows again."""
     script = "seq -f 'row %g' 1 60; i=60; while :; do i=$((i+1)); echo row $i; sleep 0.5; done"
     screen = _open_run(tmux, tmp_path / "hold.db", script)
@@ -79,7 +80,7 @@ def test_a_running_runs_output_holds_still_when_scrolled_back(tmux, tmp_path: Pa
     poll(lambda: "row 61" in screen(), 20, "the run's lines to arrive")
     _keys(tmux, "k")
     wait_for(screen, "paused (G or f follows)")
-    _holds(screen, 10)
+    _holds(screen, 4)
     for key in ("PageUp", "g"):
         _keys(tmux, "G")
         wait_for(screen, "following (f)")

@@ -76,6 +76,7 @@ def runs(out) -> dict[tuple[str, int, int], dict]:
     return dict(found)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", [HOLD, DROP])
 def test_a_cut_off_workers_runs_end_before_their_slots_run_again(tmp_path, procs, how):
     db, out = tmp_path / "t.db", tmp_path / "marks.txt"

@@ -69,6 +69,7 @@ def kafka_bootstrap():
         yield broker.bootstrap
 
 
+@pytest.mark.slow
 def test_a_frozen_workers_runs_end_before_their_slots_run_again(tmp_path, kafka_bootstrap, procs):
     db, out = tmp_path / "t.db", tmp_path / "marks.txt"
     config = write_config(
