@@ -29,6 +29,7 @@ from tickui.engine.records import (
 from tickui.engine.recovery import Pruning, Recovery
 from tickui.engine.requests import CANCEL_BACKFILL, RunNowRefused
 from tickui.engine.settle import Settlement
+from tickui.engine.shipping import RecordShipping
 from tickui.model.planning import DueTask, Plan, plan_task, run_now_refusal
 from tickui.model.records import Occurrence, Task
 from tickui.store import LeaseLost, Store
@@ -69,6 +70,7 @@ class SchedulerEngine:
         self._queued = QueuedStarts(store, self._lease, self.owner, self.config.batch)
         self._recovery = Recovery(store, dispatcher, self.owner)
         self._pruning = Pruning(store, self.config.keep, self.config.prune_every)
+        self._shipping = RecordShipping(store, self.owner)
         self._scan = _Scan()
         self._running = False
         self._scanning = asyncio.Lock()
@@ -212,6 +214,7 @@ class SchedulerEngine:
                     holder = self._lease.seen
                     who = f"lease held by {holder.owner}" if holder else "lease unavailable"
                     self._set_result(now, "standby", who)
+                    await self._shipping.when_due(now)
                 self._recovered("scan")
             except LeaseLost as exc:
                 self._lease.lost()

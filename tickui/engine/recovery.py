@@ -111,38 +111,12 @@ class Recovery:
 
     def _journal_of(self, occ: Occurrence) -> Path | None:
         """Where the run of `occ` kept its journal, when it ran on this host."""
-        if not _on_this_host(occ):
-            return None
-        if occ.log_path:
-            return Path(occ.log_path).with_suffix(".journal")
-        return Path(self.store.log_dir) / f"{occ.id}.journal"
+        return journal_path(occ, self.store) if _on_this_host(occ) else None
 
     def _ended(
         self, occ: Occurrence, record: dict[str, Any], now: int, gone: str
     ) -> list[NewEvent]:
-        """The events its engine would have appended: started (unless recorded), then
-        how it ended; a run fenced or stopped by its supervisor ends INTERRUPTED."""
-        run_id = occ.run_id or f"run-{uuid.uuid4().hex[:16]}"
-        journal = self._journal_of(occ)
-        log_path = occ.log_path or (str(journal.with_suffix(".log")) if journal else None)
-        kind, payload = journal_outcome(record, None, log_path)
-        if record.get("fenced") or record.get("cancelled"):
-            how = "fenced (its lease ran out)" if record.get("fenced") else "stopped"
-            kind = RUN_INTERRUPTED
-            payload.update(error_code="INTERRUPTED", detail=f"{gone}; its run was {how}")
-        ended = NewEvent(now, kind, occ.command_id, run_id, payload)
-        if occ.state == "running":
-            return [ended]
-        sup = record.get("supervisor")
-        sup = sup if isinstance(sup, dict) else {}
-        started = {
-            "state": "running",
-            "pid": sup.get("pid"),
-            "pgid": sup.get("pid"),
-            "pid_start": sup.get("start"),
-            "log_path": log_path,
-        }
-        return [NewEvent(now, RUN_TRANSITION, occ.command_id, run_id, started), ended]
+        return outcome_events(occ, record, self._journal_of(occ), now, gone)
 
 
 class Pruning:
@@ -165,6 +139,41 @@ class Pruning:
             for gone in (path, os.path.splitext(path)[0] + ".journal"):  # its run's journal
                 with contextlib.suppress(OSError):
                     os.unlink(gone)
+
+
+def journal_path(occ: Occurrence, store: Store) -> Path:
+    """Where the run of `occ` keeps its journal on its engine's host."""
+    if occ.log_path:
+        return Path(occ.log_path).with_suffix(".journal")
+    return Path(store.log_dir) / f"{occ.id}.journal"
+
+
+def outcome_events(
+    occ: Occurrence, record: dict[str, Any], journal: Path | None, now: int, gone: str
+) -> list[NewEvent]:
+    """The events the run's engine would have appended from its final journal `record`:
+    started (unless recorded), then how it ended; a run fenced or stopped by its
+    supervisor ends INTERRUPTED."""
+    run_id = occ.run_id or f"run-{uuid.uuid4().hex[:16]}"
+    log_path = occ.log_path or (str(journal.with_suffix(".log")) if journal else None)
+    kind, payload = journal_outcome(record, None, log_path)
+    if record.get("fenced") or record.get("cancelled"):
+        how = "fenced (its lease ran out)" if record.get("fenced") else "stopped"
+        kind = RUN_INTERRUPTED
+        payload.update(error_code="INTERRUPTED", detail=f"{gone}; its run was {how}")
+    ended = NewEvent(now, kind, occ.command_id, run_id, payload)
+    if occ.state == "running":
+        return [ended]
+    sup = record.get("supervisor")
+    sup = sup if isinstance(sup, dict) else {}
+    started = {
+        "state": "running",
+        "pid": sup.get("pid"),
+        "pgid": sup.get("pid"),
+        "pid_start": sup.get("start"),
+        "log_path": log_path,
+    }
+    return [NewEvent(now, RUN_TRANSITION, occ.command_id, run_id, started), ended]
 
 
 def _on_this_host(occ: Occurrence) -> bool:
