@@ -12,9 +12,12 @@ keeps.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import os
 import re
+import socket
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -191,35 +194,62 @@ class Connection:
         self.url = url
         self.total_changes = 0
         self.in_transaction = False
+        self._unanswered = False  # a statement got no answer in time: the connection is dropped
 
     async def _usable(self) -> psycopg.AsyncConnection[Any]:
-        if not (self.raw.closed or self.raw.broken) or self.in_transaction or not self.url:
+        gone = self.raw.closed or self.raw.broken or self._unanswered
+        if not gone or self.in_transaction or not self.url:
             return self.raw
         try:
             fresh = await open_connection(self.url)
         except psycopg.Error as exc:
             raise lost(exc) from None
+        old, self.raw, self._unanswered = self.raw, fresh, False
         with contextlib.suppress(Exception):
-            await self.raw.close()
-        self.raw = fresh
+            async with asyncio.timeout(1):
+                await old.close()
         return fresh
+
+    @contextlib.asynccontextmanager
+    async def _answered(self):
+        """A statement the server answers within ANSWER_DEADLINE_S, or the server is taken
+        for gone (a frozen server keeps its sockets open and answers nothing: no error
+        would ever come). The socket is then shut down, which ends the wait at once (a
+        cancelled wait would first ask the silent server to cancel the query, for up to
+        10 s), and the connection is replaced at the next statement."""
+        if self._unanswered and self.in_transaction:
+            raise ServerLost("PostgreSQL store: the server did not answer")
+        watchdog = asyncio.get_running_loop().call_later(ANSWER_DEADLINE_S, self._give_up)
+        try:
+            yield
+        except (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout) as exc:
+            if self._unanswered:
+                raise ServerLost(
+                    f"PostgreSQL store: the server did not answer within {ANSWER_DEADLINE_S:g} s"
+                ) from None
+            raise lost(exc) from None
+        finally:
+            watchdog.cancel()
+
+    def _give_up(self) -> None:
+        self._unanswered = True
+        with (
+            contextlib.suppress(OSError, psycopg.Error),
+            socket.socket(fileno=os.dup(self.raw.pgconn.socket)) as sock,
+        ):
+            sock.shutdown(socket.SHUT_RDWR)
 
     async def run(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """A statement of the store's own (BEGIN, COMMIT, a lock), as PostgreSQL spells it."""
-        try:
+        async with self._answered():
             await (await self._usable()).execute(sql, params)
-        except psycopg.OperationalError as exc:
-            raise lost(exc) from None
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         text, returns_id = translate(sql)
-        try:
-            async with (await self._usable()).cursor() as cur:
-                await cur.execute(text, tuple(params) if params else None)
-                rows = await cur.fetchall() if cur.description is not None else []
-                count = cur.rowcount if cur.rowcount >= 0 else 0
-        except psycopg.OperationalError as exc:
-            raise lost(exc) from None
+        async with self._answered(), (await self._usable()).cursor() as cur:
+            await cur.execute(text, tuple(params) if params else None)
+            rows = await cur.fetchall() if cur.description is not None else []
+            count = cur.rowcount if cur.rowcount >= 0 else 0
         lastrowid = None
         if returns_id:
             lastrowid = rows[0][0] if rows else None
@@ -238,12 +268,9 @@ class Connection:
         rows = [tuple(p) for p in seq]
         if not rows:
             return Cursor([], 0, None)
-        try:
-            async with psycopg.AsyncCursor(await self._usable()) as cur:
-                await cur.executemany(text, rows)
-                count = cur.rowcount if cur.rowcount >= 0 else 0
-        except psycopg.OperationalError as exc:
-            raise lost(exc) from None
+        async with self._answered(), psycopg.AsyncCursor(await self._usable()) as cur:
+            await cur.executemany(text, rows)
+            count = cur.rowcount if cur.rowcount >= 0 else 0
         self.total_changes += count
         return Cursor([], count, None)
 
@@ -258,6 +285,12 @@ class Connection:
 
 
 CONNECT_TIMEOUT_S = 10
+# A statement with no answer this long means a server that is frozen or cut off.
+ANSWER_DEADLINE_S = 15.0
+# The server ends a session left idle inside a transaction this long (a frozen or cut-off
+# tickui process): its write lock is freed, so the others' writes, a standby's takeover
+# among them, wait for it no longer than this.
+IDLE_IN_TRANSACTION_MS = 5000
 
 
 async def open_connection(url: str, name: str = "tickui") -> psycopg.AsyncConnection[Any]:
@@ -268,6 +301,7 @@ async def open_connection(url: str, name: str = "tickui") -> psycopg.AsyncConnec
         cursor_factory=psycopg.AsyncClientCursor,
         connect_timeout=CONNECT_TIMEOUT_S,
         application_name=name,
+        options=f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
     )
     configure(conn)
     return conn
