@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from textual.driver import Driver
 
 log = logging.getLogger("tickui.ui")
+# The driver textual-serve names in TEXTUAL_DRIVER for the app it runs for a browser (tickui
+# serve): its input and output are pipes to the server, not a terminal.
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
 
 
 class SurvivingOutput:
