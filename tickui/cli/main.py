@@ -18,7 +18,7 @@ from tickui.cli import workers as workers_cli
 from tickui.cli.output import JSON_FLAG, UsageError
 from tickui.common import checks
 from tickui.common.checks import arg, arg_number
-from tickui.common.errors import BadInput, NotFound, StoreError, TickuiError
+from tickui.common.errors import BAD_INPUT, BadInput, TickuiError
 from tickui.common.options import add_argument, env_value, option
 from tickui.common.redact import safe_text
 from tickui.ticks.config import TOPIC, add_kafka_arguments
@@ -412,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         code = run(argv)
-    except (BadInput, NotFound, StoreError) as exc:
+    except BAD_INPUT as exc:
         _complain(exc)
         code = EXIT_BAD_INPUT
     except TickuiError as exc:  # Unavailable and the rest: not the input's fault

@@ -179,9 +179,9 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path | str, 
         app = TickuiApp(session.factory, driver_class=driver)
         hang_up.app = app
         code = asyncio.run(hang_up.run(app))
-        if app.failure:
+        if app.failure:  # the host could not be built: 2 for bad input, else 1
             print(f"tickui: {app.failure}", file=sys.stderr)
-            return 2
+            return code if isinstance(code, int) and code else 1
         if hang_up.received:  # the convention for an exit on a signal, kept
             return 128 + hang_up.received[0]
         return code or 0
