@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import signal
 import socket
 import sys
@@ -112,7 +113,8 @@ async def _serve(server: DashboardServer, host: str, port: int, warning: str | N
             raise BadInput("--host", f"cannot listen on {host}: {exc.strerror}") from None
         except OSError as exc:
             where = f"{url(host, port).removeprefix('http://')}"
-            why = exc.strerror or str(exc)
+            # asyncio words it "error while attempting to bind on address ...": the cause alone
+            why = os.strerror(exc.errno) if exc.errno else str(exc)
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise Unavailable(f"serve: cannot listen on {where}: {why}") from None
             raise BadInput("--host", f"cannot listen on {where}: {why}") from None
