@@ -157,3 +157,54 @@ async def test_a_store_password_is_on_no_command_line_and_not_in_the_page(tmp_pa
         code = stop(serve, children)
     assert code == 0, (tmp_path / "serve.err").read_text()
     assert password not in said.read_text() + (tmp_path / "serve.err").read_text()
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def session(port: int, client: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
+    """A page's websocket, once its dashboard has drawn the task."""
+    ws = await client.ws_connect(f"ws://127.0.0.1:{port}/ws?width=120&height=30")
+    drawn = b""
+    async with asyncio.timeout(20):
+        while b"greet" not in drawn:
+            message = await ws.receive()
+            assert message.type != aiohttp.WSMsgType.CLOSE, drawn[-2000:]
+            if message.type == aiohttp.WSMsgType.BINARY:
+                drawn += message.data
+    return ws
+
+
+async def test_a_closed_page_or_a_killed_server_leaves_no_dashboard_running(tmp_path):
+    """Each page's dashboard (and the engine it hosts) ends with the page; and when serve
+    itself is killed (SIGKILL: nothing it can do), with the pipe it read its page from."""
+    db = tmp_path / "t.db"
+    assert cli("task", "add", "greet", "--every", "1h", "--", "true", db=db).returncode == 0
+    port = free_port()
+    serve = start(tmp_path, "--db", str(db), "serve", "--port", str(port))
+    children: list[int] = []
+    try:
+        said = tmp_path / "serve.out"
+        await wait_for(lambda: said.read_text(), timeout=15, what="serve to listen")
+        async with aiohttp.ClientSession() as client:
+            ws = await session(port, client)
+            first = descendants(serve.pid)
+            children += first
+            assert first
+            await ws.close()
+            await wait_for(lambda: not any(map(alive, first)), 15, "the closed page's dashboard")
+            assert serve.poll() is None  # the server stays for the next page
+
+            ws = await session(port, client)
+            second = descendants(serve.pid)
+            children += second
+            serve.kill()
+            serve.wait(10)
+            await wait_for(lambda: not any(map(alive, second)), 15, "the orphaned dashboard")
+            await ws.close()
+    finally:
+        stop(serve, [p for p in children if alive(p)])

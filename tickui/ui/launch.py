@@ -24,7 +24,13 @@ from tickui.runtime.host import Host, build_host
 from tickui.runtime.settings import Settings
 from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import Store, inspect_file
-from tickui.ui.terminal import WEB_DRIVER, surviving_driver, terminal_gone, writes_to_null
+from tickui.ui.terminal import (
+    WEB_DRIVER,
+    served_driver,
+    surviving_driver,
+    terminal_gone,
+    writes_to_null,
+)
 
 if TYPE_CHECKING:
     from tickui.ui.app import TickuiApp
@@ -175,7 +181,7 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path | str, 
             import platformdirs
 
             _log_to_file(Path(platformdirs.user_state_dir("tickui")) / "dashboard")
-        driver = None if browser else surviving_driver()  # the browser's: Textual's own
+        driver = served_driver() if browser else surviving_driver()
         app = TickuiApp(session.factory, driver_class=driver)
         hang_up.app = app
         code = asyncio.run(hang_up.run(app))
