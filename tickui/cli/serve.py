@@ -71,7 +71,7 @@ def where(args: argparse.Namespace, settings: Settings) -> tuple[str, int]:
 
 
 def dashboard_command(
-    args: argparse.Namespace, settings: Settings, store: Path | str
+    args: argparse.Namespace, store: Path | str
 ) -> tuple[list[str], dict[str, str]]:
     """The dashboard's command line for each browser, and what its environment adds: the
     store as resolved here (a file as --db, absolute), and the dashboard options given."""
@@ -107,7 +107,7 @@ def main(args: argparse.Namespace, settings: Settings, store: Path | str) -> int
     scale = check_scale(args.time_scale)
     if isinstance(store, Path) and scale == 1:  # as the dashboard would: refused here, once
         inspect_file(store.expanduser())
-    argv, env = dashboard_command(args, settings, store)
+    argv, env = dashboard_command(args, store)
     os.environ.update(env)  # each session's dashboard inherits this environment
     warning = None
     if not is_loopback(host):

@@ -3,8 +3,8 @@
 textual-serve runs the dashboard's command once per browser connection, as a child
 process that Textual's web driver draws for the page; this module is the web server
 around it, told in tickui's way: one line when it is up, one line a problem (never a
-traceback, never the command it runs), and every session closed as `q` closes the
-dashboard when the server stops.
+traceback, never the command it runs), and every session's dashboard told to quit when
+the server stops.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class DashboardServer(Server):
 
     async def on_shutdown(self, app: web.Application) -> None:
         """Each session's dashboard told to quit (textual-serve then waits for it to close
-        its host: runs get their stop grace, as on `q`)."""
+        its host: the commands it runs get their stop grace, then are cancelled)."""
         sessions = list(self.sessions)
         for task in sessions:
             task.cancel()
