@@ -7,8 +7,8 @@ VENV        := .venv
 VPY         := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 # Debian packages the tests need; skipped entirely when their commands are already on PATH.
-APT_PACKAGES := redis-server redis-tools tmux stunnel4 openssl postgresql
-APT_COMMANDS := redis-server redis-cli tmux stunnel4 openssl pg_ctlcluster psql
+APT_PACKAGES := redis-server redis-tools tmux stunnel4 openssl postgresql chromium
+APT_COMMANDS := redis-server redis-cli tmux stunnel4 openssl pg_ctlcluster psql chromium
 PYTEST_ARGS ?= -ra --durations=15
 # Three pytest-xdist workers on 2 cores: most tests wait on real processes, services and clocks
 # (the summary's "cost by part" adds up about 2.6 times the wall time). Files that must not

@@ -256,3 +256,25 @@ def test_a_port_in_use_is_one_line_and_exit_1(tmp_path):
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines == [f"tickui: metrics: cannot listen on 127.0.0.1:{port}: Address already in use"]
+
+
+@pytest.mark.slow
+def test_the_dashboards_port_in_use_is_one_line_and_exit_1(tmux, tmp_path):
+    """The dashboard's engine serves metrics as `tickui run`'s does: a port in use is a
+    fault, not bad input, said once the screen is given back."""
+    import socket
+
+    db, exit_file = tmp_path / "t.db", tmp_path / "exit"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = (
+            f"TERM=xterm-256color TICKUI_METRICS=127.0.0.1:{port} {sys.executable} -m tickui"
+            f" --db {db}; echo $? > {exit_file}; sleep 5"
+        )
+        tmux("new-session", "-d", "-s", "ui", "-x", "100", "-y", "30", command)
+        poll(lambda: exit_file.exists() and exit_file.read_text().strip(), 20, "the exit code")
+    assert exit_file.read_text().strip() == "1"
+    shown = [line for line in tmux("capture-pane", "-p", "-t", "ui").splitlines() if line.strip()]
+    assert shown == [f"tickui: metrics: cannot listen on 127.0.0.1:{port}: Address already in use"]

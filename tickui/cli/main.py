@@ -18,7 +18,7 @@ from tickui.cli import workers as workers_cli
 from tickui.cli.output import JSON_FLAG, UsageError
 from tickui.common import checks
 from tickui.common.checks import arg, arg_number
-from tickui.common.errors import BadInput, NotFound, StoreError, TickuiError
+from tickui.common.errors import BAD_INPUT, BadInput, TickuiError
 from tickui.common.options import add_argument, env_value, option
 from tickui.common.redact import safe_text
 from tickui.ticks.config import TOPIC, add_kafka_arguments
@@ -83,9 +83,13 @@ _SCALE = arg_number("--time-scale", 1, 3600)
 _SECONDS = arg_number("--for", 0.001, MAX_SECONDS)
 _LAPSE = "run N times as fast on a copy of the database (time-lapse, 1 to 3600)"
 _REAL = "with --time-scale: run the real commands (still on a copy of the database)"
+_WATCH = (
+    "the dashboard without an engine or ticker: it takes no lease and starts nothing"
+    " itself; run-now, cancel and edits go through the store to the holder"
+)
 COMMANDS = (
     "demo", "run", "ticks", "task", "history", "logs", "hooks", "worker", "workers", "store",
-    "key",
+    "key", "serve",
 )  # fmt: skip
 
 
@@ -100,12 +104,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     parser.add_argument("--time-scale", type=_SCALE, default=1.0, metavar="N", help=_LAPSE)
     parser.add_argument("--real-commands", action="store_true", help=_REAL)
-    parser.add_argument(
-        "--watch",
-        action="store_true",
-        help="the dashboard without an engine or ticker: it takes no lease and starts"
-        " nothing itself; run-now, cancel and edits go through the store to the holder",
-    )
+    parser.add_argument("--watch", action="store_true", help=_WATCH)
     key_cli.add_signing_arguments(parser)  # the dashboard's engine, dispatching to workers
     for name, add in (
         ("demo", _add_demo), ("run", _add_run), ("ticks", _add_ticks), ("task", None),
@@ -122,6 +121,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         task_args.add_task_parser(
             sub, shared, _Parser, action if action in task_args.ACTIONS else None
         )
+    if command in (None, "serve"):
+        from tickui.cli import serve as serve_cli
+
+        serve = sub.add_parser("serve", parents=[shared], help=serve_cli.SAID)
+        serve_cli.add_arguments(serve, _WATCH, _LAPSE, _REAL)
     if command in (None, "worker"):
         worker = sub.add_parser("worker", parents=[shared], help="run commands sent over Kafka")
         worker_cli.add_arguments(worker)
@@ -360,6 +364,15 @@ def run(argv: Sequence[str]) -> int:
 
             check_dispatch(settings.dispatch, kafka_access(settings.ticker))
         return run_dashboard(args, settings, path, demo=args.command == "demo")
+    if args.command == "serve":
+        from tickui.cli import serve as serve_cli
+        from tickui.runtime.assembly import check_dispatch
+        from tickui.ticks.config import kafka_access
+
+        if command is not None:
+            raise UsageError("", "'--' and a command only go with 'task add'")
+        check_dispatch(settings.dispatch, kafka_access(settings.ticker))  # as the dashboard's
+        return serve_cli.main(args, settings, path)
     if args.command == "run":
         from tickui.cli.run import run_headless
 
@@ -399,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         code = run(argv)
-    except (BadInput, NotFound, StoreError) as exc:
+    except BAD_INPUT as exc:
         _complain(exc)
         code = EXIT_BAD_INPUT
     except TickuiError as exc:  # Unavailable and the rest: not the input's fault

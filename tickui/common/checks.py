@@ -165,6 +165,16 @@ def listen_address(value: Any, name: str) -> str:
     return value.strip()
 
 
+def listen_host(value: Any, name: str) -> str:
+    """The host a server listens on: a name or an address (IPv6 with or without its
+    brackets), returned without brackets."""
+    given = value.strip() if isinstance(value, str) else ""
+    bare = given.removeprefix("[").removesuffix("]")
+    if not bare or not (_HOST.fullmatch(given) or _HOST.fullmatch(f"[{bare}]")):
+        raise BadInput(name, f"{shown(value)} is not a host name or address (e.g. 127.0.0.1)")
+    return bare
+
+
 def bootstrap(value: Any, name: str) -> str:
     """A Kafka bootstrap list: host:port[,host:port...]."""
     if not isinstance(value, str) or not value.strip():

@@ -34,6 +34,10 @@ class NotSetUp(Unavailable):
     PostgreSQL database tickui never set up."""
 
 
+# What is the user's to fix (exit 2); every other TickuiError is a fault (exit 1).
+BAD_INPUT = (BadInput, NotFound, StoreError)
+
+
 # ---- the ticker's typed errors, named after ONEX's (omnibase_infra.errors) ------------------
 
 

@@ -236,6 +236,14 @@ OPTIONS: tuple[Option, ...] = (
         flag_check=checks.listen_address, blank_env_unset=True, shown_default="none: off",
     ),
     Option(
+        "serve", "host", "text",
+        "where tickui serve shows the dashboard to browsers; an address not on loopback"
+        " needs --public (there is no login)",
+        "127.0.0.1", flag="--host", metavar="HOST", flag_check=checks.listen_host,
+    ),
+    Option("serve", "port", "int", "and its port", 8000, 1, 65535, flag="--port",
+           metavar="PORT"),
+    Option(
         "worker", "allow", "programs",
         "run only these programs (repeatable; [worker] allow); others fail DISPATCH_FAILED",
         (), flag="--allow", metavar="PROGRAM", flag_check=checks.path_text,
@@ -329,6 +337,8 @@ def add_argument(
         said["action"] = "append"
     if opt.kind == "duration":
         said["type"] = checks.arg_duration(opt.flag, micros(opt.low), micros(opt.high))
+    elif opt.kind == "int":
+        said["type"] = checks.arg_number(opt.flag, opt.low, opt.high, integer=True)
     elif opt.flag_check is not None:
         said["type"] = checks.arg(opt.flag_check, opt.flag)
     parser.add_argument(opt.flag, **said)

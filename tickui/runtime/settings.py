@@ -39,6 +39,7 @@ TABLES = (
     "dispatch",
     "worker",
     "metrics",
+    "serve",
 )
 DISPATCH_MODES = options.option("dispatch", "mode").choices
 MAX_CONFIG_BYTES = 4 * MIB  # a config larger than this is a mistake, not a config
@@ -111,6 +112,14 @@ class MetricsSettings:
     """[metrics]: where Prometheus metrics are served (None: nowhere)."""
 
     listen: str | None = default("metrics", "listen")  # host:port
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """[serve]: where `tickui serve` shows the dashboard to browsers."""
+
+    host: str = default("serve", "host")
+    port: int = default("serve", "port")
 
 
 def _checked(opt: Option, value: Any, name: str) -> Any:
@@ -195,6 +204,15 @@ def metrics_settings(raw: Any, env: dict[str, str]) -> MetricsSettings:
     return MetricsSettings(**values)
 
 
+def serve_settings(raw: Any) -> ServeSettings:
+    """[serve] (its flags are merged by the command line)."""
+    if not isinstance(raw, dict):
+        raise BadInput("serve", "must be a [serve] table")
+    values, _ = _table("serve", raw, {})
+    values["host"] = checks.listen_host(values["host"], "host")
+    return ServeSettings(**values)
+
+
 @dataclass(frozen=True)
 class Settings:
     path: Path | None = None
@@ -210,6 +228,7 @@ class Settings:
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    serve: ServeSettings = field(default_factory=ServeSettings)
 
 
 def _store(path: Path, text: str, raw: Any) -> str | None:
@@ -359,6 +378,12 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
             raise
         raise _fail(path, text, "metrics", 0, exc, "metrics.") from None
     try:
+        serve = serve_settings(data.get("serve", {}))
+    except BadInput as exc:
+        if exc.field == "serve":
+            raise
+        raise _fail(path, text, "serve", 0, exc, "serve.") from None
+    try:
         ticker = build_ticker(data, env)
     except BadInput as exc:
         table, _, key = exc.field.partition(".")
@@ -382,6 +407,7 @@ def load(path: Path | None, now: int, env: dict[str, str] | None = None) -> Sett
         dispatch=dispatch,
         worker=worker,
         metrics=metrics,
+        serve=serve,
     )
 
 

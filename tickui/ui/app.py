@@ -18,7 +18,7 @@ from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
 
-from tickui.common.errors import TickuiError
+from tickui.common.errors import BAD_INPUT, TickuiError
 from tickui.common.redact import redact
 from tickui.runtime.host import Host
 from tickui.ticks.breaker import CLOSED
@@ -106,9 +106,9 @@ class TickuiApp(App[int]):
     async def _boot(self) -> None:
         try:
             host = await self.factory()
-        except TickuiError as exc:
+        except TickuiError as exc:  # bad input exits 2; a fault (a port in use, say) 1
             self.failure = redact(str(exc))
-            self.exit(2)
+            self.exit(2 if isinstance(exc, BAD_INPUT) else 1)
             return
         self.board.host = host
         await self.live.start(host)

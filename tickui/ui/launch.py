@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -23,7 +24,13 @@ from tickui.runtime.host import Host, build_host
 from tickui.runtime.settings import Settings
 from tickui.runtime.simulate import SimulatedDispatcher, TimeLapse
 from tickui.store import Store, inspect_file
-from tickui.ui.terminal import surviving_driver, terminal_gone, writes_to_null
+from tickui.ui.terminal import (
+    WEB_DRIVER,
+    served_driver,
+    surviving_driver,
+    terminal_gone,
+    writes_to_null,
+)
 
 if TYPE_CHECKING:
     from tickui.ui.app import TickuiApp
@@ -155,7 +162,9 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path | str, 
     scale = check_scale(args.time_scale)
     if isinstance(db, Path) and scale == 1 and not demo:  # time-lapse reads only its copy
         inspect_file(db.expanduser())
-    require_terminal()
+    browser = os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER  # tickui serve's session
+    if not browser:
+        require_terminal()
     # Installed around the session too: a signal while the demo folder or the time-lapse
     # copy is being removed is noted, not allowed to cut the clean-up short.
     with (
@@ -172,12 +181,13 @@ def run_dashboard(args: argparse.Namespace, settings: Settings, db: Path | str, 
             import platformdirs
 
             _log_to_file(Path(platformdirs.user_state_dir("tickui")) / "dashboard")
-        app = TickuiApp(session.factory, driver_class=surviving_driver())
+        driver = served_driver() if browser else surviving_driver()
+        app = TickuiApp(session.factory, driver_class=driver)
         hang_up.app = app
         code = asyncio.run(hang_up.run(app))
-        if app.failure:
+        if app.failure:  # the host could not be built: 2 for bad input, else 1
             print(f"tickui: {app.failure}", file=sys.stderr)
-            return 2
+            return code if isinstance(code, int) and code else 1
         if hang_up.received:  # the convention for an exit on a signal, kept
             return 128 + hang_up.received[0]
         return code or 0

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from textual.driver import Driver
 
 log = logging.getLogger("tickui.ui")
+# The driver textual-serve names in TEXTUAL_DRIVER for the app it runs for a browser (tickui
+# serve): its input and output are pipes to the server, not a terminal.
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
 
 
 class SurvivingOutput:
@@ -103,3 +106,19 @@ def surviving_driver() -> type[Driver] | None:
             self._file = SurvivingOutput(self._file)
 
     return SurvivingLinuxDriver
+
+
+def served_driver() -> type[Driver]:
+    """Textual's web driver (tickui serve's pages), which also quits the app when the
+    server's pipe closes: a server that was killed leaves no dashboard (and no engine)
+    running without a page."""
+    from textual import messages
+    from textual.drivers.web_driver import WebDriver
+
+    class ServedDriver(WebDriver):
+        def run_input_thread(self) -> None:
+            super().run_input_thread()
+            if not self.exit_event.is_set():  # the input ended, not the app: quit, as "quit" does
+                self._app.post_message(messages.ExitApp())
+
+    return ServedDriver
