@@ -162,11 +162,11 @@ def _label(local: datetime, step: int, days: bool, short: bool) -> str:
 def axis_labels(axis: Axis) -> list[tuple[int, str]]:
     """(column, label) of the hour (or, over days, midnight) marks that fit, each label
     starting at its mark's column with a space before the next: every hour if they fit,
-    else every 2, 3, 4, 6, 12 hours; "20:00" if it fits, else "20"."""
+    else every 2, 3, 4, 6, 12 hours as "20:00"; else the same steps as "20"."""
     marks = _marks(axis)
     days = axis.span > 2 * 24 * HOUR
-    for step in (24,) if days else _STEPS:
-        for short in (False, True):
+    for short in (False, True):
+        for step in (24,) if days else _STEPS:
             chosen = [
                 (axis.column(m), _label(local, step, days, short))
                 for m, local in marks
@@ -202,9 +202,9 @@ def _busiest(axis: Axis, density: Counts) -> str:
     days = axis.span > 2 * 24 * HOUR or low.date() != high.date()
     form = "%a %H:%M" if days else "%H:%M"
     end = high.strftime("%H:%M" if low.date() == high.date() else form)
-    return f"{low.strftime(form)}–{end}: {'≈' if density.estimated else ''}" + (
-        f"{density.per_column[peak]} runs"
-    )
+    runs = density.per_column[peak]
+    about = "≈" if density.estimated else ""
+    return f"{low.strftime(form)}–{end}: {about}{runs} run{'' if runs == 1 else 's'}"
 
 
 def title(axis: Axis, density: Counts | None) -> Text:
