@@ -58,6 +58,8 @@ class TimelineApp(App):
         self.db = db
         self.clock = now
         self.timeline = DayTimeline(TaskRows(), self.now, zone=LONDON, zone_name="Europe/London")
+        self.spans: list[int] = []  # what the timeline told, in order
+        self.highlighted: list[int | None] = []
 
     def now(self) -> int:
         return self.clock
@@ -69,3 +71,9 @@ class TimelineApp(App):
         self.timeline.rows = await seed(self.db)
         self.timeline.sync_size()
         self.timeline.focus()
+
+    def on_day_timeline_span_changed(self, message: DayTimeline.SpanChanged) -> None:
+        self.spans.append(message.span)
+
+    def on_day_timeline_highlighted(self, message: DayTimeline.Highlighted) -> None:
+        self.highlighted.append(message.task_id)

@@ -107,9 +107,10 @@ class DayTimeline(ScrollView, can_focus=True):
         self._axis: view.Axis | None = None
         self._head: list[Text] = []
         self._head_for: tuple | None = None
-        self._tasks_seen: int | None = None  # a fingerprint of what the density counted
+        self._tasks_seen: int | None = None  # a fingerprint of the tasks the density counted
         self._name_width = view.NAME_MIN
         self._changes: list[view.ClockChange] = []
+        self._ticked_start: int | None = None  # the axis start the last second repainted
 
     # ---- data down ---------------------------------------------------------------------
 
@@ -128,6 +129,7 @@ class DayTimeline(ScrollView, can_focus=True):
         index = self.rows.index_of(self._key) if self._key is not None else None
         self._cursor = index if index is not None else max(0, min(self._cursor, count - 1))
         self._key = self.rows.key_at(self._cursor) if count else None
+        self._tasks_seen = self._fingerprint()
         self.times.changed()
         self._head_for = None
         self.refresh()
@@ -204,12 +206,12 @@ class DayTimeline(ScrollView, can_focus=True):
             return
         seen = self._fingerprint()
         if seen != self._tasks_seen:
-            if self._tasks_seen is not None:
-                self.times.changed()
-                self._head_for = None
             self._tasks_seen = seen
-        axis = self._axis_now()
-        if self._axis is None or axis.start != self._axis.start or self._head_for is None:
+            self.times.changed()
+            self._head_for = None
+        start = self._axis_now().start
+        if start != self._ticked_start or self._head_for is None:
+            self._ticked_start = start
             self.refresh()
 
     def on_resize(self) -> None:
