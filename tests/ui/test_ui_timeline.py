@@ -119,3 +119,21 @@ def test_timeline_snapshot(snap_compare, tmp_path: Path) -> None:
         await pilot.pause()
 
     assert snap_compare(app, run_before=loaded, terminal_size=(100, 20))
+
+
+async def test_a_big_board_is_counted_between_other_work_to_the_same_sum(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from tickui.ui.widgets import timeline as widget
+
+    monkeypatch.setattr(widget, "COUNT_AT_ONCE", 3)  # these 10 tasks count as a big board
+    app = TimelineApp(tmp_path / "t.db")
+    async with app.run_test(size=(100, 24)) as pilot:
+        await until(pilot, lambda: len(app.timeline.rows) == 10)
+        await until(pilot, lambda: row(app, "runs").split()[-1].isdigit())
+        at_once = app.timeline._count(list(app.timeline._tasks()), app.timeline._axis)
+        assert row(app, "runs").split()[-1] == str(at_once.total)  # the same sum
+        await pilot.press("minus")
+        await until(pilot, lambda: "next 7d" in screen_text(app) and "busiest" in screen_text(app))
+        week = app.timeline._count(list(app.timeline._tasks()), app.timeline._axis)
+        assert row(app, "runs").split()[-1] == str(week.total)

@@ -27,6 +27,24 @@ class Counts:
     per_column: tuple[int, ...]
     total: int
     estimated: bool = False
+    sparse: tuple[tuple[int, int], ...] | None = None  # (column, runs) when few have runs
+
+    def marks(self) -> tuple[tuple[int, int], ...]:
+        """(column, runs) of the columns with runs."""
+        if self.sparse is not None:
+            return self.sparse
+        return tuple((c, n) for c, n in enumerate(self.per_column) if n)
+
+
+def _from_times(times: list[int], start: int, step: int, cols: int) -> Counts:
+    found: dict[int, int] = {}
+    for moment in times:
+        column = (moment - start) // step
+        found[column] = found.get(column, 0) + 1
+    per = [0] * cols
+    for column, runs in found.items():
+        per[column] = runs
+    return Counts(tuple(per), len(times), False, tuple(sorted(found.items())))
 
 
 @dataclass(slots=True)
@@ -48,9 +66,7 @@ def interval_counts(schedule: IntervalSchedule, start: int, step: int, cols: int
     if first >= end:
         return Counts(tuple(per), 0)
     if (end - first) // every < cols:
-        for moment in range(first, end, every):
-            per[(moment - start) // step] += 1
-        return Counts(tuple(per), sum(per))
+        return _from_times(list(range(first, end, every)), start, step, cols)
     index = (first - anchor) // every  # the k of the first fire
     for c in range(cols):
         high = (start + (c + 1) * step - 1 - anchor) // every  # the last k in column c
@@ -92,13 +108,14 @@ class FireCache:
         end = start + step * cols
         kept = self._fires(key, schedule, start, end)
         times = kept.times
-        per = [0] * cols
-        for moment in times[bisect_right(times, start) : bisect_left(times, end)]:
-            per[(moment - start) // step] += 1
-        estimated = kept.capped and kept.end < end
-        if estimated:
-            _estimate(per, kept, start, step, cols)
-        return Counts(tuple(per), sum(per), estimated)
+        counts = _from_times(
+            times[bisect_right(times, start) : bisect_left(times, end)], start, step, cols
+        )
+        if not (kept.capped and kept.end < end):
+            return counts
+        per = list(counts.per_column)
+        _estimate(per, kept, start, step, cols)
+        return Counts(tuple(per), sum(per), True)
 
     def times(self, key: Hashable, schedule: Schedule, start: int, end: int) -> list[int]:
         """The fire times in (start, end) worked out one by one (an interval's too), at
@@ -126,7 +143,7 @@ def _extend(kept: _Fires, schedule: Schedule, end: int) -> None:
         kept.times.append(following)
         current = following
         if following >= end:
-            kept.end = end
+            kept.end = following  # none between: the axis may move on to it for free
             return
     kept.capped, kept.end = True, current
 

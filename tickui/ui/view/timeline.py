@@ -11,7 +11,7 @@ DST change has a 23- or 25-hour axis and its labels show it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 
@@ -329,9 +329,8 @@ def density_line(axis: Axis, density: Counts) -> Text:
 
 def add_counts(total: list[int], counts: Counts, times: int = 1) -> None:
     """Add `times` tasks' worth of `counts` into `total`, column by column."""
-    for column, count in enumerate(counts.per_column):
-        if count:
-            total[column] += count * times
+    for column, runs in counts.marks():
+        total[column] += runs * times
 
 
 def empty_line(axis: Axis, text: str) -> Text:
@@ -391,19 +390,30 @@ class TaskTimes:
         """The runs of the tasks that are on, in each column."""
         self._axis(axis)
         if self._density is None:
-            shared: dict[Hashable, list] = {}  # key: [a task with it, how many are on]
-            for task in tasks:
-                key = schedule_key(task.spec, task.anchor, axis.start)
-                entry = shared.get(key)
-                if entry is None:
-                    entry = shared[key] = [task, 0]
-                entry[1] += task.enabled
-            total, estimated = [0] * axis.cols, False
-            for task, many in shared.values():
-                if many:
-                    counts = self.counts(task, axis)
-                    add_counts(total, counts, many)
-                    estimated = estimated or counts.estimated
-            self.fires.forget(set(shared))
-            self._density = Counts(tuple(total), sum(total), estimated)
+            for step in self.density_steps(tasks, axis):
+                if step is not None:
+                    self._density = step
+        assert self._density is not None
         return self._density
+
+    def density_steps(self, tasks: Iterable[Task], axis: Axis) -> Iterator[Counts | None]:
+        """`density` a schedule at a time: None after each (the caller may let other work
+        run), the counts last."""
+        self._axis(axis)
+        shared: dict[Hashable, list] = {}  # key: [a task with it, how many are on]
+        for task in tasks:
+            key = schedule_key(task.spec, task.anchor, axis.start)
+            entry = shared.get(key)
+            if entry is None:
+                entry = shared[key] = [task, 0]
+            entry[1] += task.enabled
+        yield None
+        total, estimated = [0] * axis.cols, False
+        for task, many in shared.values():
+            if many:
+                counts = self.counts(task, axis)
+                add_counts(total, counts, many)
+                estimated = estimated or counts.estimated
+                yield None
+        self.fires.forget(set(shared))
+        yield Counts(tuple(total), sum(total), estimated)

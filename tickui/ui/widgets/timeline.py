@@ -11,6 +11,7 @@ cursor moves to another task.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Hashable
 from datetime import UTC, tzinfo
 from typing import Protocol
@@ -27,8 +28,14 @@ from textual.strip import Strip
 
 from tickui.model.records import Task
 from tickui.ui.view import timeline as view
+from tickui.ui.view.fire_counts import Counts
 
 HEAD_LINES = 5  # title, clock change (or blank), hour labels, rule, density
+# Up to this many tasks the density is counted at once; past it, a slice at a time
+# between other work, the row saying so meanwhile (10,000 tasks each with its own cron
+# take seconds the first time).
+COUNT_AT_ONCE = 2_000
+SLICE = 0.01  # seconds of counting before the loop gets a turn
 
 
 class TaskSource(Protocol):
@@ -101,7 +108,12 @@ class DayTimeline(ScrollView, can_focus=True):
         self.rows = rows
         self.now = now
         self.zone, self.zone_name = zone, zone_name
-        self.times = view.TaskTimes()
+        self.times = view.TaskTimes()  # the rows on screen
+        self._density_times = view.TaskTimes()  # every task, for the density row
+        self._density: Counts | None = None
+        self._density_for: tuple | None = None  # (axis start, step, columns, tasks' version)
+        self._density_wanted: tuple | None = None
+        self._version = 0  # bumped when the tasks change
         self._cursor = 0
         self._key: int | None = None
         self._axis: view.Axis | None = None
@@ -130,7 +142,7 @@ class DayTimeline(ScrollView, can_focus=True):
         self._cursor = index if index is not None else max(0, min(self._cursor, count - 1))
         self._key = self.rows.key_at(self._cursor) if count else None
         self._tasks_seen = self._fingerprint()
-        self.times.changed()
+        self._version += 1
         self._head_for = None
         self.refresh()
 
@@ -207,7 +219,7 @@ class DayTimeline(ScrollView, can_focus=True):
         seen = self._fingerprint()
         if seen != self._tasks_seen:
             self._tasks_seen = seen
-            self.times.changed()
+            self._version += 1
             self._head_for = None
         start = self._axis_now().start
         if start != self._ticked_start or self._head_for is None:
@@ -227,10 +239,10 @@ class DayTimeline(ScrollView, can_focus=True):
         )
 
     def _heads(self, axis: view.Axis) -> list[Text]:
-        key = (axis, len(self.rows))
+        key = (axis, len(self.rows), self._version)
         if key != self._head_for:
             changes = view.clock_changes(axis)
-            density = self.times.density(self._tasks(), axis)
+            density = self._density_of(axis)
             change = view.change_line(changes)
             if change is None:
                 change = Text("no clock change in this span", view.DIM)
@@ -238,11 +250,49 @@ class DayTimeline(ScrollView, can_focus=True):
                 view.title(axis, density),
                 change,
                 *view.axis_lines(axis, changes),
-                view.density_line(axis, density),
+                view.density_line(axis, density)
+                if density is not None
+                else view.empty_line(axis, "counting the runs…"),
             ]
             self._changes = changes
-            self._head_for = key
+            self._head_for = key if density is not None else None
         return self._head
+
+    def _density_of(self, axis: view.Axis) -> Counts | None:
+        """Every task's runs in each column: counted now for a few tasks, else in a thread
+        (None until it is done; the heads are drawn again then)."""
+        key = (axis.start, axis.step, axis.cols, self._version)
+        if key == self._density_for:
+            return self._density
+        tasks = list(self._tasks())
+        if len(tasks) <= COUNT_AT_ONCE:
+            self._density, self._density_for = self._count(tasks, axis), key
+            return self._density
+        if key != self._density_wanted:
+            self._density_wanted = key
+            self.run_worker(self._count_aside(key, tasks, axis), group="timeline", exclusive=True)
+        return None
+
+    def _count(self, tasks: list[Task], axis: view.Axis) -> Counts:
+        self._density_times.changed()
+        return self._density_times.density(tasks, axis)
+
+    async def _count_aside(self, key: tuple, tasks: list[Task], axis: view.Axis) -> None:
+        """Count in slices of SLICE seconds, the loop running between them; a newer count
+        (exclusive) cancels this one between slices."""
+        loop = asyncio.get_running_loop()
+        self._density_times.changed()
+        density, deadline = None, loop.time() + SLICE
+        for step in self._density_times.density_steps(tasks, axis):
+            if step is not None:
+                density = step
+            elif loop.time() > deadline:
+                await asyncio.sleep(0)
+                deadline = loop.time() + SLICE
+        if density is not None and key == self._density_wanted:
+            self._density, self._density_for = density, key
+            self._head_for = None
+            self.refresh()
 
     def render_lines(self, crop):
         self._axis = self._axis_now()
