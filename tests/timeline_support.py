@@ -12,6 +12,7 @@ from textual.app import App, ComposeResult
 from tickui.common.timeutil import to_micros
 from tickui.model.spec import build_spec
 from tickui.store import Store
+from tickui.ui.view.cells import TimeView
 from tickui.ui.view.rows import TaskRows
 from tickui.ui.widgets.timeline import DayTimeline
 
@@ -57,7 +58,8 @@ class TimelineApp(App):
         super().__init__()
         self.db = db
         self.clock = now
-        self.timeline = DayTimeline(TaskRows(), self.now, zone=LONDON, zone_name="Europe/London")
+        self.view = TimeView("local", LONDON)  # the dashboard's zone choice (`z`)
+        self.timeline = DayTimeline(TaskRows(), self.now, time_view=lambda: self.view)
         self.spans: list[int] = []  # what the timeline told, in order
         self.highlighted: list[int | None] = []
 

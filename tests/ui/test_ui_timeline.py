@@ -10,6 +10,7 @@ from timeline_support import NOW, TimelineApp, seed
 from tickui.common.timeutil import MICROS
 from tickui.schedules.triggers import CronSchedule, preview
 from tickui.store import Store
+from tickui.ui.view.cells import TimeView
 from ui_support import screen_text, until
 
 HOUR = 3600 * MICROS
@@ -43,6 +44,16 @@ async def test_the_timeline_reads_the_boards_tasks_and_names_the_clock_change(
         nightly = [row(app, f"nightly-batch-{x}")[16:] for x in "ab"]  # the marks
         assert nightly[0] == nightly[1] and "│" in nightly[0]  # the same minute
         assert "busiest " in shown and "23:" in shown.split("busiest ")[1][:20]
+
+
+async def test_the_axis_follows_the_zone_the_dashboard_shows(tmp_path: Path) -> None:
+    app = TimelineApp(tmp_path / "t.db")
+    async with app.run_test(size=(100, 24)) as pilot:
+        await until(pilot, lambda: "clocks go forward" in screen_text(app))
+        app.view = TimeView("utc")  # `z` on the dashboard
+        await until(pilot, lambda: "\nUTC    " in screen_text(app))  # the rule names it
+        assert "no clock change in this span" in screen_text(app)  # UTC has none
+        assert "▼" not in screen_text(app)
 
 
 async def test_zoom_keys_step_the_span_and_tell_the_screen(tmp_path: Path) -> None:

@@ -269,3 +269,11 @@ def test_disabled_and_paused_tasks_are_dimmed_and_say_so_instead_of_a_count() ->
     assert str(on.get_style_at_offset(CONSOLE, mark)) == "green"
     paused = tl.task_line(axis, "flaky", times.counts(off, axis), tl.PAUSED)
     assert paused.plain.endswith("paused") and "dim" in str(paused.get_style_at_offset(CONSOLE, 0))
+
+
+def test_the_axis_zone_follows_the_dashboards_time_view() -> None:
+    from tickui.ui.view.cells import TimeView
+
+    assert tl.zone_of(TimeView("utc")) == (UTC, "UTC")
+    assert tl.zone_of(TimeView("local", LONDON)) == (LONDON, "Europe/London")
+    assert tl.zone_of(TimeView("task", NEW_YORK)) == (NEW_YORK, "America/New_York (local)")

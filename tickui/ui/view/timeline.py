@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo
 
 from rich.text import Text
 
 from tickui.common.timeutil import MICROS, from_micros
 from tickui.model.records import Task
 from tickui.model.spec import TaskSpec
-from tickui.ui.view.cells import paused
+from tickui.ui.view.cells import TimeView, paused
 from tickui.ui.view.fire_counts import Counts, FireCache
 
 HOUR = 3600 * MICROS
@@ -90,6 +91,17 @@ def _hours(delta: timedelta) -> str:
     minutes = int(delta.total_seconds()) // 60
     hours, rest = divmod(minutes, 60)
     return f"{hours}h{rest:02d}m" if rest and hours else f"{rest}m" if rest else f"{hours}h"
+
+
+def zone_of(view: TimeView) -> tuple[tzinfo, str]:
+    """The axis's zone for the dashboard's time view, and its name: the IANA name where
+    there is one (`Europe/London`); in the task zones view, the machine's zone (one axis
+    has one zone), said so."""
+    zone = view.zone()
+    if view.mode == "utc":
+        return zone, "UTC"
+    name = zone.key if isinstance(zone, ZoneInfo) and zone.key else view.label()
+    return zone, f"{name} (local)" if view.mode == "task" else name
 
 
 def make_axis(

@@ -4,9 +4,9 @@ screen; the density row counts every task's runs once per schedule (tasks that s
 share the count) and again only when the axis moves a column or the tasks change.
 
 Data comes down as attributes: `rows` (the Tasks pane's rows: `len`, `at`, `key_at`,
-`index_of`), `now`, and `zone`/`zone_name` (`show_zone`); `span` is a reactive the zoom
-keys step. Messages go up: `SpanChanged` when the zoom changes, `Highlighted` when the
-cursor moves to another task.
+`index_of`), `now`, and the zone (`time_view`, the dashboard's choice, or `show_zone`);
+`span` is a reactive the zoom keys step. Messages go up: `SpanChanged` when the zoom
+changes, `Highlighted` when the cursor moves to another task.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from textual.strip import Strip
 
 from tickui.model.records import Task
 from tickui.ui.view import timeline as view
+from tickui.ui.view.cells import TimeView
 from tickui.ui.view.fire_counts import Counts
 
 HEAD_LINES = 5  # title, clock change (or blank), hour labels, rule, density
@@ -102,12 +103,16 @@ class DayTimeline(ScrollView, can_focus=True):
         *,
         zone: tzinfo = UTC,
         zone_name: str = "UTC",
+        time_view: Callable[[], TimeView] | None = None,
         id: str | None = None,
     ) -> None:
+        """`time_view`: the dashboard's zone choice, read each second (the axis follows
+        it); without it, the zone given (or `show_zone`)."""
         super().__init__(id=id)
         self.rows = rows
         self.now = now
-        self.zone, self.zone_name = zone, zone_name
+        self.time_view = time_view
+        self.zone, self.zone_name = view.zone_of(time_view()) if time_view else (zone, zone_name)
         self.times = view.TaskTimes()  # the rows on screen
         self._density_times = view.TaskTimes()  # every task, for the density row
         self._density: Counts | None = None
@@ -216,6 +221,8 @@ class DayTimeline(ScrollView, can_focus=True):
         """The axis moves a column at a time; a task that changed recounts the density."""
         if not self.display or not self.is_mounted:
             return
+        if self.time_view is not None:
+            self.show_zone(*view.zone_of(self.time_view()))
         seen = self._fingerprint()
         if seen != self._tasks_seen:
             self._tasks_seen = seen
