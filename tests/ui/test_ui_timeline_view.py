@@ -277,3 +277,23 @@ def test_the_axis_zone_follows_the_dashboards_time_view() -> None:
     assert tl.zone_of(TimeView("utc")) == (UTC, "UTC")
     assert tl.zone_of(TimeView("local", LONDON)) == (LONDON, "Europe/London")
     assert tl.zone_of(TimeView("task", NEW_YORK)) == (NEW_YORK, "America/New_York (local)")
+
+
+def test_interval_grids_sharing_a_period_sum_as_each_counted_alone() -> None:
+    now = at(2027, 1, 15, 8, 0) + 4321
+    axis = axis_of(now, 24 * HOUR, 97)
+    tasks = [
+        task(i, f"t{i}", now, every=every, anchor=anchor)
+        for i, (every, anchor) in enumerate(
+            [("5m", "2027-01-15T07:01:07Z"), ("5m", "2027-01-14T00:00:00Z"),
+             ("5m", "2027-01-15T07:01:07Z"), ("7m", "2027-01-15T06:00:00Z"),
+             ("5m", "2027-01-15T12:00:00Z"),  # anchored later: counted on its own
+             ("90s", "2027-01-15T07:59:59Z")]
+        )
+    ]  # fmt: skip
+    alone = [0] * axis.cols
+    times = tl.TaskTimes()
+    for one in tasks:
+        tl.add_counts(alone, times.counts(one, axis))
+    assert tl.TaskTimes().density(tasks, axis).per_column == tuple(alone)
+    assert sum(alone) > 24 * 60 // 5 * 3

@@ -11,6 +11,7 @@ DST change has a 23- or 25-hour axis and its labels show it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
@@ -345,6 +346,25 @@ def add_counts(total: list[int], counts: Counts, times: int = 1) -> None:
         total[column] += runs * times
 
 
+def add_grids(total: list[int], every: int, phases: list[int], start: int, step: int) -> None:
+    """Add the runs of interval grids sharing a period (`phases`, sorted: each grid fires
+    at phase + k * every) into `total`'s columns, fires after `start`. A column's count is
+    F(its last instant) - F(the one before it), F(b) the grids' fires up to b: each grid
+    has b // every of them, less one when its phase is past b % every. O(log n) a column,
+    however many grids."""
+    many = len(phases)
+
+    def upto(moment: int) -> int:
+        whole, rest = divmod(moment, every)
+        return many * whole - (many - bisect_right(phases, rest))
+
+    before = upto(start)
+    for column in range(len(total)):
+        after = upto(start + (column + 1) * step - 1)
+        total[column] += after - before
+        before = after
+
+
 def empty_line(axis: Axis, text: str) -> Text:
     return Text(" " * (axis.name_width + 1) + text, DIM)
 
@@ -421,11 +441,19 @@ class TaskTimes:
             entry[1] += task.enabled
         yield None
         total, estimated = [0] * axis.cols, False
-        for task, many in shared.values():
-            if many:
-                counts = self.counts(task, axis)
-                add_counts(total, counts, many)
-                estimated = estimated or counts.estimated
-                yield None
+        grids: dict[int, list[int]] = {}  # every: the phases of the running grids, repeated
+        for key, (task, many) in shared.items():
+            if not many:
+                continue
+            if key[0] == "interval" and key[2] < key[1]:  # a grid whose anchor has passed
+                grids.setdefault(key[1], []).extend([key[2]] * many)
+                continue
+            counts = self.counts(task, axis)
+            add_counts(total, counts, many)
+            estimated = estimated or counts.estimated
+            yield None
+        for every, phases in grids.items():
+            add_grids(total, every, sorted(phases), axis.start, axis.step)
+            yield None
         self.fires.forget(set(shared))
         yield Counts(tuple(total), sum(total), estimated)
