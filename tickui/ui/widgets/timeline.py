@@ -262,7 +262,7 @@ class DayTimeline(ScrollView, can_focus=True):
                 else view.empty_line(axis, "counting the runs…"),
             ]
             self._changes = changes
-            self._head_for = key if density is not None else None
+            self._head_for = key  # a count finishing aside draws them again
         return self._head
 
     def _density_of(self, axis: view.Axis) -> Counts | None:
@@ -271,6 +271,8 @@ class DayTimeline(ScrollView, can_focus=True):
         key = (axis.start, axis.step, axis.cols, self._version)
         if key == self._density_for:
             return self._density
+        if key == self._density_wanted:
+            return None  # being counted
         tasks = list(self._tasks())
         if len(tasks) <= COUNT_AT_ONCE:
             self._density, self._density_for = self._count(tasks, axis), key
