@@ -73,6 +73,16 @@ async def test_zoom_keys_step_the_span_and_tell_the_screen(tmp_path: Path) -> No
         assert app.timeline.span == 6 * HOUR
 
 
+async def test_a_filter_on_the_rows_shows_by_itself(tmp_path: Path) -> None:
+    app = TimelineApp(tmp_path / "t.db")
+    async with app.run_test(size=(100, 24)) as pilot:
+        await until(pilot, lambda: "weekly-invoices" in screen_text(app))
+        app.timeline.rows.set_filter("nightly")  # the Tasks pane's `/`
+        await until(pilot, lambda: "weekly-invoices" not in screen_text(app))
+        assert row(app, "runs").split()[-1] == "3"  # the density counts the rows shown
+        assert app.timeline.virtual_size.height == 3 + 5
+
+
 async def test_the_cursor_moves_over_tasks_and_says_which(tmp_path: Path) -> None:
     app = TimelineApp(tmp_path / "t.db")
     async with app.run_test(size=(100, 12)) as pilot:  # room for 7 of the 10 tasks

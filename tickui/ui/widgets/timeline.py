@@ -223,6 +223,8 @@ class DayTimeline(ScrollView, can_focus=True):
             return
         if self.time_view is not None:
             self.show_zone(*view.zone_of(self.time_view()))
+        if len(self.rows) + HEAD_LINES != self.virtual_size.height:  # added, gone, filtered
+            self.sync_size()
         seen = self._fingerprint()
         if seen != self._tasks_seen:
             self._tasks_seen = seen
@@ -266,8 +268,8 @@ class DayTimeline(ScrollView, can_focus=True):
         return self._head
 
     def _density_of(self, axis: view.Axis) -> Counts | None:
-        """Every task's runs in each column: counted now for a few tasks, else in a thread
-        (None until it is done; the heads are drawn again then)."""
+        """Every task's runs in each column: counted now for a few tasks, else a slice at
+        a time between other work (None until it is done; the heads are drawn again then)."""
         key = (axis.start, axis.step, axis.cols, self._version)
         if key == self._density_for:
             return self._density
