@@ -429,16 +429,18 @@ class TaskTimes:
         return self._density
 
     def density_steps(self, tasks: Iterable[Task], axis: Axis) -> Iterator[Counts | None]:
-        """`density` a schedule at a time: None after each (the caller may let other work
-        run), the counts last."""
+        """`density` a schedule at a time: None after each (and after every 500 tasks
+        grouped: the caller may let other work run), the counts last."""
         self._axis(axis)
         shared: dict[Hashable, list] = {}  # key: [a task with it, how many are on]
-        for task in tasks:
+        for seen, task in enumerate(tasks, 1):
             key = schedule_key(task.spec, task.anchor, axis.start)
             entry = shared.get(key)
             if entry is None:
                 entry = shared[key] = [task, 0]
             entry[1] += task.enabled
+            if seen % 500 == 0:
+                yield None
         yield None
         total, estimated = [0] * axis.cols, False
         grids: dict[int, list[int]] = {}  # every: the phases of the running grids, repeated
