@@ -297,3 +297,22 @@ def test_interval_grids_sharing_a_period_sum_as_each_counted_alone() -> None:
         tl.add_counts(alone, times.counts(one, axis))
     assert tl.TaskTimes().density(tasks, axis).per_column == tuple(alone)
     assert sum(alone) > 24 * 60 // 5 * 3
+
+
+def test_fire_times_a_clock_change_moves_or_doubles_are_marked_in_yellow() -> None:
+    start = at(2027, 3, 27, 12, 0)
+    axis = axis_of(start, 24 * HOUR, 96, LONDON, "Europe/London")
+    times = tl.TaskTimes()
+    moved = task(1, "moved", start, cron="30 1 * * *", tz="Europe/London")  # 01:30 is lost
+    plain = task(2, "plain", start, cron="30 4 * * *", tz="Europe/London")
+    jump = axis.column(at(2027, 3, 28, 1, 0))
+    assert times.dst_columns(moved, axis) == {jump}
+    assert times.dst_columns(plain, axis) == frozenset()
+    line = tl.task_line(axis, "moved", times.counts(moved, axis), shifted={jump})
+    mark = axis.name_width + 1 + jump
+    assert line.plain[mark] == "│"
+    assert str(line.get_style_at_offset(CONSOLE, mark)) == "bold yellow"
+    fall = axis_of(at(2027, 11, 6, 16, 0), 24 * HOUR, 96, NEW_YORK, "America/New_York")
+    twice = task(3, "twice", start, cron="*/30 * * * *", tz="America/New_York")
+    doubled = times.dst_columns(twice, fall)  # 01:00 and 01:30 happen twice: all four
+    assert len(doubled) >= 2 and all(fall.column(at(2027, 11, 7, 5, 0)) <= c for c in doubled)

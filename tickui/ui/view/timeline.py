@@ -11,8 +11,8 @@ DST change has a 23- or 25-hour axis and its labels show it.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
@@ -22,6 +22,8 @@ from rich.text import Text
 from tickui.common.timeutil import MICROS, from_micros
 from tickui.model.records import Task
 from tickui.model.spec import TaskSpec
+from tickui.schedules.reasons import cron_reasons
+from tickui.schedules.triggers import CronSchedule, offset_changes
 from tickui.ui.view.cells import TimeView, paused
 from tickui.ui.view.fire_counts import Counts, FireCache
 
@@ -35,6 +37,7 @@ SHADES = ("", "grey50", "yellow3", "dark_orange", "red3")
 BARS = "▁▂▃▄▅▆▇█"
 DIM = "bright_black"  # disabled or paused: what would fire, were it on
 FIRE, DST_MARK = "│", "▼"
+SHIFTED = "bold yellow"  # a fire time a DST gap or fold moves or doubles
 
 ON, OFF, PAUSED = "on", "off", "paused"
 
@@ -278,10 +281,12 @@ def task_line(
     counts: Counts,
     state: str = ON,
     changes: Sequence[ClockChange] = (),
+    shifted: Collection[int] = (),
 ) -> Text:
     """One task: its name, a mark in each column it fires in, its runs in the span. A task
     that is off or paused is dimmed, what it would run shown, and says so instead of a
-    count (its runs are not in the density row)."""
+    count (its runs are not in the density row). `shifted`: the columns of fire times a
+    DST gap or fold moves or doubles (`dst_columns`), marked in yellow."""
     dim = state != ON
     name_style = "bold red dim" if state == PAUSED else DIM if dim else "bold"
     line = Text()
@@ -291,7 +296,7 @@ def task_line(
     clock_columns = {axis.column(c.at) for c in changes}
     for column, count in enumerate(counts.per_column):
         if count:
-            track.append((FIRE, fire_style))
+            track.append((FIRE, SHIFTED if column in shifted and not dim else fire_style))
         elif column in clock_columns:
             track.append(("┊", "yellow dim"))
         else:
@@ -417,6 +422,30 @@ class TaskTimes:
             found = self.fires.counts(key, schedule, axis.start, axis.step, axis.cols)
             self._counts[key] = found
         return found
+
+    def dst_columns(self, task: Task, axis: Axis) -> frozenset[int]:
+        """The columns of the task's fire times that its own zone's clock change moves or
+        doubles (a cron's DST reasons, tickui.schedules.reasons): only near a change of
+        the task's zone in the span, so a plain day costs one look at the zone."""
+        spec = task.spec
+        if spec.kind != "cron" or spec.tz == "UTC":
+            return frozenset()
+        changes = offset_changes(spec.tz, axis.start, axis.end)
+        if not changes:
+            return frozenset()
+        schedule = task.spec.schedule(task.anchor)
+        assert isinstance(schedule, CronSchedule)
+        key = schedule_key(spec, task.anchor, axis.start)
+        found = set()
+        times = self.fires.times(key, schedule, axis.start, axis.end)
+        for change in changes:
+            low, high = change - 2 * HOUR, change + 2 * HOUR  # a moved or doubled time
+            before = max(axis.start, low)
+            for moment in times[bisect_left(times, low) : bisect_left(times, high)]:
+                if any(r.startswith("DST") for r in cron_reasons(schedule, before, moment)):
+                    found.add(axis.column(moment))
+                before = moment
+        return frozenset(found)
 
     def density(self, tasks: Iterable[Task], axis: Axis) -> Counts:
         """The runs of the tasks that are on, in each column."""

@@ -329,7 +329,9 @@ class DayTimeline(ScrollView, can_focus=True):
             return Strip.blank(width, base)
         self._heads(axis)
         counts = self.times.counts(task, axis)
-        line = view.task_line(axis, task.name, counts, view.task_state(task), self._changes)
+        shifted = self.times.dst_columns(task, axis)
+        state = view.task_state(task)
+        line = view.task_line(axis, task.name, counts, state, self._changes, shifted)
         if index == self._cursor:  # the name only: the marks keep their colours
             line.stylize(self.get_component_rich_style("timeline--cursor"), 0, axis.name_width)
         return self._strip(line, width, base)
