@@ -12,6 +12,7 @@ from tickui.common.timeutil import MICROS, to_micros
 from tickui.model.records import Task
 from tickui.model.spec import build_spec
 from tickui.schedules.triggers import CronSchedule, IntervalSchedule, preview
+from tickui.ui.view import task_times as tt
 from tickui.ui.view import timeline as tl
 from tickui.ui.view.fire_counts import CAP, FireCache, interval_counts
 
@@ -88,7 +89,7 @@ def test_seven_days_label_the_midnights() -> None:
 def test_a_task_every_15_minutes_marks_every_column_after_now() -> None:
     now = at(2027, 1, 15, 8, 0)
     every15 = task(1, "every-15m", now, cron="*/15 * * * *")
-    times = tl.TaskTimes()
+    times = tt.TaskTimes()
     axis = axis_of(now, 6 * HOUR, 24)  # 15 minutes a column
     counts = times.counts(every15, axis)
     assert counts.per_column == (0,) + (1,) * 23  # 08:00 itself is now, not next
@@ -105,7 +106,7 @@ def test_marks_fall_in_the_column_of_each_fire_time() -> None:
     now = at(2027, 1, 15, 8, 7)
     daily = task(1, "daily", now, cron="40 17 * * *")
     axis = axis_of(now, 24 * HOUR, 96)  # 15 minutes a column, from 08:00
-    counts = tl.TaskTimes().counts(daily, axis)
+    counts = tt.TaskTimes().counts(daily, axis)
     assert axis.start == at(2027, 1, 15, 8, 0)
     assert [c for c, n in enumerate(counts.per_column) if n] == [(9 * 60 + 40) // 15]
 
@@ -174,7 +175,7 @@ def test_density_counts_the_runs_of_the_tasks_that_are_on_in_each_column() -> No
         task(4, "off", now, enabled=False, cron="* * * * *"),  # not run: not counted
     ]
     axis = axis_of(now, 6 * HOUR, 24)
-    density = tl.TaskTimes().density(tasks, axis)
+    density = tt.TaskTimes().density(tasks, axis)
     hourly = {4 * h for h in range(1, 6)}
     expected = tuple(0 if c == 0 else 3 if c in hourly else 2 for c in range(24))
     assert density.per_column == expected
@@ -193,7 +194,7 @@ def test_density_of_many_runs_is_a_bar_against_the_busiest_column() -> None:
     now = at(2027, 1, 15, 8, 0)
     busy = [task(i, f"t{i}", now, cron="* * * * *") for i in range(3)]
     axis = axis_of(now, 6 * HOUR, 24)
-    shown = track(axis, tl.density_line(axis, tl.TaskTimes().density(busy, axis)))
+    shown = track(axis, tl.density_line(axis, tt.TaskTimes().density(busy, axis)))
     assert set(shown[1:]) == {"█"} and shown[0] == "█"  # 45 a column, 42 in the first
 
 
@@ -201,9 +202,9 @@ def test_the_busiest_column_is_named_in_the_title() -> None:
     now = at(2027, 1, 15, 8, 0)
     tasks = [task(1, "a", now, cron="0 * * * *"), task(2, "b", now, cron="0 10 * * *")]
     axis = axis_of(now, 6 * HOUR, 24)
-    title = tl.title(axis, tl.TaskTimes().density(tasks, axis)).plain
+    title = tl.title(axis, tt.TaskTimes().density(tasks, axis)).plain
     assert title == "next 6h from Fri 08:00 · UTC · busiest 10:00–10:14: 2 runs"
-    alone = tl.title(axis, tl.TaskTimes().density(tasks[1:], axis)).plain
+    alone = tl.title(axis, tt.TaskTimes().density(tasks[1:], axis)).plain
     assert alone.endswith("busiest 10:00–10:14: 1 run")
 
 
@@ -244,7 +245,7 @@ def test_a_fixed_time_job_in_the_gap_is_marked_where_it_runs_at_the_jump() -> No
     start = at(2027, 3, 27, 12, 0)
     axis = axis_of(start, 24 * HOUR, 96, LONDON, "Europe/London")
     gap_job = task(1, "in-the-gap", start, cron="30 1 * * *", tz="Europe/London")
-    counts = tl.TaskTimes().counts(gap_job, axis)
+    counts = tt.TaskTimes().counts(gap_job, axis)
     change = tl.clock_changes(axis)[0]
     assert [c for c, n in enumerate(counts.per_column) if n] == [axis.column(change.at)]
 
@@ -258,8 +259,8 @@ def test_disabled_and_paused_tasks_are_dimmed_and_say_so_instead_of_a_count() ->
     off = task(1, "off", now, enabled=False, note="on hold", cron="0 * * * *")
     note = "paused after 3 consecutive failures"
     stopped = task(2, "flaky", now, enabled=False, note=note, cron="0 * * * *")
-    assert tl.task_state(off) == tl.OFF and tl.task_state(stopped) == tl.PAUSED
-    times = tl.TaskTimes()
+    assert tt.task_state(off) == tl.OFF and tt.task_state(stopped) == tl.PAUSED
+    times = tt.TaskTimes()
     line = tl.task_line(axis, "off", times.counts(off, axis), tl.OFF)
     assert line.plain.endswith("   off") and track(axis, line).count("│") == 5
     mark = axis.name_width + 1 + 4
@@ -292,17 +293,17 @@ def test_interval_grids_sharing_a_period_sum_as_each_counted_alone() -> None:
         )
     ]  # fmt: skip
     alone = [0] * axis.cols
-    times = tl.TaskTimes()
+    times = tt.TaskTimes()
     for one in tasks:
-        tl.add_counts(alone, times.counts(one, axis))
-    assert tl.TaskTimes().density(tasks, axis).per_column == tuple(alone)
+        tt.add_counts(alone, times.counts(one, axis))
+    assert tt.TaskTimes().density(tasks, axis).per_column == tuple(alone)
     assert sum(alone) > 24 * 60 // 5 * 3
 
 
 def test_fire_times_a_clock_change_moves_or_doubles_are_marked_in_yellow() -> None:
     start = at(2027, 3, 27, 12, 0)
     axis = axis_of(start, 24 * HOUR, 96, LONDON, "Europe/London")
-    times = tl.TaskTimes()
+    times = tt.TaskTimes()
     moved = task(1, "moved", start, cron="30 1 * * *", tz="Europe/London")  # 01:30 is lost
     plain = task(2, "plain", start, cron="30 4 * * *", tz="Europe/London")
     jump = axis.column(at(2027, 3, 28, 1, 0))

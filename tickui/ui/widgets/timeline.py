@@ -27,6 +27,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tickui.model.records import Task
+from tickui.ui.view import task_times
 from tickui.ui.view import timeline as view
 from tickui.ui.view.cells import TimeView
 from tickui.ui.view.fire_counts import Counts
@@ -113,8 +114,8 @@ class DayTimeline(ScrollView, can_focus=True):
         self.now = now
         self.time_view = time_view
         self.zone, self.zone_name = view.zone_of(time_view()) if time_view else (zone, zone_name)
-        self.times = view.TaskTimes()  # the rows on screen
-        self._density_times = view.TaskTimes()  # every task, for the density row
+        self.times = task_times.TaskTimes()  # the rows on screen
+        self._density_times = task_times.TaskTimes()  # every task, for the density row
         self._density: Counts | None = None
         self._density_for: tuple | None = None  # (axis start, step, columns, tasks' version)
         self._density_wanted: tuple | None = None
@@ -330,7 +331,7 @@ class DayTimeline(ScrollView, can_focus=True):
         self._heads(axis)
         counts = self.times.counts(task, axis)
         shifted = self.times.dst_columns(task, axis)
-        state = view.task_state(task)
+        state = task_times.task_state(task)
         line = view.task_line(axis, task.name, counts, state, self._changes, shifted)
         if index == self._cursor:  # the name only: the marks keep their colours
             line.stylize(self.get_component_rich_style("timeline--cursor"), 0, axis.name_width)
