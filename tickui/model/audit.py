@@ -34,17 +34,11 @@ class Actor:
     @classmethod
     def here(cls, origin: str) -> Actor:
         """This process's user, host (TICKUI_HOST or the machine's name) and pid."""
-        import getpass
-        import os
-
         from tickui.common import procs
 
         assert origin in ORIGINS
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):  # a uid with no name and no LOGNAME/USER
-            user = str(os.getuid())
-        return cls(user, procs.host(), origin, os.getpid())
+        user, host, pid = procs.whoami()
+        return cls(user, host, origin, pid)
 
     @property
     def shown(self) -> str:

@@ -104,6 +104,7 @@ class TaskActions:
                     toggle_enabled=self.toggle_enabled,
                     edit=self.edit,
                     quitting=lambda: board.quitting,
+                    audit=lambda name, limit: self.host.store.audit_entries(name, limit),
                 ),
             )
         )
