@@ -22,7 +22,7 @@ def audit_text(entries: Sequence[AuditEntry], now: int, zone: tzinfo) -> Text:
     for index, entry in enumerate(entries[:AUDIT_SHOWN]):
         if index:
             text.append("\n")
-        text.append(f"{when_text(entry.at, now, zone):>14}  ", "bright_black")
+        text.append(f"{when_text(entry.at, now, zone)}  ", "bright_black")
         text.append(safe_text(f"{entry.user}@{entry.host}"))
         text.append(f" ({entry.origin})  ", "bright_black")
         text.append(entry.action, "bold")
