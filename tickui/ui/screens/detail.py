@@ -192,7 +192,7 @@ class DetailScreen(Screen[None]):
         runs.border_title = f"Recent runs, times {named} (↑/↓ to pick)"
         runs.update(runs_table(self.recent, self.picked, now, zone))
         actions = self.query_one("#detail-audit", Static)
-        actions.display = self.source.audit is not None
+        actions.display = bool(self.actions)  # none recorded (or none read): no pane
         actions.border_title = f"Recent actions, times {named}"
         actions.update(audit_text(self.actions, now, zone))
         occ = self.recent[self.picked] if self.recent else None
