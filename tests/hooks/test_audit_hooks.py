@@ -5,11 +5,12 @@ nothing."""
 from __future__ import annotations
 
 import getpass
+import json
 import socket
 
 from test_hooks import FIELDS, Receiver, deliveries, hook, service
 
-from helpers import cli, rig, wait_for
+from helpers import cli, poll, rig, wait_for
 from tickui.common.clock import SystemClock
 from tickui.engine import SchedulerEngine
 from tickui.hooks import attach
@@ -99,3 +100,38 @@ def test_audit_is_an_event_a_hook_may_ask_for(tmp_path):
     bad = cli("--config", str(config), "hooks", db=tmp_path / "t.db")
     assert bad.returncode == 2 and "audit" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_tickui_run_tells_a_command_line_change_to_its_audit_hook(tmp_path):
+    from engine_procs import Engine, rows
+
+    db, out = tmp_path / "t.db", tmp_path / "told"
+    out.mkdir()
+    config = tmp_path / "tickui.toml"
+    config.write_text(
+        "[[hook]]\n"
+        'on = ["audit"]\n'
+        f"command = ['sh', '-c', 'cat > \"$0/$$.json\"', {json.dumps(str(out))}]\n"
+    )
+    assert cli("task", "add", "job", "--every", "1h", "--", "true", db=db).returncode == 0
+    engine = Engine(db, tmp_path / "run.log", "--config", str(config))
+    try:
+        poll(lambda: rows(db, "SELECT 1 FROM lease WHERE expires_at > 0"), 20, "the lease")
+        done = cli("task", "disable", "job", "--note", "upgrade", db=db,
+                   env={"TICKUI_HOST": "ops-laptop"})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        poll(lambda: len([p for p in out.iterdir() if p.stat().st_size]) >= 2, 20,
+             "the audit hook's two deliveries")  # fmt: skip
+    finally:
+        assert engine.stop() == 0, engine.stderr()
+    # read once tickui stopped: each file whole, one per delivery
+    told = sorted(
+        (json.loads(p.read_text()) for p in out.iterdir()), key=lambda e: e["finished_at"]
+    )
+    # the add was made before the engine started (within its 10 minutes): told as well
+    assert [(e["event"], e["action"], e["task"], e["detail"]) for e in told] == [
+        ("audit", "add", "job", "every 1h"),
+        ("audit", "disable", "job", "upgrade"),
+    ]
+    assert told[1]["actor"]["host"] == "ops-laptop"
+    assert told[1]["actor"]["user"] == getpass.getuser()

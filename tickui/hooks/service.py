@@ -112,6 +112,11 @@ class HookService:
             return
         self._start()  # now: deliveries a killed tickui left pending are closed at once
 
+    def begin(self) -> None:
+        """Start the background work now, in the running loop (a service built outside
+        one starts at its first event otherwise; the audit's reader has no such event)."""
+        self._start()
+
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call `listener` (in the loop) whenever a delivery is recorded or ends, or an
         event is dropped: for a viewer's redraw of recent deliveries."""
