@@ -13,7 +13,7 @@ import pytest
 
 from helpers import cli
 
-# Never loaded by --help, `task list` or `history`.
+# Never loaded by --help, `task list`, `history` or `audit`.
 HEAVY = (
     "textual",
     "aiokafka",
@@ -84,6 +84,8 @@ def test_help_loads_no_store_no_event_loop_and_nothing_heavy():
         ("task", "list", "--json"),
         ("history", "--limit", "20"),
         ("history", "--limit", "20", "--json"),
+        ("audit",),
+        ("audit", "--task", "often", "--json"),
     ],
     ids=" ".join,
 )

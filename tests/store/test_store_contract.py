@@ -279,7 +279,7 @@ def test_each_query_group_uses_only_what_it_or_the_base_declares():
     """A group may call the contract's methods (the whole store implements them) but no
     other group's private member: the connection and shared state are StoreBase's."""
     groups = [c for c in SQLiteStore.__mro__[1:] if issubclass(c, StoreBase) and c is not StoreBase]
-    assert len(groups) == 7
+    assert len(groups) == 8
     shared = _defined_in(StoreBase) | _declared()
     strays = {}
     for group in groups:

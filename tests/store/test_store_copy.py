@@ -39,6 +39,7 @@ def _views(db) -> list[str]:
         _out("task", "list", "--json", db=db),
         _out("history", "--json", "--limit", "20000", db=db),
         _out("hooks", "--json", "--limit", "1000", db=db),
+        _out("audit", "--json", "--limit", "10000", db=db),
     ]
 
 
@@ -49,6 +50,7 @@ def test_a_setup_moves_to_postgresql_and_back_unchanged(tmp_path, pg_url):
     before = _views(source)
     assert len(json.loads(before[1])) >= 10_000
     assert json.loads(before[2]), "the failed runs' hook deliveries"
+    assert len(json.loads(before[3])) == 4, "the adds and backfills, audited"
 
     dry = cli("store", "copy", "--from", str(source), "--to", pg_url, "--dry-run")
     assert dry.returncode == 0, dry.stderr

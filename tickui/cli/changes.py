@@ -12,6 +12,7 @@ from tickui.common.errors import BadInput, TickuiError
 from tickui.common.redact import printable, safe_text
 from tickui.engine import RunNowRefused, queue_run_now
 from tickui.engine.requests import CANCEL_BACKFILL
+from tickui.model.audit import Actor
 from tickui.model.backfill import backfill_slots
 from tickui.model.export import spec_fields
 from tickui.model.records import Task
@@ -42,10 +43,13 @@ def say(text: str) -> None:
     print(safe_text(text))
 
 
-async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> int:
+async def change_task(
+    store: Store, args: argparse.Namespace, clock: Clock, actor: Actor | None = None
+) -> int:
+    """enable, disable, backfill --cancel, rm and run-now; `actor` is audited with each."""
     name = args.name
     if args.action == "enable":
-        task = await store.set_enabled(name, True, clock.now())
+        task = await store.set_enabled(name, True, clock.now(), actor=actor)
         nxt = (
             shown_time(task.next_run_at, task_zone(task))
             if task.next_run_at is not None
@@ -53,10 +57,10 @@ async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> i
         )
         say(f"enabled {name}; next run {nxt}")
     elif args.action == "disable":
-        await store.set_enabled(name, False, clock.now(), note=args.note)
+        await store.set_enabled(name, False, clock.now(), note=args.note, actor=actor)
         say(f"disabled {name}" + (f" ({args.note})" if args.note else ""))
     elif args.action == "backfill":  # --cancel (the rest is save_backfill)
-        cancelled = await store.cancel_backfill(name, clock.now())
+        cancelled = await store.cancel_backfill(name, clock.now(), actor=actor)
         line = f"cancelled {cancelled} queued backfill run(s) of {name}"
         task = await store.get_task(name)
         running = [o for o in await store.active_occurrences()
@@ -66,19 +70,19 @@ async def change_task(store: Store, args: argparse.Namespace, clock: Clock) -> i
             line += f"; asked the engine to cancel the {len(running)} running"
         say(line)
     elif args.action == "rm":
-        await store.remove_task(name, clock.now())
+        await store.remove_task(name, clock.now(), actor=actor)
         say(f"removed {name}; its history stays")
     else:
-        return await request_run_now(store, name, clock)
+        return await request_run_now(store, name, clock, actor)
     return 0
 
 
-async def request_run_now(store: Store, name: str, clock: Clock) -> int:
+async def request_run_now(store: Store, name: str, clock: Clock, actor: Actor | None = None) -> int:
     """Ask the lease holder to run a task now; wait briefly for its answer."""
     task = await store.get_task(name)
     now = clock.now()
     try:
-        request = await queue_run_now(store, task, now)
+        request = await queue_run_now(store, task, now, actor)
     except RunNowRefused as exc:
         raise Refused(f"run-now of {name} refused ({exc.code}: {exc.reason})") from None
     if not await engine_alive(store, now):
@@ -129,12 +133,19 @@ def edited_spec(task: Task, changes: dict, now: int) -> TaskSpec:
     return build_spec(raw, now, allow_past="at" not in changes)
 
 
-async def save_edit(store: Store, task: Task, spec: TaskSpec, changes: dict, clock: Clock) -> int:
+async def save_edit(
+    store: Store,
+    task: Task,
+    spec: TaskSpec,
+    changes: dict,
+    clock: Clock,
+    actor: Actor | None = None,
+) -> int:
     """Write the edit in one transaction (Store.edit_task), refused when the task changed
     since it was read."""
     enabled = False if changes.get("disabled") else None
     result = await store.edit_task(
-        task.name, spec, clock.now(), enabled=enabled, generation=task.generation
+        task.name, spec, clock.now(), enabled=enabled, generation=task.generation, actor=actor
     )
     nxt = (
         shown_time(result.next_run_at, task_zone(result))
@@ -157,9 +168,11 @@ def backfill_plan(task: Task, args: argparse.Namespace, now: int) -> list[int]:
     return backfill_slots(task.schedule, args.start, args.end, now, args.limit)
 
 
-async def save_backfill(store: Store, task: Task, slots: list[int], clock: Clock) -> int:
+async def save_backfill(
+    store: Store, task: Task, slots: list[int], clock: Clock, actor: Actor | None = None
+) -> int:
     now = clock.now()
-    ids, had = await store.queue_backfill(task.name, slots, now)
+    ids, had = await store.queue_backfill(task.name, slots, now, actor=actor)
     line = f"queued {len(ids)} backfill run(s) of {task.name}"
     if ids:
         zone = task_zone(task)

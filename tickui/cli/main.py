@@ -89,7 +89,7 @@ _WATCH = (
 )
 COMMANDS = (
     "demo", "run", "ticks", "task", "history", "logs", "hooks", "worker", "workers", "store",
-    "key", "serve",
+    "key", "serve", "audit",
 )  # fmt: skip
 
 
@@ -140,6 +140,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     if command in (None, "key"):
         said = "make and rotate the key dispatch messages are signed with"
         key_cli.add_arguments(sub.add_parser("key", help=said))
+    if command in (None, "audit"):
+        from tickui.cli import audit as audit_cli
+
+        said = "who did what to which task, newest first"
+        audit_cli.add_arguments(sub.add_parser("audit", parents=[shared], help=said))
     return parser
 
 
@@ -306,8 +311,10 @@ def _listing(args: argparse.Namespace, path: Path) -> bool:
     and no store implementation; other stores go through the Store."""
     from tickui.store import is_sqlite_file
 
-    wanted = (args.command == "task" and args.action == "list") or (
-        args.command == "history" and not args.follow
+    wanted = (
+        (args.command == "task" and args.action == "list")
+        or (args.command == "history" and not args.follow)
+        or args.command == "audit"
     )
     return wanted and is_sqlite_file(path)
 
@@ -342,6 +349,10 @@ def run(argv: Sequence[str]) -> int:
     if command is None and _listing(args, path):  # read without an event loop
         from tickui.cli import listing
 
+        if args.command == "audit":
+            from tickui.cli.audit import audit_now
+
+            return audit_now(args, path)
         return (
             listing.list_now(args, path)
             if args.command == "task"
@@ -399,6 +410,10 @@ def run(argv: Sequence[str]) -> int:
         return asyncio.run(cmd_hooks(args, path))
     if command is not None:
         raise UsageError("", "'--' and a command only go with 'task add'")
+    if args.command == "audit":
+        from tickui.cli.audit import cmd_audit
+
+        return asyncio.run(cmd_audit(args, path))
     if args.command == "logs":
         from tickui.cli.follow import cmd_logs
 

@@ -11,14 +11,18 @@ from tickui.common import checks
 from tickui.common.errors import BadInput, NotSetUp, Unavailable
 from tickui.common.redact import redact
 
-TABLE_NAMES = {"hook_deliveries": "hook deliveries", "dispatch_security": "dispatch security"}
+TABLE_NAMES = {
+    "hook_deliveries": "hook deliveries",
+    "dispatch_security": "dispatch security",
+    "audit": "audit entries",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="store_action", required=True, metavar="ACTION")
     copy = actions.add_parser(
         "copy",
-        help="copy tasks, history, events and hook deliveries to another store",
+        help="copy tasks, history, events, hook deliveries and the audit to another store",
         description="Copy every table but the lease from one store to another, in one"
         " transaction on the target; the source is only read.",
     )

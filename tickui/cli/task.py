@@ -29,6 +29,7 @@ from tickui.common.clock import SystemClock
 from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import redact_data, safe_text
 from tickui.common.timeutil import iso
+from tickui.model.audit import Actor
 from tickui.model.retries import attempt_text, wait_text
 from tickui.model.spec import build_spec, check_name
 from tickui.schedules.triggers import preview
@@ -175,6 +176,7 @@ async def _read_task(path: Path | str, name: str) -> Any:
 
 async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Path | str) -> int:
     clock = SystemClock()
+    actor = Actor.here("cli")  # who makes a change, for its audit entry
     if command:
         check_not_shell_line(command)
     if args.action == "add":
@@ -199,7 +201,12 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
         return await with_store(
             path,
             functools.partial(
-                commands.save_edit, task=current, spec=spec, changes=changes, clock=clock
+                commands.save_edit,
+                task=current,
+                spec=spec,
+                changes=changes,
+                clock=clock,
+                actor=actor,
             ),
         )
 
@@ -212,7 +219,10 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
         task = await _read_task(path, args.name)
         slots = commands.backfill_plan(task, args, clock.now())
         return await with_store(
-            path, functools.partial(commands.save_backfill, task=task, slots=slots, clock=clock)
+            path,
+            functools.partial(
+                commands.save_backfill, task=task, slots=slots, clock=clock, actor=actor
+            ),
         )
 
     async def action(store: Store) -> int:
@@ -222,7 +232,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             sys.stdout.write(export_text(await store.list_tasks(with_stats=False)))
             return 0
         if args.action == "add":
-            task = await store.add_task(spec, clock.now())
+            task = await store.add_task(spec, clock.now(), actor=actor)
             nxt = (
                 shown_time(task.next_run_at, task_zone(task))
                 if task.next_run_at is not None
@@ -256,7 +266,7 @@ async def cmd_task(args: argparse.Namespace, command: list[str] | None, path: Pa
             return 0
         from tickui.cli import changes as commands
 
-        return await commands.change_task(store, args, clock)
+        return await commands.change_task(store, args, clock, actor)
 
     readonly = args.action in ("list", "show", "export")
     named = None if args.action in ("add", "list", "export") else args.name

@@ -20,6 +20,18 @@ def host() -> str:
     return os.environ.get("TICKUI_HOST") or socket.gethostname()
 
 
+def whoami() -> tuple[str, str, int]:
+    """This process's OS user (getpass's: LOGNAME, USER, ... or the password entry), its
+    host (as host() says) and its pid."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a uid with no name and no LOGNAME/USER
+        user = str(os.getuid())
+    return user, host(), os.getpid()
+
+
 @dataclass(frozen=True, slots=True)
 class Proc:
     pid: int

@@ -30,6 +30,7 @@ from tickui.engine.recovery import Pruning, Recovery
 from tickui.engine.requests import CANCEL_BACKFILL, RunNowRefused
 from tickui.engine.settle import Settlement
 from tickui.engine.shipping import RecordShipping
+from tickui.model.audit import Actor
 from tickui.model.planning import DueTask, Plan, plan_task, run_now_refusal
 from tickui.model.records import Occurrence, Task
 from tickui.store import LeaseLost, Store
@@ -380,11 +381,12 @@ class SchedulerEngine:
 
     # ---- on request ----------------------------------------------------------------------
 
-    async def run_now(self, name: str) -> Occurrence:
-        """Start a manual occurrence now; the schedule does not move. Refusals are stored."""
+    async def run_now(self, name: str, actor: Actor | None = None) -> Occurrence:
+        """Start a manual occurrence now; the schedule does not move. Refusals are stored.
+        `actor`: the person asking (audited with the request)."""
         now = self.clock.now()
         task = await self.store.get_task(name)
-        request = await self.store.add_request(task, "run_now", now)
+        request = await self.store.add_request(task, "run_now", now, actor=actor)
         return await self._run_now(task, request, now)
 
     async def _run_now(self, task: Task, request: int, now: int) -> Occurrence:
@@ -435,13 +437,19 @@ class SchedulerEngine:
             request, now, "done", None, f"cancelled {len(ended)} running backfill run(s)"
         )
 
-    async def cancel(self, occurrence_id: int) -> bool:
-        """Cancel a running occurrence this engine started, or a queued one."""
+    async def cancel(self, occurrence_id: int, actor: Actor | None = None) -> bool:
+        """Cancel a running occurrence this engine started, or a queued one. `actor`: the
+        person cancelling, audited once the cancel is done (a queued one's in its write)."""
         done = await self.dispatcher.cancel(occurrence_id, "cancelled_by_user")
+        if done and actor is not None:
+            occ = await self.store.get_occurrence(occurrence_id)
+            await self.store.record_audit(
+                actor, "cancel", occ.task, self.clock.now(), "running run", occurrence_id
+            )
         if not done:
             now = self.clock.now()
             done = await self.store.cancel_queued_occurrence(
-                occurrence_id, now, "cancelled_by_user"
+                occurrence_id, now, "cancelled_by_user", actor=actor
             )
         await self.reconcile()
         return done

@@ -4,6 +4,7 @@ The lease holder's side (`SchedulerEngine.run_now`, the requests it finds) is in
 from __future__ import annotations
 
 from tickui.common.errors import TickuiError
+from tickui.model.audit import Actor
 from tickui.model.planning import run_now_refusal
 from tickui.model.records import Task
 from tickui.store import Store
@@ -16,11 +17,12 @@ class RunNowRefused(TickuiError):
         self.reason = reason
 
 
-async def queue_run_now(store: Store, task: Task, now: int) -> int:
+async def queue_run_now(store: Store, task: Task, now: int, actor: Actor | None = None) -> int:
     """Leave a run-now request for whichever engine holds the lease (or starts next).
-    What can be refused here (disabled, active under forbid) is recorded and raised."""
+    What can be refused here (disabled, active under forbid) is recorded and raised.
+    `actor`: the person asking (their audit entry is written with the request)."""
     active = any(o.task_id == task.id for o in await store.active_occurrences())
-    request = await store.add_request(task, "run_now", now)
+    request = await store.add_request(task, "run_now", now, actor=actor)
     refusal = run_now_refusal(task.enabled, task.spec.concurrency, active)
     if refusal is not None:
         await store.finish_request(request, now, "refused", None, f"{refusal[0]}: {refusal[1]}")

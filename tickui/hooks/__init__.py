@@ -1,5 +1,6 @@
 """Alert hooks (`[[hook]]` in tickui.toml): tell a URL or a command when runs fail, recover,
-are missed, a task is paused, or the tick breaker opens or closes."""
+are missed, a task is paused, the tick breaker opens or closes, or a person changes a task
+(the operator audit)."""
 
 from __future__ import annotations
 

@@ -16,9 +16,10 @@ from tickui.common.errors import BadInput
 from tickui.common.timeutil import MICROS
 
 EVENTS = (
-    "failed", "recovered", "paused", "missed", "breaker_open", "breaker_closed", "refused"
+    "failed", "recovered", "paused", "missed", "breaker_open", "breaker_closed", "refused",
+    "audit",
 )  # fmt: skip
-TASK_EVENTS = frozenset({"failed", "recovered", "paused", "missed"})
+TASK_EVENTS = frozenset({"failed", "recovered", "paused", "missed", "audit"})
 FORMATS = options.option("hook", "format").choices
 KEYS = ("name", "on", "tasks", "url", "command", "format", "timeout")
 _TIMEOUT = options.option("hook", "timeout")

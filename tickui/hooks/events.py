@@ -10,11 +10,14 @@ from __future__ import annotations
 import fnmatch
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tickui.common.redact import redact
 from tickui.common.timeutil import iso
 from tickui.hooks.config import TASK_EVENTS, HookConfig
+
+if TYPE_CHECKING:
+    from tickui.model.audit import AuditEntry
 
 PAUSE_NOTE = "paused after"
 MAX_DETAIL = 1024
@@ -34,9 +37,14 @@ class HookEvent:
     scheduled_for: str | None
     finished_at: str | None
     host: str
+    action: str | None = None  # audit only: what was done
+    actor: dict[str, Any] | None = None  # audit only: who (user, host, origin, pid)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.event != "audit":  # the other events keep their fields as they were
+            del data["action"], data["actor"]
+        return data
 
     def body(self, fmt: str) -> bytes:
         value = {"text": slack_text(self)} if fmt == "slack" else self.to_json()
@@ -140,6 +148,25 @@ def refused_event(who: str, kind: str, count: int, detail: str, at: int, host: s
     )
 
 
+def audit_event(entry: AuditEntry, host: str) -> HookEvent:
+    """A person's action (the operator audit): `finished_at` is when it was done, `detail`
+    what it said (a note, a backfill's range, a run-now's outcome)."""
+    return HookEvent(
+        event="audit",
+        task=entry.task,
+        occurrence_id=entry.occurrence_id,
+        state=None,
+        error_code=None,
+        detail=_detail(entry.detail),
+        attempt=None,
+        scheduled_for=None,
+        finished_at=iso(entry.at),
+        host=host,
+        action=entry.action,
+        actor={"user": entry.user, "host": entry.host, "origin": entry.origin, "pid": entry.pid},
+    )
+
+
 def matches(hook: HookConfig, event: HookEvent) -> bool:
     """Does `hook` want `event`? `tasks` narrows task events only (the breaker has no task)."""
     if event.event not in hook.on:
@@ -157,12 +184,16 @@ _SAID = {
     "breaker_open": "tick publishing: circuit breaker opened",
     "breaker_closed": "tick publishing: circuit breaker closed",
     "refused": "refused messages on the dispatch topics",
+    "audit": "audit",
 }
 
 
 def slack_text(event: HookEvent) -> str:
     """One line for a chat channel."""
     what = _SAID[event.event]
+    if event.event == "audit" and event.actor is not None:
+        who = event.actor
+        what = f"{event.action} by {who['user']}@{who['host']} ({who['origin']})"
     head = f"tickui on {event.host}: "
     if event.task is not None:
         head += f"task {event.task} {what}"

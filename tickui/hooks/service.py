@@ -20,6 +20,7 @@ from tickui.hooks.config import HookConfig
 from tickui.hooks.delivery import send
 from tickui.hooks.events import (
     HookEvent,
+    audit_event,
     breaker_event,
     from_occurrence,
     is_paused,
@@ -49,6 +50,8 @@ REFUSED_EVERY = 60 * 1_000_000  # a refusal kind is told at most this often per 
 STOPPED = "not delivered: tickui stopped first"
 CRASHED = "not delivered: tickui ended before it (killed?)"
 OCCURRENCE_EVENTS = frozenset({"failed", "recovered", "missed", "paused"})
+AUDIT_EVERY = 0.5  # seconds between the lease holder's looks for new audit entries
+AUDIT_BACKLOG = 600 * 1_000_000  # entries this old when hooks start are told (no engine ran)
 
 
 class HookService:
@@ -97,9 +100,10 @@ class HookService:
     # ---- wiring --------------------------------------------------------------------
 
     def attach(self, engine: SchedulerEngine | None, ticker: RuntimeScheduler | None) -> None:
-        if engine is not None and self.wanted & OCCURRENCE_EVENTS:
+        if engine is not None and self.wanted & (OCCURRENCE_EVENTS | {"audit"}):
             self._engine = engine
-            engine.subscribe(self._on_change)
+            if self.wanted & OCCURRENCE_EVENTS:
+                engine.subscribe(self._on_change)
         if ticker is not None and self.wanted & {"breaker_open", "breaker_closed"}:
             ticker.on_change(lambda: self._on_breaker(ticker))
         try:
@@ -107,6 +111,11 @@ class HookService:
         except RuntimeError:  # built outside a loop: the first event starts the service
             return
         self._start()  # now: deliveries a killed tickui left pending are closed at once
+
+    def begin(self) -> None:
+        """Start the background work now, in the running loop (a service built outside
+        one starts at its first event otherwise; the audit's reader has no such event)."""
+        self._start()
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call `listener` (in the loop) whenever a delivery is recorded or ends, or an
@@ -177,6 +186,33 @@ class HookService:
                 for n in range(self._workers_n)
             ]
         self._workers.append(asyncio.create_task(self._fail_stale(), name="tickui-hooks-stale"))
+        if "audit" in self.wanted and self._engine is not None:
+            self._workers.append(asyncio.create_task(self._audit_loop(), name="tickui-hooks-audit"))
+
+    async def _audit_loop(self) -> None:
+        """The lease holder tells what people did: the audit entries no holder told yet
+        (a command line's, another dashboard's, its own), as run-now requests reach it,
+        through the store. Each is marked told before it is queued: told once, even when
+        the lease moves."""
+        engine = self._engine
+        assert engine is not None
+        since = self.since - AUDIT_BACKLOG
+        while not self._closing:
+            if engine.holds_lease:
+                try:
+                    entries = await self.store.untold_audit(since)
+                    await self.store.mark_audit_told([e.id for e in entries], self.clock.now())
+                except Exception as exc:
+                    text = safe_text(f"{type(exc).__name__}: {exc}")
+                    if text != self._fault:
+                        self._fault = text
+                        log.warning("hook events not read: %s (logged once)", text)
+                    entries = []
+                for entry in entries:
+                    self.emit(audit_event(entry, self.host))
+                if entries:
+                    continue
+            await asyncio.sleep(AUDIT_EVERY)
 
     async def _fail_stale(self) -> None:
         """Deliveries a previous tickui left pending (it was killed mid-send) end failed."""

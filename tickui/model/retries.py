@@ -89,8 +89,11 @@ def count_failures(failures: int, outcome: str, pause_after: int | None) -> tupl
     return failures, pause_after is not None and failures >= pause_after
 
 
+PAUSE_NOTE = "paused after"  # how a pause's note begins (a person's own note does not)
+
+
 def pause_note(count: int, code: str | None) -> str:
-    return f"paused after {count} consecutive failures (last: {code or 'FAILED'})"
+    return f"{PAUSE_NOTE} {count} consecutive failures (last: {code or 'FAILED'})"
 
 
 def attempt_text(attempt: int, retries: int) -> str:

@@ -39,6 +39,8 @@ class Host:
     async def start(self) -> None:
         if self.watch:
             return
+        if self.hooks is not None:
+            self.hooks.begin()
         if self.start_engine:
             await self.engine.start()
         if self.start_ticker:

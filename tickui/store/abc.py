@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tickui.common.errors import StoreError
-from tickui.common.timeutil import iso
+from tickui.model.audit import Actor, AuditEntry
 from tickui.model.occurrence import Change, Progress, RuntimeEvent
 from tickui.model.planning import Plan
 from tickui.model.records import (
@@ -29,6 +29,7 @@ from tickui.model.records import (
     WorkerInfo,
 )
 from tickui.model.spec import TaskSpec
+from tickui.store.values import Beat, Delivery, DispatchSecurity
 
 DEFAULT_KEEP = 1000  # occurrences kept per task by `prune`
 
@@ -70,63 +71,6 @@ class SyncReport:
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    id: int
-    hook: str
-    event: str
-    task: str | None
-    occurrence_id: int | None
-    created_at: int
-    finished_at: int | None
-    attempts: int
-    outcome: str  # pending | delivered | failed
-    detail: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "hook": self.hook,
-            "event": self.event,
-            "task": self.task,
-            "occurrence_id": self.occurrence_id,
-            "created_at": iso(self.created_at),
-            "finished_at": iso(self.finished_at),
-            "attempts": self.attempts,
-            "outcome": self.outcome,
-            "detail": self.detail,
-        }
-
-
-@dataclass(slots=True)
-class Beat:
-    """One heartbeat as the engine stores it; `seen` is the engine clock at receipt."""
-
-    worker: str
-    host: str
-    slots: int
-    running: Sequence[str]
-    version: str | None
-    state: str
-    seen: int
-    log_dir: str | None = None
-    group: str | None = None
-    refused: dict[str, int] = field(default_factory=dict)
-    insecure: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class DispatchSecurity:
-    """An engine's signing, as it last wrote it: whether it signs, with which key, and
-    what it refused."""
-
-    name: str
-    insecure: bool
-    key_id: str | None
-    refused: dict[str, int]
-    updated_at: int
 
 
 class FinishedRun(NamedTuple):
@@ -214,7 +158,11 @@ class Store(ABC):
     # ---- tasks -----------------------------------------------------------------------
 
     @abstractmethod
-    async def add_task(self, spec: TaskSpec, now: int, source: str = "cli") -> Task: ...
+    async def add_task(
+        self, spec: TaskSpec, now: int, source: str = "cli", *, actor: Actor | None = None
+    ) -> Task:
+        """Add a task. Each change a person makes names its `actor`: the change and its
+        audit entry are written in one transaction (see `audit_entries`)."""
 
     @abstractmethod
     async def find_task(self, name: str) -> Task | None: ...
@@ -238,11 +186,21 @@ class Store(ABC):
 
     @abstractmethod
     async def set_enabled(
-        self, name: str, enabled: bool, now: int, note: str | None = None
-    ) -> Task: ...
+        self,
+        name: str,
+        enabled: bool,
+        now: int,
+        note: str | None = None,
+        *,
+        actor: Actor | None = None,
+    ) -> Task:
+        """Enable or disable; audited as enable, disable (with its note) or clear-pause
+        (an enable of a task pause-after disabled)."""
 
     @abstractmethod
-    async def remove_task(self, name: str, now: int | None = None) -> None: ...
+    async def remove_task(
+        self, name: str, now: int | None = None, *, actor: Actor | None = None
+    ) -> None: ...
 
     @abstractmethod
     async def sync_tasks(self, specs: Sequence[TaskSpec], now: int) -> SyncReport:
@@ -256,16 +214,18 @@ class Store(ABC):
         now: int,
         enabled: bool | None = None,
         generation: int | None = None,
+        *,
+        actor: Actor | None = None,
     ) -> Task:
         """Replace the definition in one write; refused when `generation` is stale."""
 
     @abstractmethod
     async def queue_backfill(
-        self, name: str, slots: Sequence[int], now: int
+        self, name: str, slots: Sequence[int], now: int, *, actor: Actor | None = None
     ) -> tuple[list[int], list[int]]: ...
 
     @abstractmethod
-    async def cancel_backfill(self, name: str, now: int) -> int: ...
+    async def cancel_backfill(self, name: str, now: int, *, actor: Actor | None = None) -> int: ...
 
     # ---- scanning, claiming and occurrences --------------------------------------------
 
@@ -363,7 +323,9 @@ class Store(ABC):
     ) -> list[Occurrence]: ...
 
     @abstractmethod
-    async def cancel_queued_occurrence(self, occ_id: int, now: int, detail: str) -> bool: ...
+    async def cancel_queued_occurrence(
+        self, occ_id: int, now: int, detail: str, *, actor: Actor | None = None
+    ) -> bool: ...
 
     @abstractmethod
     async def requeue(self, ids: Sequence[int]) -> None: ...
@@ -433,7 +395,11 @@ class Store(ABC):
     async def release_sequence(self, key: str, expected: int, value: int) -> None: ...
 
     @abstractmethod
-    async def add_request(self, task: Task, kind: str, now: int) -> int: ...
+    async def add_request(
+        self, task: Task, kind: str, now: int, *, actor: Actor | None = None
+    ) -> int:
+        """A request for the lease holder; with `actor`, audited as run-now (the holder's
+        finish_request fills in the run it started, or why it refused)."""
 
     @abstractmethod
     async def pending_requests(self) -> list[RunRequest]: ...
@@ -532,3 +498,28 @@ class Store(ABC):
 
     @abstractmethod
     async def occurrences_by_command(self, command_ids: Sequence[str]) -> dict[str, Occurrence]: ...
+
+    # ---- the operator audit ------------------------------------------------------------
+
+    @abstractmethod
+    async def record_audit(
+        self,
+        actor: Actor,
+        action: str,
+        task: str | None,
+        now: int,
+        detail: str | None = None,
+        occurrence_id: int | None = None,
+    ) -> None:
+        """An action that is no store write of its own (a running run's cancel), once done."""
+
+    @abstractmethod
+    async def audit_entries(self, task: str | None = None, limit: int = 50) -> list[AuditEntry]:
+        """The newest entries first, of one task's name or of all; the newest 10,000 kept."""
+
+    @abstractmethod
+    async def untold_audit(self, since: int, limit: int = 500) -> list[AuditEntry]:
+        """Entries at or after `since` no lease holder's hooks were told of, oldest first."""
+
+    @abstractmethod
+    async def mark_audit_told(self, ids: Sequence[int], now: int) -> None: ...

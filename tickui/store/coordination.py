@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from tickui.common.errors import NotFound
+from tickui.model.audit import Actor
 from tickui.model.records import (
     Lease,
     LeaseResult,
@@ -16,6 +17,7 @@ from tickui.model.records import (
     occurrence_from_row,
 )
 from tickui.schedules.triggers import jitter_offset
+from tickui.store.audit import settle_audited_request, write_audit
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _chunks
 
 
@@ -163,13 +165,21 @@ class Coordination(StoreBase):
 
     # ---- run-now requests from other processes ---------------------------------------
 
-    async def add_request(self, task: Task, kind: str, now: int) -> int:
+    async def add_request(
+        self, task: Task, kind: str, now: int, *, actor: Actor | None = None
+    ) -> int:
         async with self._write():
             cursor = await self._conn.execute(
                 "INSERT INTO requests (task_id, task, kind, created_at) VALUES (?,?,?,?)",
                 (task.id, task.name, kind, now),
             )
-        return cursor.lastrowid
+            req_id = cursor.lastrowid
+            if actor is not None:
+                said = f"request {req_id}"
+                await write_audit(
+                    self._conn, actor, "run-now", task.name, now, said, request_id=req_id
+                )
+        return req_id
 
     async def pending_requests(self) -> list[RunRequest]:
         rows = await self._all(
@@ -203,6 +213,7 @@ class Coordination(StoreBase):
                 " WHERE id = ? AND handled_at IS NULL",
                 (now, outcome, occurrence_id, reason, req_id),
             )
+            await settle_audited_request(self._conn, req_id, outcome, occurrence_id, reason)
 
     async def request(self, req_id: int) -> tuple[str | None, int | None, str | None]:
         row = await self._one(

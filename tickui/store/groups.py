@@ -3,6 +3,7 @@ once, in the SQL both databases share, over StoreBase's connection plumbing."""
 
 from __future__ import annotations
 
+from tickui.store.audit import AuditQueries
 from tickui.store.claims import ClaimQueries
 from tickui.store.coordination import Coordination
 from tickui.store.events import EventLog
@@ -19,4 +20,5 @@ QUERY_GROUPS = (
     Coordination,
     HookQueries,
     WorkerQueries,
+    AuditQueries,
 )

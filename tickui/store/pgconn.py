@@ -30,7 +30,7 @@ from tickui.common.errors import Unavailable
 
 # Tables whose rows get their id from the store (SQLite's rowid): an INSERT into one of them
 # answers the new id, as SQLite's cursor.lastrowid does.
-ID_TABLES = frozenset({"tasks", "occurrences", "requests", "hook_deliveries"})
+ID_TABLES = frozenset({"tasks", "occurrences", "requests", "hook_deliveries", "audit"})
 _INSERT = re.compile(r"^\s*INSERT\s+(OR\s+IGNORE\s+)?INTO\s+(\w+)", re.IGNORECASE)
 _RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
 _INSTR = re.compile(r"\binstr\(", re.IGNORECASE)

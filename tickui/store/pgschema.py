@@ -9,6 +9,8 @@ two never pick the same.
 
 from __future__ import annotations
 
+from tickui.store.schema import AUDIT_INDEXES, AUDIT_TABLE
+
 APPLICATION = "tickui"
 
 _NEXT_ID = """CREATE FUNCTION tickui_next_id() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -166,7 +168,14 @@ MIGRATIONS: list[tuple[str, ...]] = [
             updated_at BIGINT NOT NULL
         )""",
     ),
+    (  # 2: the operator audit (SQLite's schema 10)
+        AUDIT_TABLE,
+        _numbered("audit"),
+        *AUDIT_INDEXES,
+    ),
 ]
 
 VERSION = len(MIGRATIONS)
-TABLES = ("tasks", "occurrences", "events", "lease", "requests", "sequences", "hook_deliveries")
+TABLES = (
+    "tasks", "occurrences", "events", "lease", "requests", "sequences", "hook_deliveries", "audit"
+)  # fmt: skip

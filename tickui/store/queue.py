@@ -15,10 +15,12 @@ from typing import Any
 import aiosqlite
 
 from tickui.model import retries
+from tickui.model.audit import Actor
 from tickui.model.occurrence import TERMINAL
 from tickui.model.records import OCCURRENCE_COLUMNS, Occurrence, occurrence_from_row
 from tickui.model.spec import TaskSpec
 from tickui.store.abc import Queued
+from tickui.store.audit import write_audit
 from tickui.store.base import _ACTIVE_SQL, StoreBase, _chunks
 
 _O_SELECT = "SELECT " + ", ".join(f"o.{c}" for c in OCCURRENCE_COLUMNS) + " FROM occurrences o"
@@ -99,7 +101,9 @@ class QueueQueries(StoreBase):
                         await _count_skipped_retry(self._conn, occ_id, now)
         return await self.occurrences_by_id(started)
 
-    async def cancel_queued_occurrence(self, occ_id: int, now: int, detail: str) -> bool:
+    async def cancel_queued_occurrence(
+        self, occ_id: int, now: int, detail: str, *, actor: Actor | None = None
+    ) -> bool:
         """Cancel one queued occurrence (a user's cancel); False when it is not queued."""
         async with self._write():
             cursor = await self._conn.execute(
@@ -107,7 +111,13 @@ class QueueQueries(StoreBase):
                 " WHERE id = ? AND state = 'queued'",
                 (now, detail, occ_id),
             )
-        return cursor.rowcount == 1
+            done = cursor.rowcount == 1
+            if done and actor is not None:
+                row = await self._one("SELECT task FROM occurrences WHERE id = ?", (occ_id,))
+                await write_audit(
+                    self._conn, actor, "cancel", row[0], now, "queued run", occurrence_id=occ_id
+                )
+        return done
 
     async def requeue(self, ids: Sequence[int]) -> None:
         """Rows taken from the queue that could not be started (the lease was lost): back

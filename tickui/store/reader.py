@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Self
 
+from tickui.model.audit import AuditEntry, entry_from_row
 from tickui.model.records import Occurrence, Task, occurrence_from_row
 from tickui.model.spec import TaskSpec
 from tickui.store import dbfile, reads
@@ -79,6 +80,13 @@ class Reader:
     def history(self, task: str | None = None, limit: int = 50) -> list[Occurrence]:
         rows = self._conn.execute(*reads.history_query(task, limit)).fetchall()
         return [occurrence_from_row(row) for row in rows]
+
+    def audit(self, task: str | None = None, limit: int = 50) -> list[AuditEntry]:
+        """Newest first; none in a file from before the audit (read-only: not migrated)."""
+        if self._conn.execute(reads.HAS_AUDIT).fetchone() is None:
+            return []
+        rows = self._conn.execute(*reads.audit_query(task, limit)).fetchall()
+        return [entry_from_row(row) for row in rows]
 
     def _stats(self, ids: list[int] | None) -> dict:
         query = reads.stats_query(ids)

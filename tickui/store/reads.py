@@ -1,4 +1,4 @@
-"""The reads the listings make (`task list`, `history`): their SQL, and the decoding of
+"""The reads the listings make (`task list`, `history`, `audit`): their SQL, and the decoding of
 their rows into `Task`, `TaskStats` and `Occurrence`, with no I/O. The store's query
 groups run them through aiosqlite; tickui.store.reader runs the same texts through a
 blocking read-only connection, so both give the same values."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tickui.model.audit import AUDIT_COLUMNS
 from tickui.model.occurrence import ACTIVE, QUEUED
 from tickui.model.records import OCCURRENCE_COLUMNS, STATS_WINDOW, Task, TaskStats
 from tickui.model.spec import TaskSpec
@@ -32,6 +33,16 @@ HISTORY_OF = f"{OCC_SELECT} WHERE task = ? ORDER BY id DESC LIMIT ?"
 def history_query(task: str | None, limit: int) -> tuple[str, tuple[Any, ...]]:
     """The newest `limit` occurrences, of one task's name or of all."""
     return (HISTORY, (limit,)) if task is None else (HISTORY_OF, (task, limit))
+
+
+AUDIT = f"SELECT {AUDIT_COLUMNS} FROM audit ORDER BY id DESC LIMIT ?"
+AUDIT_OF = f"SELECT {AUDIT_COLUMNS} FROM audit WHERE task = ? ORDER BY id DESC LIMIT ?"
+HAS_AUDIT = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit'"
+
+
+def audit_query(task: str | None, limit: int) -> tuple[str, tuple[Any, ...]]:
+    """The newest `limit` audit entries, of one task's name or of all."""
+    return (AUDIT, (limit,)) if task is None else (AUDIT_OF, (task, limit))
 
 
 def stats_query(ids: Iterable[int] | None = None) -> tuple[str, list[Any]] | None:

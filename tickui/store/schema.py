@@ -9,6 +9,26 @@ OCCURRENCE_COLUMNS_6 = """id, task_id, task, kind, scheduled_for, state, claimed
     missed, accepted_at, started_at, finished_at, exit_code, error_code, detail, command_id,
     run_id, owner, lease_token, pid, pgid, pid_start, event_cursor, generation, log_path"""
 
+AUDIT_TABLE = """CREATE TABLE audit (
+    id BIGINT PRIMARY KEY,
+    at BIGINT NOT NULL,
+    user_name TEXT NOT NULL,
+    host TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    pid BIGINT,
+    action TEXT NOT NULL,
+    task TEXT,
+    occurrence_id BIGINT,
+    request_id BIGINT,
+    detail TEXT,
+    told BIGINT
+)"""
+AUDIT_INDEXES = (
+    "CREATE INDEX audit_task ON audit(task, id)",
+    "CREATE INDEX audit_untold ON audit(id) WHERE told IS NULL",
+    "CREATE INDEX audit_request ON audit(request_id) WHERE request_id IS NOT NULL",
+)
+
 MIGRATIONS: list[tuple[str, ...]] = [
     (  # 1: tasks, occurrences, the runtime event log and the lease
         """CREATE TABLE tasks (
@@ -211,6 +231,13 @@ MIGRATIONS: list[tuple[str, ...]] = [
             refused TEXT NOT NULL DEFAULT '{}',
             updated_at INTEGER NOT NULL
         )""",
+    ),
+    (  # 10: the operator audit: who (OS user, host, the command line or the dashboard)
+        # did what to which task, written in the transaction of the change itself. A
+        # run-now names its request (the lease holder fills in the run it started);
+        # `told` is when the lease holder's hooks were told of it.
+        AUDIT_TABLE.replace("BIGINT", "INTEGER"),
+        *AUDIT_INDEXES,
     ),
 ]
 

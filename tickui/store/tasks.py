@@ -14,10 +14,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tickui.common.errors import NotFound
+from tickui.common.timeutil import iso
+from tickui.model.audit import Actor, changed_fields
 from tickui.model.records import Task, TaskStats
+from tickui.model.retries import PAUSE_NOTE
 from tickui.model.spec import TaskSpec
 from tickui.store import reads
 from tickui.store.abc import SyncReport
+from tickui.store.audit import write_audit
 from tickui.store.base import StoreBase
 from tickui.store.tasksync import (
     DELETE_TASK,
@@ -46,10 +50,15 @@ class TaskQueries(StoreBase):
         """Insert a new task row, its first slot computed from its anchor (in a write)."""
         await self._conn.execute(INSERT_TASK, insert_row(spec, now, source))
 
-    async def add_task(self, spec: TaskSpec, now: int, source: str = "cli") -> Task:
+    async def add_task(
+        self, spec: TaskSpec, now: int, source: str = "cli", *, actor: Actor | None = None
+    ) -> Task:
         try:
             async with self._write():
                 await self._insert_task(spec, now, source)
+                if actor is not None:
+                    said = spec.schedule_text() + ("" if spec.enabled else " (disabled)")
+                    await write_audit(self._conn, actor, "add", spec.name, now, said)
         except self._Conflict:
             from tickui.common.errors import BadInput
 
@@ -88,9 +97,16 @@ class TaskQueries(StoreBase):
         return reads.stats_from(await self._all(*query))
 
     async def set_enabled(
-        self, name: str, enabled: bool, now: int, note: str | None = None
+        self,
+        name: str,
+        enabled: bool,
+        now: int,
+        note: str | None = None,
+        *,
+        actor: Actor | None = None,
     ) -> Task:
-        """Disable keeps history; enable schedules the next slot after now (no misfires)."""
+        """Disable keeps history; enable schedules the next slot after now (no misfires).
+        An enable of a task pause-after disabled is audited as clear-pause."""
         task = await self.get_task(name)
         if enabled:
             nxt, due = next_slot(task.spec, task.anchor, now)
@@ -106,9 +122,19 @@ class TaskQueries(StoreBase):
             await self._conn.execute(sql, params)
             if not enabled:
                 await self._conn.execute(QUEUED_CANCEL, (now, "task disabled", task.id))
+            if actor is not None:
+                action, said = "disable", note
+                if enabled:
+                    was = None if task.enabled else task.note
+                    paused = was is not None and was.startswith(PAUSE_NOTE)
+                    action = "clear-pause" if paused else "enable"
+                    said = f"was: {was}" if was else None
+                await write_audit(self._conn, actor, action, name, now, said)
         return await self.get_task(name)
 
-    async def remove_task(self, name: str, now: int | None = None) -> None:
+    async def remove_task(
+        self, name: str, now: int | None = None, *, actor: Actor | None = None
+    ) -> None:
         """Remove the task; its history stays (occurrences keep the task's name); its
         queued occurrences (retries, a buffered slot, backfill) are cancelled."""
         task = await self.get_task(name)
@@ -116,6 +142,8 @@ class TaskQueries(StoreBase):
             await self._conn.execute("DELETE FROM tasks WHERE id = ?", (task.id,))
             at = time.time_ns() // 1000 if now is None else now
             await self._conn.execute(QUEUED_CANCEL, (at, "task removed", task.id))
+            if actor is not None:
+                await write_audit(self._conn, actor, "delete", name, at, task.spec.schedule_text())
 
     async def sync_tasks(self, specs: Sequence[TaskSpec], now: int) -> SyncReport:
         """Make the config-declared tasks match `specs`; CLI-made tasks are kept. Every
@@ -147,6 +175,8 @@ class TaskQueries(StoreBase):
         now: int,
         enabled: bool | None = None,
         generation: int | None = None,
+        *,
+        actor: Actor | None = None,
     ) -> Task:
         """Replace task `name`'s definition with `spec` (which may rename it), in one write:
         the generation is bumped, the next slot computed from `now`, the task's queued
@@ -173,12 +203,13 @@ class TaskQueries(StoreBase):
             raise BadInput("spec", "is not a definition build_spec gives (check its fields)")
         async with self._write():
             row = await self._one(
-                "SELECT id, anchor, source, definition_hash, generation FROM tasks WHERE name = ?",
+                "SELECT id, anchor, source, definition_hash, generation, spec FROM tasks"
+                " WHERE name = ?",
                 (name,),
             )
             if row is None:
                 raise NotFound(f"no task named {name!r}")
-            task_id, row_anchor, source, file_hash, now_generation = row
+            task_id, row_anchor, source, file_hash, now_generation, old_spec = row
             if generation is not None and generation != now_generation:
                 raise BadInput("edit", f"{name!r} was changed meanwhile; run the edit again")
             if spec.name != name:
@@ -214,10 +245,26 @@ class TaskQueries(StoreBase):
                 ),
             )
             await self._conn.execute(QUEUED_CANCEL, (now, "task edited", task_id))
+            if actor is not None:
+                said = self._edit_detail(old_spec, spec, name, enabled)
+                await write_audit(self._conn, actor, "edit", spec.name, now, said)
         return await self.get_task(spec.name)
 
+    def _edit_detail(
+        self, old_spec: str, spec: TaskSpec, name: str, enabled: bool | None
+    ) -> str | None:
+        """What an edit changed, for its audit entry: the fields, a rename."""
+        old = self._spec_fields(TaskSpec.from_json(old_spec))
+        fields = [f for f in changed_fields(old, self._spec_fields(spec)) if f != "name"]
+        parts = [f"renamed from {name}"] if spec.name != name else []
+        if fields:
+            parts.append("changed " + ", ".join(fields))
+        if enabled is False:
+            parts.append("disabled")
+        return "; ".join(parts) or "no change"
+
     async def queue_backfill(
-        self, name: str, slots: Sequence[int], now: int
+        self, name: str, slots: Sequence[int], now: int, *, actor: Actor | None = None
     ) -> tuple[list[int], list[int]]:
         """Queue one occurrence of kind `backfill` per slot (state queued, due at once),
         in one transaction. A slot that has a run already (an occurrence of kind
@@ -265,9 +312,15 @@ class TaskQueries(StoreBase):
                     left.append(slot)
                 else:
                     ids.append(new)
+            if actor is not None:
+                said = (
+                    f"slots {iso(min(slots))} to {iso(max(slots))}: {len(ids)} queued,"
+                    f" {len(left)} had a run"
+                )
+                await write_audit(self._conn, actor, "backfill", name, now, said)
         return ids, sorted(left)
 
-    async def cancel_backfill(self, name: str, now: int) -> int:
+    async def cancel_backfill(self, name: str, now: int, *, actor: Actor | None = None) -> int:
         """Cancel the task's queued backfill occurrences (those running go on)."""
         task = await self.get_task(name)
         async with self._write():
@@ -277,7 +330,11 @@ class TaskQueries(StoreBase):
                 " AND state = 'queued'",
                 (now, task.id),
             )
-        return cursor.rowcount
+            count = cursor.rowcount
+            if actor is not None:
+                said = f"{count} queued backfill run(s) cancelled"
+                await write_audit(self._conn, actor, "backfill-cancel", name, now, said)
+        return count
 
     @staticmethod
     def _spec_fields(spec: TaskSpec) -> dict[str, Any]:

@@ -26,6 +26,7 @@ TABLES: tuple[tuple[str, str], ...] = (
     ("sequences", "key"),
     ("workers", "id"),
     ("dispatch_security", "name"),
+    ("audit", "id"),
 )
 CONTENT = ("tasks", "occurrences", "events", "hook_deliveries")  # "not empty" means these
 PAGE = 5000
@@ -60,6 +61,14 @@ async def _rows(store: StoreBase, table: str, key: str, columns: Sequence[str]):
             return
 
 
+async def _count(store: StoreBase, table: str) -> int:
+    """The table's rows; 0 when the store predates it (the audit, before SQLite schema 10:
+    a source is only read, so never migrated)."""
+    if table == "audit" and not await store._columns(table):
+        return 0
+    return (await store._one(f"SELECT count(*) FROM {table}"))[0]
+
+
 async def copy_store(
     source: Store, target: Store | None, *, dry_run: bool = False, replace: bool = False
 ) -> CopyReport:
@@ -68,7 +77,7 @@ async def copy_store(
     the copied tables first, in the same transaction. A dry run may name no target (one
     that does not exist yet, so is empty) and writes nothing."""
     src = _base(source)
-    counts = {t: (await src._one(f"SELECT count(*) FROM {t}"))[0] for t, _ in TABLES}
+    counts = {t: await _count(src, t) for t, _ in TABLES}
     if target is None:
         if not dry_run:
             raise TypeError("a copy needs a target")
@@ -87,6 +96,8 @@ async def copy_store(
             for table, _ in reversed(TABLES):
                 await dst._conn.execute(f"DELETE FROM {table}")
         for table, key in TABLES:
+            if not await src._columns(table):  # a source from before the audit
+                continue
             mine = await dst._columns(table)
             columns = [c for c in await src._columns(table) if c in mine]
             marks = ", ".join("?" * len(columns))

@@ -10,6 +10,7 @@ from tickui.common.errors import TickuiError
 from tickui.common.paths import short_path
 from tickui.common.redact import redact
 from tickui.engine import RunNowRefused, queue_run_now
+from tickui.model.audit import Actor
 from tickui.model.occurrence import QUEUED
 from tickui.model.records import Occurrence, Task
 from tickui.model.spec import TaskSpec
@@ -31,6 +32,7 @@ class TaskActions:
         self.board = board
         self.live = live
         self.screen = screen
+        self.actor = Actor.here("dashboard")  # who acts, for each change's audit entry
 
     @property
     def host(self) -> Host:
@@ -47,7 +49,7 @@ class TaskActions:
         engine = self.host.engine
         try:
             if engine.running and engine.holds_lease:
-                occ = await engine.run_now(task.name)
+                occ = await engine.run_now(task.name, self.actor)
                 self.live.mark([task.id], [occ.id])
                 self.notify(f"started {task.name}: occurrence {occ.id}")
             else:
@@ -64,7 +66,7 @@ class TaskActions:
 
     async def _queue_run_now(self, task: Task) -> None:
         """Not the lease holder: leave a request for whoever holds it (or starts next)."""
-        await queue_run_now(self.host.store, task, self.host.clock.now())
+        await queue_run_now(self.host.store, task, self.host.clock.now(), self.actor)
         where = (
             "the lease holder runs it"
             if self.host.engine.running or self.host.watch
@@ -74,7 +76,9 @@ class TaskActions:
 
     async def toggle_enabled(self, task: Task) -> None:
         try:
-            await self.host.store.set_enabled(task.name, not task.enabled, self.host.clock.now())
+            await self.host.store.set_enabled(
+                task.name, not task.enabled, self.host.clock.now(), actor=self.actor
+            )
         except TickuiError as exc:
             self.notify(redact(str(exc)), severity="error")
             return
@@ -100,6 +104,7 @@ class TaskActions:
                     toggle_enabled=self.toggle_enabled,
                     edit=self.edit,
                     quitting=lambda: board.quitting,
+                    audit=lambda name, limit: self.host.store.audit_entries(name, limit),
                 ),
             )
         )
@@ -150,7 +155,9 @@ class TaskActions:
         if spec is None:
             return
         try:
-            task = await self.host.store.add_task(spec, self.host.clock.now(), source="ui")
+            task = await self.host.store.add_task(
+                spec, self.host.clock.now(), source="ui", actor=self.actor
+            )
         except TickuiError as exc:
             self.notify(redact(str(exc)), title="Not added", severity="error")
             return
@@ -167,7 +174,9 @@ class TaskActions:
             if spec is None:
                 return
             try:
-                changed = await self.host.store.edit_task(task.name, spec, self.host.clock.now())
+                changed = await self.host.store.edit_task(
+                    task.name, spec, self.host.clock.now(), actor=self.actor
+                )
             except TickuiError as exc:
                 self.notify(redact(str(exc)), title="Not saved", severity="error")
                 return
@@ -190,7 +199,9 @@ class TaskActions:
             if not yes:
                 return
             try:
-                await self.host.store.remove_task(task.name)
+                await self.host.store.remove_task(
+                    task.name, self.host.clock.now(), actor=self.actor
+                )
             except TickuiError as exc:
                 self.notify(redact(str(exc)), severity="error")
                 return
@@ -237,7 +248,7 @@ class TaskActions:
         )
 
     async def _cancel(self, occ: Occurrence) -> None:
-        if not await self.host.engine.cancel(occ.id):
+        if not await self.host.engine.cancel(occ.id, self.actor):
             self.notify(
                 f"occurrence {occ.id} is not run by this engine (or it already ended)",
                 title="Cancel refused",

@@ -19,9 +19,11 @@ from tickui.common.options import default
 from tickui.common.redact import safe_text
 from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch import read_tail
+from tickui.model.audit import AuditEntry
 from tickui.model.records import Occurrence, RemoteOutput, Task
 from tickui.model.upcoming import Fire, explain
 from tickui.ui.keys import DETAIL_DASHBOARD_ACTIONS, QUITTING_OFF, bindings, rank
+from tickui.ui.view.audit import AUDIT_SHOWN, audit_text
 from tickui.ui.view.cells import (
     CODE_STYLE,
     STATE_STYLE,
@@ -68,6 +70,7 @@ class DetailSource:
     toggle_enabled: Callable[[Task], Awaitable[None]] | None = None
     edit: Callable[[Task], None] | None = None
     quitting: Callable[[], bool] = lambda: False  # quit waits for the runs: r, e, E, enter off
+    audit: Callable[[str, int], Awaitable[list[AuditEntry]]] | None = None  # who did what
 
 
 def _footer_rank(action: str) -> int:
@@ -102,6 +105,8 @@ class DetailScreen(Screen[None]):
         self.remote_for: tuple[int, str] | None = None  # (run id, state) it was read for
         self.upcoming: list[Fire] = []
         self.fires_for: tuple | None = None
+        self.actions: list[AuditEntry] = []  # the task's recent audit entries
+        self.actions_for: tuple | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="detail-top"):
@@ -109,6 +114,7 @@ class DetailScreen(Screen[None]):
             yield Static(id="detail-next")
         yield Static(id="detail-why")
         yield Static(id="detail-runs")
+        yield Static(id="detail-audit")
         yield Static(id="detail-output")
         yield KeyFooter(_footer_rank)  # its own keys, dropping the least used first; ? and q stay
 
@@ -133,7 +139,19 @@ class DetailScreen(Screen[None]):
             self.reasons = await source.reasons(self.task_row.id)
             self.reasons_for = key
         await self._read_remote()
+        await self._read_audit(source.now())
         self.render_all(source.now())
+
+    async def _read_audit(self, now: int) -> None:
+        """The task's recent audit entries, read again when the task or its newest run
+        moved, and every 2 s (an action that moved neither: a refused run-now)."""
+        if self.source.audit is None:
+            return
+        task, newest = self.task_row, self.runs[0] if self.runs else None
+        key = (task.name, task.updated_at, newest and (newest.id, newest.state), now // 2_000_000)
+        if key != self.actions_for:
+            self.actions = await self.source.audit(task.name, AUDIT_SHOWN)
+            self.actions_for = key
 
     async def _read_remote(self) -> None:
         """The picked run's worker report, read again only when the pick or its state moved."""
@@ -173,6 +191,10 @@ class DetailScreen(Screen[None]):
         runs = self.query_one("#detail-runs", Static)
         runs.border_title = f"Recent runs, times {named} (↑/↓ to pick)"
         runs.update(runs_table(self.recent, self.picked, now, zone))
+        actions = self.query_one("#detail-audit", Static)
+        actions.display = bool(self.actions)  # none recorded (or none read): no pane
+        actions.border_title = f"Recent actions, times {named}"
+        actions.update(audit_text(self.actions, now, zone))
         occ = self.recent[self.picked] if self.recent else None
         output = self.query_one("#detail-output", Static)
         if occ is None:
