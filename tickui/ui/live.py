@@ -100,7 +100,7 @@ class LiveRefresh:
         newest = await store.newest_occurrences(1)
         self.notices.newest_at_load = newest[0].id if newest else 0
         await board.load_occurrences()
-        board.tasks_table.sync_size()
+        board.task_widget.sync_size()
 
     # ---- what changed -----------------------------------------------------------------
 
@@ -208,7 +208,8 @@ class LiveRefresh:
                 self.screen.app.bell()
 
     async def _refresh_tasks(self, ids: set[int]) -> None:
-        rows, table = self.board.task_rows, self.board.tasks_table
+        rows, table = self.board.task_rows, self.board.task_widget
+        self.board.grid.stale(ids)  # its rows on screen read their runs again
         store = self.host.store
         ordered = sorted(ids)
         found = await store.tasks_by_id(ordered)
@@ -324,7 +325,7 @@ class LiveRefresh:
         """Repaint the cells whose text changed (countdowns, durations) and the clock;
         nothing else."""
         self._last_second = asyncio.get_running_loop().time()
-        self.board.tasks_table.refresh_changed()
+        self.board.task_widget.refresh_changed()
         self.board.occ_table.refresh_changed()
         self.show_status()
         self.screen.show_titles()  # "↑ N newer above" follows the Occurrences pane's scroll

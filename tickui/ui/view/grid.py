@@ -20,12 +20,12 @@ from tickui.ui.view.cells import Cell, countdown, outcome_code, when_text
 OUTCOMES: dict[str, tuple[str, str, str]] = {
     "succeeded": ("■", "green", "succeeded"),
     "failed": ("✗", "bold red", "failed"),
-    "retried": ("↻", "yellow", "failed, then retried (the retry is the next cell)"),
+    "retried": ("↻", "yellow", "failed, then retried (the next cell)"),
     "running": ("▶", "bold cyan", "running"),
     "starting": ("▷", "cyan", "claimed, starting"),
-    "queued": ("◇", "yellow", "waiting to start (a retry, a buffered or backfill slot)"),
-    "skipped": ("·", "bright_black", "skipped (overlap, buffer full, task changed)"),
-    "missed": ("○", "magenta", "missed: slots that came while no engine ran them"),
+    "queued": ("◇", "yellow", "waiting to start (a retry, a buffered slot)"),
+    "skipped": ("·", "bright_black", "skipped (still running, buffer full)"),
+    "missed": ("○", "magenta", "missed (no engine ran the slot in time)"),
     "cancelled": ("⊘", "magenta", "cancelled or replaced"),
 }
 _BY_STATE = {
