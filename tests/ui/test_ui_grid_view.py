@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC
+from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
@@ -43,6 +44,12 @@ def test_every_glyph_is_one_cell_wide_and_no_two_are_alike() -> None:
     assert len(set(glyphs)) == len(glyphs)
     assert cell_len(LOADING[0]) == 1 and LOADING[0] not in glyphs
     assert legend() == [(g, meaning) for g, _, meaning in OUTCOMES.values()]
+
+
+def test_readme_lists_the_legend() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for glyph, meaning in legend():
+        assert f"| `{glyph}` | {meaning} |" in readme, glyph
 
 
 def test_every_occurrence_state_has_an_outcome() -> None:

@@ -44,13 +44,80 @@ async def seed(store: Store, now: int) -> None:
     await store.set_enabled("sync-crm", False, now, note="CRM migration")
 
 
-def sample_app(db: Path, *, standby: bool = False) -> TickuiApp:
+# The history grid's scene: each task's past slots, newest last, one letter a slot:
+# s succeeded, f failed, r failed then retried (a second attempt that succeeded),
+# c cancelled, k skipped, m missed (a misfire skip of 3 slots), q a retry still waiting.
+HISTORY = {
+    "backup-db": "sssssssfsssss",
+    "export-orders": "ssssrsssfssrsssssffrssssssssrsssssssssfq",
+    "heartbeat": "s" * 30 + "f" + "s" * 40,
+    "reindex": "ssksskssssskssskssskssssssks",
+    "rotate-logs": "sssssmsssssssssssmssss",
+    "sync-crm": "ssssssssscc",
+    "warm-cache": "sssscsssssscsssssscssssssssc",
+}
+EVERY = {"backup-db": 86_400, "export-orders": 900, "heartbeat": 30, "reindex": 3600,
+         "rotate-logs": 3600, "sync-crm": 300, "warm-cache": 600}  # fmt: skip
+
+
+def add_history(db: Path) -> None:
+    """HISTORY's runs, settled before T0, written as the engine leaves them (ids in time
+    order, a retry naming its first attempt)."""
+    import sqlite3
+
+    insert = (
+        "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at,"
+        " covers, missed, accepted_at, started_at, finished_at, exit_code, error_code, detail,"
+        " attempt, retry_of, retry_at, generation)"
+        " VALUES (?,?,'scheduled',?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+        " (SELECT generation FROM tasks WHERE id = ?1))"
+    )
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            ids = dict(conn.execute("SELECT name, id FROM tasks"))
+            for name, letters in HISTORY.items():
+                every = EVERY[name] * MICROS
+                first_slot = T0 + 30 * MICROS - len(letters) * every
+                for k, letter in enumerate(letters):
+                    _slot(conn, insert, ids[name], name, first_slot + k * every, letter)
+    finally:
+        conn.close()
+
+
+def _slot(conn, insert: str, task_id: int, name: str, slot: int, letter: str) -> None:
+    start, took = slot + 40_000, 200_000 + (slot // MICROS % 7) * 90_000
+    if letter in "km":
+        missed = 3 if letter == "m" else 0
+        detail = "misfire_skipped: 3 missed" if letter == "m" else "concurrency_forbid"
+        conn.execute(insert, (task_id, name, slot, "skipped", slot, missed or 1, missed,
+                              None, None, slot, None, None, detail, 1, None, None))  # fmt: skip
+        return
+    state = {"s": "succeeded", "f": "failed", "r": "failed", "c": "cancelled", "q": "failed"}
+    failed = letter in "frq"
+    row = (task_id, name, slot, state[letter], slot, 1, 0, slot + 20_000, start, start + took,
+           3 if failed else (-15 if letter == "c" else 0), "EXIT_NONZERO" if failed else None,
+           "exit 3: upload refused" if failed else ("replaced" if letter == "c" else None),
+           1, None, None)  # fmt: skip
+    first = conn.execute(insert, row).lastrowid
+    if letter in "rq":  # the retry: it succeeded, or it waits
+        again = slot + 30 * MICROS
+        done = letter == "r"
+        conn.execute(insert, (task_id, name, slot, "succeeded" if done else "queued", again, 1, 0,
+                              again if done else None, again if done else None,
+                              again + took if done else None, 0 if done else None, None,
+                              None, 2, first, None if done else T0 + 90 * MICROS))  # fmt: skip
+
+
+def sample_app(db: Path, *, standby: bool = False, history: bool = False) -> TickuiApp:
     clock = ManualClock(T0)
     settings = Settings(engine=EngineSettings(stop_grace=0))
 
     async def factory() -> Host:
         store = await Store.open(db)
         await seed(store, clock.now())
+        if history:
+            add_history(db)
         if standby:
             await store.acquire_lease(
                 OTHER_ENGINE, clock.now(), 3600 * MICROS, ("ops-box", 4242, 1), _alive
@@ -121,6 +188,23 @@ async def with_runs(pilot) -> None:
 
 async def main_scene(pilot) -> None:
     await with_runs(pilot)
+
+
+async def grid_scene(pilot) -> None:
+    """The Tasks pane as the history grid (v), its cursor on export-orders' failure before
+    the newest one, which a retry follows (sample_app with history=True)."""
+    await with_runs(pilot)
+    app: TickuiApp = pilot.app
+    await pilot.press("v")
+    grid = app.board.grid
+    export = next(t.id for t in app.board.task_rows.by_id.values() if t.name == "export-orders")
+    grid.select_key(export)
+    for _ in range(200):
+        if len(grid.runs) == len(app.board.task_rows) and not grid.reading:
+            break
+        await pilot.pause(0.02)
+    grid.move_slot(2)
+    await pilot.pause()
 
 
 async def detail_scene(pilot) -> None:

@@ -23,9 +23,9 @@ OUTCOMES: dict[str, tuple[str, str, str]] = {
     "retried": ("↻", "yellow", "failed, then retried (the next cell)"),
     "running": ("▶", "bold cyan", "running"),
     "starting": ("▷", "cyan", "claimed, starting"),
-    "queued": ("◇", "yellow", "waiting to start (a retry, a buffered slot)"),
+    "queued": ("◇", "cyan", "waiting to start (a retry, a buffered slot)"),
     "skipped": ("·", "bright_black", "skipped (still running, buffer full)"),
-    "missed": ("○", "magenta", "missed (no engine ran the slot in time)"),
+    "missed": ("○", "yellow", "missed (no engine ran the slot in time)"),
     "cancelled": ("⊘", "magenta", "cancelled or replaced"),
 }
 _BY_STATE = {

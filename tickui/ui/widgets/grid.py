@@ -91,6 +91,11 @@ class TaskGrid(RowTable):
         if self.display:
             self._want_soon()
 
+    @property
+    def reading(self) -> bool:
+        """Some rows wait for their runs (asked for, or changed since read)."""
+        return bool(self._stale or self._asked)
+
     def current_runs(self) -> list[Occurrence] | None:
         """The runs of the task under the cursor, newest first; None while not read."""
         key = self.selected_key
