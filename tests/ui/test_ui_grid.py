@@ -173,3 +173,18 @@ async def test_the_grid_paints_only_the_rows_on_screen(dashboard) -> None:
     assert app.board.task_rows.key_at(199) in asked[1]
     assert len(grid.runs) == 2 * len(asked[0]) < 200
     assert isinstance(grid, TaskGrid)
+
+
+async def test_runs_reach_the_grid_while_the_occurrences_pane_filters_them_out(dashboard) -> None:
+    app, pilot = await dashboard()
+    pick(app, "alpha")
+    await pilot.press("v")
+    grid = app.board.grid
+    alpha = grid.selected_key
+    await until(pilot, lambda: grid.runs.get(alpha) == [])
+    await pilot.press("F")  # Occurrences: failed runs only
+    await until(pilot, lambda: app.board.occ_rows.state == "failed")
+    await pilot.press("r")
+    await until(pilot, lambda: row_of(app, "alpha").endswith(GLYPH["succeeded"]))
+    assert [o.state for o in grid.runs[alpha]] == ["succeeded"]
+    assert not app.board.occ_rows.by_id  # the pane shows none of them

@@ -179,7 +179,11 @@ class LiveRefresh:
                 board.occ_rows.window, board.occ_rows.newest_id, **board.occ_rows.query()
             )
             occ_ids |= {o.id for o in newer}
-            for occ in await store.occurrences_by_id(sorted(occ_ids)):
+            fetched = await store.occurrences_by_id(sorted(occ_ids))
+            board.grid.note(fetched)  # the history grid's rows, from the same reads
+            if board.occ_rows.filter_label():  # `newer` left out what the filter hides:
+                board.grid.stale({o.task_id for o in fetched})  # the grid reads its own
+            for occ in fetched:
                 old = board.occ_rows.by_id.get(occ.id)
                 self._tell_failure(old, occ)
                 kept = board.occ_rows.upsert(occ)
@@ -209,7 +213,6 @@ class LiveRefresh:
 
     async def _refresh_tasks(self, ids: set[int]) -> None:
         rows, table = self.board.task_rows, self.board.task_widget
-        self.board.grid.stale(ids)  # its rows on screen read their runs again
         store = self.host.store
         ordered = sorted(ids)
         found = await store.tasks_by_id(ordered)

@@ -83,6 +83,31 @@ class TaskGrid(RowTable):
         if self.selected_key in ids:
             self.post_message(self.Moved())
 
+    def note(self, occurrences: Iterable[Occurrence]) -> None:
+        """Runs the live refresh read (changed or new): each replaces the held run of its
+        id, or, newer than its task's newest held, goes first. A task whose runs are not
+        held is left to be read when its row is on screen."""
+        changed: set[int] = set()
+        for occ in sorted(occurrences, key=lambda o: o.id):
+            runs = self.runs.get(occ.task_id)
+            if runs is None:
+                continue
+            at = next((i for i, held in enumerate(runs) if held.id == occ.id), None)
+            if at is not None:
+                runs[at] = occ
+            elif not runs or occ.id > runs[0].id:
+                runs.insert(0, occ)
+                del runs[max(self.per_task, 1) :]
+            else:  # older than the newest held and not held: not one of its newest
+                continue
+            changed.add(occ.task_id)
+        for task_id in changed:
+            index = self.source.index_of(task_id)
+            if index is not None:
+                self.refresh_row(index)
+        if self.selected_key in changed:
+            self.post_message(self.Moved())
+
     def stale(self, ids: Iterable[int] | None = None) -> None:
         """These tasks' runs changed (None: every task's): rows on screen are read again,
         the old cells shown until then."""
