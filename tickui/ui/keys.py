@@ -26,8 +26,7 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
     ("Runs", [
         Key("r", "run_now", "Run now", "Run the selected task now (its schedule does not move)", 2),
         Key("enter", "detail", "Open",
-            "Open: a task's detail (Tasks table) or a run's output (Occurrences pane, grid)",
-            3),
+            "Open: a task's detail (Tasks pane) or a run's output (Occurrences pane)", 3),
         Key("c", "cancel_run", "Cancel run",
             "Cancel the selected running or waiting run (asks first); while quitting: all of them",
             4),

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from tickui.common.clock import ManualClock
 from tickui.common.timeutil import MICROS
+from tickui.model.occurrence import Change
 from tickui.model.spec import build_spec
 from tickui.runtime.host import Host, build_host
 from tickui.runtime.settings import EngineSettings, Settings
-from tickui.store import Store
+from tickui.store import Queued, Store
 from tickui.ticks.breaker import OPEN
 from tickui.ui.app import TickuiApp
 
@@ -37,10 +38,12 @@ SAMPLE_TASKS: list[tuple[str, dict]] = [
 Scene = Callable[[object], Awaitable[None]]  # takes a Pilot
 
 
-async def seed(store: Store, now: int) -> None:
+async def seed(store: Store, now: int, history: bool = False) -> None:
     for name, fields in SAMPLE_TASKS:
         spec = build_spec({"name": name, "anchor": ANCHOR, **fields}, now)
         await store.add_task(spec, now)
+    if history:  # before sync-crm is disabled: a disabled task's runs do not start
+        await add_history(store, now)
     await store.set_enabled("sync-crm", False, now, note="CRM migration")
 
 
@@ -60,53 +63,63 @@ EVERY = {"backup-db": 86_400, "export-orders": 900, "heartbeat": 30, "reindex": 
          "rotate-logs": 3600, "sync-crm": 300, "warm-cache": 600}  # fmt: skip
 
 
-def add_history(db: Path) -> None:
-    """HISTORY's runs, settled before T0, written as the engine leaves them (ids in time
-    order, a retry naming its first attempt)."""
-    import sqlite3
+async def add_history(store: Store, now: int) -> None:
+    """HISTORY's runs, settled before T0, through the store as the engine leaves them:
+    queued, then started, skipped or left waiting under a lease of its own, then ended
+    (ids in time order within a task, a retry naming its first attempt)."""
+    owner = "sample:0:history"
+    got = await store.acquire_lease(owner, now, 60 * MICROS, ("sample", 0, None), _alive)
+    assert got.lease is not None
+    token = got.lease.token
+    tasks = {t.name: t for t in await store.list_tasks(with_stats=False)}
+    start: list[int] = []
+    skip: list[tuple[int, str]] = []
+    ends: list[Change] = []
+    for name, letters in HISTORY.items():
+        task, every = tasks[name], EVERY[name] * MICROS
+        first_slot = T0 + 30 * MICROS - len(letters) * every
+        for k, letter in enumerate(letters):
+            slot = first_slot + k * every
+            missed = 3 if letter == "m" else 1
+            [first] = await store.queue_occurrences(
+                [Queued(task.id, name, "scheduled", slot, task.generation, covers=missed)], now
+            )
+            if letter in "km":
+                skip.append((first, MISSED if letter == "m" else "concurrency_forbid"))
+                continue
+            start.append(first)
+            ends.append(
+                _ended(first, slot, "c" if letter == "c" else "f" if letter in "frq" else "s")
+            )
+            if letter in "rq":  # its retry: it succeeded, or it waits
+                again = slot + 30 * MICROS
+                due = again if letter == "r" else T0 + 90 * MICROS
+                retry = Queued(task.id, name, "scheduled", slot, task.generation,
+                               retry_at=due, attempt=2, retry_of=first)  # fmt: skip
+                [second] = await store.queue_occurrences([retry], now)
+                if letter == "r":
+                    start.append(second)
+                    ends.append(_ended(second, again, "s"))
+    await store.take_queued(start, skip, [], owner, token, now)
+    await store.apply_changes(ends)
+    await store.release_lease(owner, token, now)
 
-    insert = (
-        "INSERT INTO occurrences (task_id, task, kind, scheduled_for, state, claimed_at,"
-        " covers, missed, accepted_at, started_at, finished_at, exit_code, error_code, detail,"
-        " attempt, retry_of, retry_at, generation)"
-        " VALUES (?,?,'scheduled',?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-        " (SELECT generation FROM tasks WHERE id = ?1))"
-    )
-    conn = sqlite3.connect(db)
-    try:
-        with conn:
-            ids = dict(conn.execute("SELECT name, id FROM tasks"))
-            for name, letters in HISTORY.items():
-                every = EVERY[name] * MICROS
-                first_slot = T0 + 30 * MICROS - len(letters) * every
-                for k, letter in enumerate(letters):
-                    _slot(conn, insert, ids[name], name, first_slot + k * every, letter)
-    finally:
-        conn.close()
+
+MISSED = "misfire_skipped: 3 missed"
+DETAILS = {"s": None, "f": "exit 3: upload refused", "c": "replaced"}
 
 
-def _slot(conn, insert: str, task_id: int, name: str, slot: int, letter: str) -> None:
-    start, took = slot + 40_000, 200_000 + (slot // MICROS % 7) * 90_000
-    if letter in "km":
-        missed = 3 if letter == "m" else 0
-        detail = "misfire_skipped: 3 missed" if letter == "m" else "concurrency_forbid"
-        conn.execute(insert, (task_id, name, slot, "skipped", slot, missed or 1, missed,
-                              None, None, slot, None, None, detail, 1, None, None))  # fmt: skip
-        return
-    state = {"s": "succeeded", "f": "failed", "r": "failed", "c": "cancelled", "q": "failed"}
-    failed = letter in "frq"
-    row = (task_id, name, slot, state[letter], slot, 1, 0, slot + 20_000, start, start + took,
-           3 if failed else (-15 if letter == "c" else 0), "EXIT_NONZERO" if failed else None,
-           "exit 3: upload refused" if failed else ("replaced" if letter == "c" else None),
-           1, None, None)  # fmt: skip
-    first = conn.execute(insert, row).lastrowid
-    if letter in "rq":  # the retry: it succeeded, or it waits
-        again = slot + 30 * MICROS
-        done = letter == "r"
-        conn.execute(insert, (task_id, name, slot, "succeeded" if done else "queued", again, 1, 0,
-                              again if done else None, again if done else None,
-                              again + took if done else None, 0 if done else None, None,
-                              None, 2, first, None if done else T0 + 90 * MICROS))  # fmt: skip
+def _ended(occ_id: int, slot: int, how: str) -> Change:
+    """A run started 40 ms after its slot, ended 0.2 to 0.8 s later: s succeeded, f failed
+    (exit 3), c cancelled (replaced by the next slot's run)."""
+    began = slot + 40_000
+    took = 200_000 + (slot // MICROS % 7) * 90_000
+    fields = {"started_at": began, "finished_at": began + took,
+              "exit_code": {"s": 0, "f": 3, "c": -15}[how],
+              "error_code": "EXIT_NONZERO" if how == "f" else None,
+              "detail": DETAILS[how]}  # fmt: skip
+    state = {"s": "succeeded", "f": "failed", "c": "cancelled"}[how]
+    return Change(occ_id, 0, state, fields)
 
 
 def sample_app(db: Path, *, standby: bool = False, history: bool = False) -> TickuiApp:
@@ -115,9 +128,7 @@ def sample_app(db: Path, *, standby: bool = False, history: bool = False) -> Tic
 
     async def factory() -> Host:
         store = await Store.open(db)
-        await seed(store, clock.now())
-        if history:
-            add_history(db)
+        await seed(store, clock.now(), history)
         if standby:
             await store.acquire_lease(
                 OTHER_ENGINE, clock.now(), 3600 * MICROS, ("ops-box", 4242, 1), _alive

@@ -174,7 +174,8 @@ def _took(occ: Occurrence, outcome: str, now: int) -> str:
     if outcome == "queued":
         return f"starts in {countdown(occ.retry_at or occ.scheduled_for, now)}"
     if outcome == "missed":
-        return f"{occ.missed} slot{'s' if occ.missed != 1 else ''} missed"
+        count = occ.missed or occ.covers  # a misfire skip stands for `covers` slots
+        return f"{count} slot{'s' if count != 1 else ''} missed"
     if outcome == "skipped":
         return safe_text((occ.detail or "").split(" (")[0])
     if occ.started_at is not None and occ.finished_at is not None:
