@@ -32,7 +32,7 @@ and the history is one `executemany`, so seeding takes a few seconds.
    timed until the grid holds the changed run (the drain's own read of it) and `pause(0)`.
    Reported against the table's medians of the same run.
 
-    .venv/bin/python benchmarks/ui_scale.py                 # about 40 s
+    .venv/bin/python benchmarks/ui_scale.py                 # about 60 s
     .venv/bin/python benchmarks/ui_scale.py --rounds 5 --lag-seconds 20
     .venv/bin/python benchmarks/ui_scale.py --profile       # also cProfile one first paint
 

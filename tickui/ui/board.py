@@ -43,13 +43,13 @@ class Board:
         # The Tasks pane's views, in the order its key steps through them (the first is
         # shown at start): each over the same rows, cursor and filter.
         self.task_views: dict[str, RowTable] = {"table": self.tasks_table, "grid": self.grid}
-        self.task_view = "table"
+        self.task_view_name = "table"  # the one shown
         self._save_failed = False
 
     @property
     def task_widget(self) -> RowTable:
         """The Tasks pane's view shown now."""
-        return self.task_views[self.task_view]
+        return self.task_views[self.task_view_name]
 
     def now(self) -> int:
         return self.host.clock.now() if self.host is not None else 0

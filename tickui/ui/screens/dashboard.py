@@ -347,7 +347,7 @@ class Dashboard(Screen[None]):
         board = self.board
         views = list(board.task_views)
         old = self.task_view
-        board.task_view = views[(views.index(board.task_view) + 1) % len(views)]
+        board.task_view_name = views[(views.index(board.task_view_name) + 1) % len(views)]
         new = self.task_view
         key = old.selected_key
         old.display = False
@@ -419,7 +419,7 @@ class Dashboard(Screen[None]):
         rows = board.task_rows
         title, descending = rows.sort
         text = f"Tasks · by {title} {'▼' if descending else '▲'}"
-        if board.task_view == "grid":
+        if board.task_view_name == "grid":
             text = f"Tasks · grid · {self._grid_cell()}"
         if rows.held and rows.stale:  # the order waits for the cursor to go back up
             text += " · order held (home resumes)"
