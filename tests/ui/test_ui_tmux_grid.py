@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli, poll
+from helpers import cli, cli_json, poll
 from tickui.ui.view.grid import fit_slots
 from ui_support import wait_for
 
@@ -43,18 +43,24 @@ def test_the_grid_in_a_real_terminal(tmux, tmp_path: Path, size: tuple[int, int]
 
     wait_for(screen, "engine running")
     wait_for(screen, "│ok ")
+
+    def ended(name: str) -> list[str]:
+        runs = cli_json("history", name, db=db)
+        return [o["state"] for o in runs if o["state"] in ("succeeded", "failed")]
+
     keys("r")  # bad, the first row (same next run, then by name), twice; then ok
-    poll(lambda: screen().count("exit 3") >= 1, 15, "bad's first run to fail")
+    poll(lambda: ended("bad") == ["failed"], 15, "bad's first run to fail")
     keys("r")
-    poll(lambda: screen().count("exit 3") >= 2, 15, "bad's second run to fail")
+    poll(lambda: ended("bad") == ["failed", "failed"], 15, "bad's second run to fail")
     keys("Down", "r")
-    wait_for(screen, "succeeded")
+    poll(lambda: ended("ok") == ["succeeded"], 15, "ok's run to succeed")
 
     keys("v")
     shown = wait_for(screen, "Tasks · grid · ok · run 3")
     assert "newer →" in shown
-    assert _line(shown, "bad").endswith("✗ ✗"), shown
-    assert _line(shown, "ok").endswith("■"), shown
+    poll(lambda: _line(screen(), "bad").endswith("✗ ✗"), 15, "bad's cells")
+    poll(lambda: _line(screen(), "ok").endswith("■"), 15, "ok's cell")
+    shown = screen()
     border = next(line for line in shown.splitlines() if "Tasks · grid" in line)
     inner = border.index("╮") - 1  # the pane's width inside its border
     # the newest cell ends the row; at most a scrollbar's column and a spare one after it
