@@ -22,8 +22,17 @@ and the history is one `executemany`, so seeding takes a few seconds.
    to running per batch, then one `run.completed` per run from its watcher, 100 to
    280 ms later). A 10 ms sleep loop records how late it wakes for `--lag-seconds`.
 4. Peak RSS of this process (ru_maxrss) at the end: the 10,000-task app is the largest.
+5. The Tasks pane's history grid, in rounds of their own beside the table's (same apps'
+   kind, same databases, alternating): first paint is the table's, then `v` and until
+   every row on screen holds its runs (one `recent_runs` query) and a `pilot.pause()`
+   ran; "switch" is from v's action until those runs are held and `pause(0)` repainted
+   (that first one, then 5 more: back to the table and to the grid again, which reads
+   the rows on screen again).
+   One change is the table's change, made to the newest run of the grid's first row,
+   timed until the grid holds the changed run (the drain's own read of it) and `pause(0)`.
+   Reported against the table's medians of the same run.
 
-    .venv/bin/python benchmarks/ui_scale.py                 # about 40 s
+    .venv/bin/python benchmarks/ui_scale.py                 # about 60 s
     .venv/bin/python benchmarks/ui_scale.py --rounds 5 --lag-seconds 20
     .venv/bin/python benchmarks/ui_scale.py --profile       # also cProfile one first paint
 
@@ -68,6 +77,8 @@ SIZE = (200, 60)
 BIG, SMALL, PER_TASK = 10_000, 100, 10
 BUSY = 100  # tasks every 1 s: about 100 runs a second
 HOUR = 3600 * MICROS
+SWITCHES = 5  # table and back to the grid, timed, after the grid's first paint
+GRID_ROWS, GRID_SLOTS = 30, 67  # about the grid's rows and cells on screen at 200x60
 TARGETS = {"first_paint_s": 1.5, "update_ratio": 2.0, "loop_lag_p99_ms": 50.0, "peak_rss_mb": 250}
 
 
@@ -287,6 +298,65 @@ async def _applied(app: TickuiApp, occ_id: int, detail: str) -> None:
         await app.live.drain()
 
 
+async def _grid_painted(app: TickuiApp) -> None:
+    """Until every row of the grid on screen holds its runs (read in one query)."""
+    grid = app.board.grid
+    while not grid.runs or grid.reading:
+        await asyncio.sleep(0)
+
+
+async def _grid_applied(app: TickuiApp, task_id: int, detail: str) -> None:
+    """Until the grid holds the changed run: a drain marks its task, the grid asks."""
+    grid = app.board.grid
+    while (runs := grid.runs.get(task_id)) is None or runs[0].detail != detail:
+        await asyncio.sleep(0)
+        if not grid.reading:  # not asked yet: the drain that marks it has not run
+            await app.live.drain()
+
+
+async def grid_round(db: Path, tasks: int, updates: int) -> dict:
+    """One fresh app shown as the history grid: first paint (the table's, then v until its
+    rows on screen hold their runs), then `updates` one-occurrence changes, each timed
+    until the grid holds it and one repaint."""
+    gc.collect()
+    app = make_app(db)
+    start = time.perf_counter()
+    async with app.run_test(size=SIZE) as pilot:
+        await app.ready.wait()
+        await pilot.pause()
+        switched = time.perf_counter()
+        app.screen.action_cycle_view()  # what v does
+        await _grid_painted(app)
+        await pilot.pause(0)
+        switches = [(time.perf_counter() - switched) * 1000]
+        await pilot.pause()
+        first_paint = time.perf_counter() - start
+        for _ in range(SWITCHES):  # back to the table, then the grid again (read again)
+            app.screen.action_cycle_view()
+            await pilot.pause(0)
+            switched = time.perf_counter()
+            app.screen.action_cycle_view()
+            await _grid_painted(app)
+            await pilot.pause(0)
+            switches.append((time.perf_counter() - switched) * 1000)
+        grid = app.board.grid
+        assert grid.display and len(grid.runs) > 20, len(grid.runs)
+        task_id = grid.selected_key
+        occ_id = grid.runs[task_id][0].id
+        work = []
+        for i in range(updates):
+            detail = f"grid change {i}"
+            await _change(app, occ_id, detail)
+            began = time.perf_counter()
+            app.live.mark(tasks=[], occurrences=[occ_id])
+            await app.live.drain()
+            await _grid_applied(app, task_id, detail)
+            await pilot.pause(0)
+            work.append((time.perf_counter() - began) * 1000)
+        assert grid.runs[task_id][0].error_code == "BENCH"
+    return {"first_paint_s": first_paint, "switch_ms": switches, "update_ms": work}
+
+
 async def ui_round(db: Path, tasks: int, updates: int) -> dict:
     """One fresh app: its first paint, then `updates` timed one-occurrence changes of
     each kind (repaint by pause(0), and by pause() with its idle wait)."""
@@ -341,6 +411,10 @@ async def store_steps(db: Path, rounds: int, repeats: int = 10) -> dict[str, flo
         t = lap("task_stats(): every task", t)
         newest = await store.newest_occurrences(500)
         t = lap("newest_occurrences(500)", t)
+        shown = [task.id for task in (await store.list_tasks(with_stats=False))[:GRID_ROWS]]
+        t = time.perf_counter()
+        await store.recent_runs(shown, GRID_SLOTS)
+        t = lap(f"grid: recent_runs({GRID_ROWS} tasks, {GRID_SLOTS} a task)", t)
         occ = newest[0]
         for _ in range(repeats):
             t = time.perf_counter()
@@ -482,6 +556,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
     _print_lag(f"fresh database, {BUSY} tasks", fresh)
 
     results: dict[int, list[dict]] = {BIG: [], SMALL: []}
+    grids: dict[int, list[dict]] = {BIG: [], SMALL: []}
     for round_no in range(args.rounds):
         for db, tasks in ((big, BIG), (small, SMALL)):
             r = await ui_round(db, tasks, args.updates)
@@ -491,6 +566,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
                 f"  one change {med(r['update_ms']):6.2f} ms with pause(0),"
                 f" {med(r['update_idle_ms']):6.2f} ms with pause()"
                 f"  (RSS {r['rss_after_paint_mb']:.0f} MB)"
+            )
+            g = await grid_round(db, tasks, args.updates)
+            grids[tasks].append(g)
+            print(
+                f"        grid: first paint {g['first_paint_s']:5.2f} s"
+                f" (v to painted {med(g['switch_ms']):6.1f} ms)"
+                f"  one change {med(g['update_ms']):6.2f} ms with pause(0)"
             )
 
     def all_of(tasks: int, key: str) -> list[float]:
@@ -504,6 +586,10 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
         med(b["update_ms"]) / med(s["update_ms"])
         for b, s in zip(results[BIG], results[SMALL], strict=True)
     ]
+
+    grid_paint_big = [g["first_paint_s"] for g in grids[BIG]]
+    grid_upd_big = med([v for g in grids[BIG] for v in g["update_ms"]])
+    grid_upd_small = med([v for g in grids[SMALL] for v in g["update_ms"]])
 
     steps_big, steps_small = await store_steps(big, 3), await store_steps(small, 3)
     print(f"store calls, median ms: {BIG:,} tasks / {big_counts[1]:,} occurrences vs {SMALL}:")
@@ -537,6 +623,16 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict:
         "update_idle_pause_ms_10k": round(idle_big, 2),
         "update_idle_pause_ms_100": round(idle_small, 2),
         "update_ratio_idle_pause": round(idle_big / idle_small, 2),
+        "grid_first_paint_s": round(med(grid_paint_big), 3),
+        "grid_first_paint_s_runs": [round(v, 3) for v in grid_paint_big],
+        "grid_first_paint_s_100": round(med([g["first_paint_s"] for g in grids[SMALL]]), 3),
+        "grid_switch_ms_10k": round(med([v for g in grids[BIG] for v in g["switch_ms"]]), 1),
+        "grid_switch_ms_100": round(med([v for g in grids[SMALL] for v in g["switch_ms"]]), 1),
+        "grid_update_ms_10k": round(grid_upd_big, 2),
+        "grid_update_ms_100": round(grid_upd_small, 2),
+        "grid_update_ratio": round(grid_upd_big / grid_upd_small, 2),
+        "grid_vs_table_first_paint": round(med(grid_paint_big) / med(paint_big), 2),
+        "grid_vs_table_update": round(grid_upd_big / upd_big, 2),
         "store_ms_10k": {k: round(v, 2) for k, v in steps_big.items()},
         "store_ms_100": {k: round(v, 2) for k, v in steps_small.items()},
         "loop_lag_p50_ms": round(fresh["lag_p50_ms"], 2),
@@ -574,6 +670,13 @@ def report(summary: dict) -> None:
         f"  timed with pilot.pause() instead: {summary['update_idle_pause_ms_10k']:.1f} ms vs"
         f" {summary['update_idle_pause_ms_100']:.1f} ms, ratio"
         f" {summary['update_ratio_idle_pause']:.2f} (mostly its idle wait)"
+    )
+    print(
+        f"history grid, {BIG:,} tasks: first paint {summary['grid_first_paint_s']:.2f} s"
+        f" ({summary['grid_vs_table_first_paint']:.2f} x the table's; v to painted"
+        f" {summary['grid_switch_ms_10k']:.1f} ms), one change {summary['grid_update_ms_10k']:.2f}"
+        f" ms ({summary['grid_vs_table_update']:.2f} x the table's); vs {SMALL} tasks"
+        f" {summary['grid_update_ms_100']:.2f} ms, ratio {summary['grid_update_ratio']:.2f}"
     )
     print(
         f"loop lag p99 at {summary['settled_runs_per_s']:.0f} runs/s: {lag} ms"

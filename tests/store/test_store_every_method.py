@@ -107,6 +107,7 @@ async def _life(target) -> dict[str, object]:
         said["due_queued"] = await store.due_queued(slot + 10 * S)
         said["has_due_queued"] = await store.has_due_queued(slot + 10 * S)
         said["queued_of"] = await store.queued_of([a.id])
+        said["recent"] = await store.recent_runs([a.id, manual.task_id, 9999], 2)
         said["take"] = await store.take_queued(queued, [], [], owner, token, slot + 10 * S)
         back = await store.queue_backfill("c", [slot - 120 * S, slot - 60 * S], slot)
         said["backfill"] = back

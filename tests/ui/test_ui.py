@@ -315,7 +315,7 @@ async def test_help_lists_every_key(dashboard) -> None:
 
 
 async def test_every_key_is_in_the_footer_and_the_command_palette(dashboard) -> None:
-    app, pilot = await dashboard(size=(220, 40))
+    app, pilot = await dashboard(size=(240, 40))
     labels = [label for _, action, label, _ in KEYS if action != "focus_next"]
     # The footer lists the focused pane's keys: wait for the focus, then for its repaint.
     await until(pilot, lambda: app.focused is app.board.tasks_table, timeout=5)

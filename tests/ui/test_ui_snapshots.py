@@ -91,9 +91,9 @@ def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     shown = {p.stem: html.unescape(p.read_text()).replace("\xa0", " ") for p in out.glob("*.svg")}
-    assert {"busy", "main", "run-output", "detail", "add-form", "breaker-open", "workers"} <= set(
-        shown
-    )
+    assert {"busy", "main", "run-output", "detail", "add-form", "breaker-open", "workers",
+            "grid"} <= set(shown)  # fmt: skip
+    assert "Tasks · grid · export-orders · run " in shown["grid"] and "↻" in shown["grid"]
     busy = shown["busy"]
     assert "running" in busy and "failed" in busy and "OPEN" in busy
     assert "Run 2 of export-orders" in shown["run-output"]
@@ -104,3 +104,9 @@ def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
     assert "worker build-02: 3 forged commands" in workers  # "refused" may wrap
     breaker = shown["breaker-open"]
     assert "SIMULATING PUBLISH FAILURES" in breaker and "OPEN" in breaker
+
+
+def test_history_grid(snap_compare, tmp_path: Path) -> None:
+    """v on a history: each outcome's glyph and colour, the cursor on a retried failure."""
+    app = sample.sample_app(tmp_path / "t.db", history=True)
+    assert snap_compare(app, run_before=sample.grid_scene, terminal_size=SIZE)

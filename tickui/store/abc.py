@@ -263,6 +263,13 @@ class Store(ABC):
         """Newest first; `task_text` matches names as `ascii_lower` does."""
 
     @abstractmethod
+    async def recent_runs(
+        self, task_ids: Sequence[int], per_task: int
+    ) -> dict[int, list[Occurrence]]:
+        """Each of `task_ids`' newest `per_task` occurrences, newest first (the history
+        grid's cells); tasks with none are left out."""
+
+    @abstractmethod
     async def active_occurrences(self) -> list[Occurrence]: ...
 
     @abstractmethod

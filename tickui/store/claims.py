@@ -3,6 +3,7 @@ occurrence rows that result, their acceptance and direct failure, history and pr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,6 +65,20 @@ class ClaimQueries(StoreBase):
             (*params, limit),
         )
         return [occurrence_from_row(row) for row in rows]
+
+    async def recent_runs(
+        self, task_ids: Sequence[int], per_task: int
+    ) -> dict[int, list[Occurrence]]:
+        """Each task's newest `per_task` occurrences (retries, skipped and queued slots
+        too), newest first, in one query: it costs the rows it returns, not the history."""
+        if not task_ids or per_task < 1:
+            return {}
+        rows = await self._all(reads.RECENT_OF, (json.dumps(list(task_ids)), per_task - 1))
+        found: dict[int, list[Occurrence]] = {}
+        for row in rows:
+            occ = occurrence_from_row(row)
+            found.setdefault(occ.task_id, []).append(occ)
+        return found
 
     async def active_occurrences(self) -> list[Occurrence]:
         rows = await self._all(f"{_OCC_SELECT} WHERE state IN {_ACTIVE_SQL} ORDER BY id")

@@ -28,6 +28,17 @@ OCC_SELECT = "SELECT " + ", ".join(OCCURRENCE_COLUMNS) + " FROM occurrences"
 ACTIVE_SQL = "('" + "', '".join(ACTIVE) + "')"
 HISTORY = f"{OCC_SELECT} ORDER BY id DESC LIMIT ?"
 HISTORY_OF = f"{OCC_SELECT} WHERE task = ? ORDER BY id DESC LIMIT ?"
+# Each task's newest occurrences, of tasks given as one JSON array and how many a task
+# less one (the OFFSET of the oldest kept): per task, one index lookup finds the oldest id
+# kept and one index range reads from it (occurrences(task_id, id)), however long its
+# history. The same text runs on PostgreSQL (tickui.store.pgconn rewrites json_each).
+RECENT_OF = (
+    "WITH shown(task_id) AS (SELECT value FROM json_each(?)) SELECT "
+    + ", ".join(f"o.{column}" for column in OCCURRENCE_COLUMNS)
+    + " FROM shown CROSS JOIN occurrences o ON o.task_id = shown.task_id"
+    " AND o.id >= coalesce((SELECT p.id FROM occurrences p WHERE p.task_id = shown.task_id"
+    " ORDER BY p.id DESC LIMIT 1 OFFSET ?), 0) ORDER BY o.task_id, o.id DESC"
+)
 
 
 def history_query(task: str | None, limit: int) -> tuple[str, tuple[Any, ...]]:

@@ -14,6 +14,7 @@ from tickui.ui import settings as saved
 from tickui.ui.view.cells import MODES, TimeView, occurrence_cells, task_cells
 from tickui.ui.view.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
 from tickui.ui.view.rows import OccurrenceRows, TaskRows
+from tickui.ui.widgets.grid import TaskGrid
 from tickui.ui.widgets.table import RowTable
 from tickui.ui.widgets.workers import WorkerColumn
 
@@ -38,7 +39,17 @@ class Board:
         self.tasks_table = RowTable(TASK_COLUMNS, self.task_cells, self.now, id="tasks")
         self.occ_table = RowTable(OCCURRENCE_COLUMNS, self.occ_cells, self.now, id="occurrences")
         self.worker_column = WorkerColumn(self.occ_table)
+        self.grid = TaskGrid(self.task_cells, self.task_rows.at, self.now, id="task-grid")
+        # The Tasks pane's views, in the order its key steps through them (the first is
+        # shown at start): each over the same rows, cursor and filter.
+        self.task_views: dict[str, RowTable] = {"table": self.tasks_table, "grid": self.grid}
+        self.task_view_name = "table"  # the one shown
         self._save_failed = False
+
+    @property
+    def task_widget(self) -> RowTable:
+        """The Tasks pane's view shown now."""
+        return self.task_views[self.task_view_name]
 
     def now(self) -> int:
         return self.host.clock.now() if self.host is not None else 0

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from textual.binding import Binding
 
+from tickui.ui.view.grid import legend
+
 
 @dataclass(frozen=True)
 class Key:
@@ -49,6 +51,8 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
         Key("S", "cycle_sort", "Sort",
             "Tasks: sort by the next column; click a header to sort by it, again to reverse",
             11),
+        Key("v", "cycle_view", "View",
+            "Tasks pane: the table, or the history grid of each task's recent runs", 11),
         Key("z", "cycle_zone", "Zone", "Times in local time, UTC or each task's own zone", 14),
         Key("H", "toggle_side", "Side panes",
             "Hide or show the side panes (ticks, breaker, workers)", 15),
@@ -83,7 +87,7 @@ TASK_ACTIONS = (
 )  # fmt: skip
 VIEW_ACTIONS = (
     "cycle_state", "follow_task", "cycle_sort", "cycle_zone", "toggle_side", "hooks",
-    "clear_filter",
+    "clear_filter", "cycle_view",
 )  # fmt: skip
 DASHBOARD_GROUPS = ("Runs", "Tasks", "View")  # the dashboard screen's; the rest are the app's
 DETAIL_DASHBOARD_ACTIONS = ("detail", "edit_task", "toggle_enabled")  # bound on a task's detail too
@@ -125,6 +129,15 @@ MOVING = [
     ),
     ("ctrl+p", "Command palette (all of the above, and themes)"),
 ]
+# The history grid (v): its moves, then what each cell's glyph says (colour says it again).
+GRID_KEYS = [
+    ("← → enter", "An older / a newer run of the task (↑ ↓ another task); enter opens the run."
+     " The pane's title says the run: its slot, outcome and duration"),
+    *(
+        (" ".join(glyph for glyph, _ in part), "; ".join(f"{g} {m}" for g, m in part))
+        for part in (legend()[:4], legend()[4:])
+    ),
+]  # fmt: skip
 APP_KEYS = [
     ("?", "This help"),
     ("q", "Quit (asks about active runs)"),
@@ -170,7 +183,7 @@ def help_groups(screen: str = "dashboard") -> list[tuple[str, list[tuple[str, st
     groups = [
         (title, [(SHOWN_KEY.get(k.key, k.key), k.text) for k in keys]) for title, keys in KEY_GROUPS
     ]
-    return [*groups, ("Moving", MOVING)]
+    return [*groups, ("History grid", GRID_KEYS), ("Moving", MOVING)]
 
 
 def keys_markdown() -> str:

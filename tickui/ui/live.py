@@ -100,7 +100,7 @@ class LiveRefresh:
         newest = await store.newest_occurrences(1)
         self.notices.newest_at_load = newest[0].id if newest else 0
         await board.load_occurrences()
-        board.tasks_table.sync_size()
+        board.task_widget.sync_size()
 
     # ---- what changed -----------------------------------------------------------------
 
@@ -179,7 +179,11 @@ class LiveRefresh:
                 board.occ_rows.window, board.occ_rows.newest_id, **board.occ_rows.query()
             )
             occ_ids |= {o.id for o in newer}
-            for occ in await store.occurrences_by_id(sorted(occ_ids)):
+            fetched = await store.occurrences_by_id(sorted(occ_ids))
+            board.grid.note(fetched)  # the history grid's rows, from the same reads
+            if board.occ_rows.filter_label():  # `newer` left out what the filter hides:
+                board.grid.stale({o.task_id for o in fetched})  # the grid reads its own
+            for occ in fetched:
                 old = board.occ_rows.by_id.get(occ.id)
                 self._tell_failure(old, occ)
                 kept = board.occ_rows.upsert(occ)
@@ -208,7 +212,7 @@ class LiveRefresh:
                 self.screen.app.bell()
 
     async def _refresh_tasks(self, ids: set[int]) -> None:
-        rows, table = self.board.task_rows, self.board.tasks_table
+        rows, table = self.board.task_rows, self.board.task_widget
         store = self.host.store
         ordered = sorted(ids)
         found = await store.tasks_by_id(ordered)
@@ -324,7 +328,7 @@ class LiveRefresh:
         """Repaint the cells whose text changed (countdowns, durations) and the clock;
         nothing else."""
         self._last_second = asyncio.get_running_loop().time()
-        self.board.tasks_table.refresh_changed()
+        self.board.task_widget.refresh_changed()
         self.board.occ_table.refresh_changed()
         self.show_status()
         self.screen.show_titles()  # "↑ N newer above" follows the Occurrences pane's scroll

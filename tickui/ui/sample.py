@@ -13,10 +13,11 @@ from pathlib import Path
 
 from tickui.common.clock import ManualClock
 from tickui.common.timeutil import MICROS
+from tickui.model.occurrence import Change
 from tickui.model.spec import build_spec
 from tickui.runtime.host import Host, build_host
 from tickui.runtime.settings import EngineSettings, Settings
-from tickui.store import Store
+from tickui.store import Queued, Store
 from tickui.ticks.breaker import OPEN
 from tickui.ui.app import TickuiApp
 
@@ -37,20 +38,97 @@ SAMPLE_TASKS: list[tuple[str, dict]] = [
 Scene = Callable[[object], Awaitable[None]]  # takes a Pilot
 
 
-async def seed(store: Store, now: int) -> None:
+async def seed(store: Store, now: int, history: bool = False) -> None:
     for name, fields in SAMPLE_TASKS:
         spec = build_spec({"name": name, "anchor": ANCHOR, **fields}, now)
         await store.add_task(spec, now)
+    if history:  # before sync-crm is disabled: a disabled task's runs do not start
+        await add_history(store, now)
     await store.set_enabled("sync-crm", False, now, note="CRM migration")
 
 
-def sample_app(db: Path, *, standby: bool = False) -> TickuiApp:
+# The history grid's scene: each task's past slots, newest last, one letter a slot:
+# s succeeded, f failed, r failed then retried (a second attempt that succeeded),
+# c cancelled, k skipped, m missed (a misfire skip of 3 slots), q a retry still waiting.
+HISTORY = {
+    "backup-db": "sssssssfsssss",
+    "export-orders": "ssssrsssfssrsssssffrssssssssrsssssssssfq",
+    "heartbeat": "s" * 30 + "f" + "s" * 40,
+    "reindex": "ssksskssssskssskssskssssssks",
+    "rotate-logs": "sssssmsssssssssssmssss",
+    "sync-crm": "ssssssssscc",
+    "warm-cache": "sssscsssssscsssssscssssssssc",
+}
+EVERY = {"backup-db": 86_400, "export-orders": 900, "heartbeat": 30, "reindex": 3600,
+         "rotate-logs": 3600, "sync-crm": 300, "warm-cache": 600}  # fmt: skip
+
+
+async def add_history(store: Store, now: int) -> None:
+    """HISTORY's runs, settled before T0, through the store as the engine leaves them:
+    queued, then started, skipped or left waiting under a lease of its own, then ended
+    (ids in time order within a task, a retry naming its first attempt)."""
+    owner = "sample:0:history"
+    got = await store.acquire_lease(owner, now, 60 * MICROS, ("sample", 0, None), _alive)
+    assert got.lease is not None
+    token = got.lease.token
+    tasks = {t.name: t for t in await store.list_tasks(with_stats=False)}
+    start: list[int] = []
+    skip: list[tuple[int, str]] = []
+    ends: list[Change] = []
+    for name, letters in HISTORY.items():
+        task, every = tasks[name], EVERY[name] * MICROS
+        first_slot = T0 + 30 * MICROS - len(letters) * every
+        for k, letter in enumerate(letters):
+            slot = first_slot + k * every
+            missed = 3 if letter == "m" else 1
+            [first] = await store.queue_occurrences(
+                [Queued(task.id, name, "scheduled", slot, task.generation, covers=missed)], now
+            )
+            if letter in "km":
+                skip.append((first, MISSED if letter == "m" else "concurrency_forbid"))
+                continue
+            start.append(first)
+            ends.append(
+                _ended(first, slot, "c" if letter == "c" else "f" if letter in "frq" else "s")
+            )
+            if letter in "rq":  # its retry: it succeeded, or it waits
+                again = slot + 30 * MICROS
+                due = again if letter == "r" else T0 + 90 * MICROS
+                retry = Queued(task.id, name, "scheduled", slot, task.generation,
+                               retry_at=due, attempt=2, retry_of=first)  # fmt: skip
+                [second] = await store.queue_occurrences([retry], now)
+                if letter == "r":
+                    start.append(second)
+                    ends.append(_ended(second, again, "s"))
+    await store.take_queued(start, skip, [], owner, token, now)
+    await store.apply_changes(ends)
+    await store.release_lease(owner, token, now)
+
+
+MISSED = "misfire_skipped: 3 missed"
+DETAILS = {"s": None, "f": "exit 3: upload refused", "c": "replaced"}
+
+
+def _ended(occ_id: int, slot: int, how: str) -> Change:
+    """A run started 40 ms after its slot, ended 0.2 to 0.8 s later: s succeeded, f failed
+    (exit 3), c cancelled (replaced by the next slot's run)."""
+    began = slot + 40_000
+    took = 200_000 + (slot // MICROS % 7) * 90_000
+    fields = {"started_at": began, "finished_at": began + took,
+              "exit_code": {"s": 0, "f": 3, "c": -15}[how],
+              "error_code": "EXIT_NONZERO" if how == "f" else None,
+              "detail": DETAILS[how]}  # fmt: skip
+    state = {"s": "succeeded", "f": "failed", "c": "cancelled"}[how]
+    return Change(occ_id, 0, state, fields)
+
+
+def sample_app(db: Path, *, standby: bool = False, history: bool = False) -> TickuiApp:
     clock = ManualClock(T0)
     settings = Settings(engine=EngineSettings(stop_grace=0))
 
     async def factory() -> Host:
         store = await Store.open(db)
-        await seed(store, clock.now())
+        await seed(store, clock.now(), history)
         if standby:
             await store.acquire_lease(
                 OTHER_ENGINE, clock.now(), 3600 * MICROS, ("ops-box", 4242, 1), _alive
@@ -121,6 +199,23 @@ async def with_runs(pilot) -> None:
 
 async def main_scene(pilot) -> None:
     await with_runs(pilot)
+
+
+async def grid_scene(pilot) -> None:
+    """The Tasks pane as the history grid (v), its cursor on export-orders' failure before
+    the newest one, which a retry follows (sample_app with history=True)."""
+    await with_runs(pilot)
+    app: TickuiApp = pilot.app
+    await pilot.press("v")
+    grid = app.board.grid
+    export = next(t.id for t in app.board.task_rows.by_id.values() if t.name == "export-orders")
+    grid.select_key(export)
+    for _ in range(200):
+        if len(grid.runs) == len(app.board.task_rows) and not grid.reading:
+            break
+        await pilot.pause(0.02)
+    grid.move_slot(2)
+    await pilot.pause()
 
 
 async def detail_scene(pilot) -> None:

@@ -17,6 +17,10 @@ def _fixed(db: Path):
     return sample.sample_app(db)
 
 
+def _history(db: Path):
+    return sample.sample_app(db, history=True)
+
+
 def _standby(db: Path):
     return sample.sample_app(db, standby=True)
 
@@ -24,6 +28,7 @@ def _standby(db: Path):
 SHOTS = [
     ("busy", sample.busy_scene, sample.busy_app),  # live: real time from a fixed instant
     ("main", sample.main_scene, _fixed),
+    ("grid", sample.grid_scene, _history),
     ("run-output", sample.run_output_scene, _fixed),
     ("detail", sample.detail_scene, _fixed),
     ("add-form", sample.add_scene, _fixed),

@@ -164,7 +164,7 @@ class TaskActions:
         self.notify(f"added {task.name}")
         self.live.mark([task.id])
         await self.live.drain()
-        self.board.tasks_table.select_key(task.id)
+        self.board.task_widget.select_key(task.id)
 
     def edit(self, task: Task) -> None:
         """The add form filled in with `task`; saved through the same checks (a bad or

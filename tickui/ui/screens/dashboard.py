@@ -14,6 +14,7 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
 
+from tickui.common.redact import redact
 from tickui.model.records import Occurrence, Task
 from tickui.ui.board import Board
 from tickui.ui.keys import (
@@ -29,7 +30,9 @@ from tickui.ui.screens.detail import DetailScreen
 from tickui.ui.screens.hooks import HooksScreen
 from tickui.ui.task_actions import TaskActions
 from tickui.ui.view.cells import MODES, TimeView
+from tickui.ui.view.grid import cell_text
 from tickui.ui.view.rows import OccurrenceRows, TaskRows
+from tickui.ui.widgets.grid import TaskGrid
 from tickui.ui.widgets.panes import Banner, BreakerPane, KeyFooter, StatusLine, TablePane, TicksPane
 from tickui.ui.widgets.table import RowTable
 from tickui.ui.widgets.workers import WorkersPane
@@ -64,7 +67,7 @@ class Dashboard(Screen[None]):
         yield Banner("", id="banner")
         with Horizontal(id="body"):
             with Vertical(id="tables"):
-                yield TablePane("Tasks", self.tasks, id="tasks-pane")
+                yield TablePane("Tasks", *self.board.task_views.values(), id="tasks-pane")
                 yield TablePane("Occurrences (newest first)", self.occurrences, id="occ-pane")
             with Vertical(id="side"):
                 yield TicksPane(id="ticks")
@@ -73,8 +76,13 @@ class Dashboard(Screen[None]):
         yield Input(placeholder="filter by task name (enter keeps, esc clears)", id="filter")
         yield KeyFooter(rank, id="footer")
 
+    @property
+    def task_view(self) -> RowTable:
+        """The Tasks pane's view shown now (the table, the grid): one cursor, one filter."""
+        return self.board.task_widget
+
     def on_mount(self) -> None:
-        self.tasks.focus()
+        self.task_view.focus()
         self.lay_out(self.app.size.width, self.app.size.height)
 
     def on_resize(self, event) -> None:
@@ -119,17 +127,23 @@ class Dashboard(Screen[None]):
         if self.focused is self.occurrences:
             occ = self.selected_occurrence()
             return rows.by_id.get(occ.task_id) if occ is not None else None
-        key = self.tasks.selected_key
+        key = self.task_view.selected_key
         return rows.by_id.get(key) if key is not None else None
 
     def selected_occurrence(self) -> Occurrence | None:
-        """The occurrence highlighted now (by id); from the Tasks pane, the selected task's
-        newest active run."""
+        """The occurrence highlighted now (by id); in the grid, the run under its cursor
+        while it is active; else from the Tasks pane, the selected task's newest active
+        run."""
         rows = self.board.occ_rows
         if self.focused is self.occurrences:
             key = self.occurrences.selected_key
             return rows.by_id.get(key) if key is not None else None
-        key = self.tasks.selected_key
+        grid = self.board.grid
+        if self.focused is grid:
+            run = grid.current_run()
+            if run is not None and run.active:
+                return rows.by_id.get(run.id, run)
+        key = self.task_view.selected_key
         if key is None:
             return None
         running = [o for o in rows.by_id.values() if o.task_id == key and o.active]
@@ -163,6 +177,13 @@ class Dashboard(Screen[None]):
             occ = self.selected_occurrence()
             if occ is not None:
                 self.actions.open_run(occ)
+            return
+        if self.focused is self.board.grid:  # the run under the grid's cursor
+            run = self.board.grid.current_run()
+            if run is None:
+                self.notify("no run in this cell", severity="warning")
+            else:
+                self.actions.open_run(run)
             return
         task = self._need_task()
         if task is not None:
@@ -215,9 +236,9 @@ class Dashboard(Screen[None]):
         else:
             self.board.task_rows.set_filter(event.value)
             if event.value.strip():
-                self.tasks.show_top()  # a new filter starts at its first match
+                self.task_view.show_top()  # a new filter starts at its first match
             else:
-                self.tasks.sync_size()  # cleared: the task found stays picked
+                self.task_view.sync_size()  # cleared: the task found stays picked
             self.show_titles()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -225,10 +246,10 @@ class Dashboard(Screen[None]):
             if self._filtering_occ:
                 self.board.remember(occ_text=self.board.occ_rows.text)
             event.input.display = False
-            (self.occurrences if self._filtering_occ else self.tasks).focus()
+            (self.occurrences if self._filtering_occ else self.task_view).focus()
 
     async def on_key(self, event) -> None:
-        self.tasks.hold_briefly()  # before the key acts: its row stays where it is
+        self.task_view.hold_briefly()  # before the key acts: its row stays where it is
         box = self.focused
         if event.key == "escape" and isinstance(box, Input) and box.id == "filter":
             event.stop()
@@ -236,13 +257,13 @@ class Dashboard(Screen[None]):
             if self._filtering_occ:
                 self.board.remember(occ_text="")
             box.display = False
-            (self.occurrences if self._filtering_occ else self.tasks).focus()
+            (self.occurrences if self._filtering_occ else self.task_view).focus()
 
     def _filtered_pane(self) -> RowTable | None:
         """The focused table when it has a filter on (esc clears it), else None."""
         board = self.board
-        if self.focused is self.tasks and board.task_rows.filter:
-            return self.tasks
+        if self.focused is self.task_view and board.task_rows.filter:
+            return self.task_view
         occ = board.occ_rows
         if self.focused is self.occurrences and (
             occ.text or occ.state != "all" or occ.task_id is not None
@@ -253,9 +274,9 @@ class Dashboard(Screen[None]):
     async def action_clear_filter(self) -> None:
         """One key out of any filter: the focused pane shows everything again."""
         pane = self._filtered_pane()
-        if pane is self.tasks:
+        if pane is self.task_view:
             self.board.task_rows.set_filter("")
-            self.tasks.sync_size()
+            self.task_view.sync_size()
             self.show_titles()
         elif pane is self.occurrences:
             await self._filter_occurrences(text="", state="all", task_id=None)
@@ -305,11 +326,12 @@ class Dashboard(Screen[None]):
         self._sort(nxt, False)
 
     def _sort(self, title: str, descending: bool) -> None:
-        keep = self.tasks.selected_key
+        view = self.task_view
+        keep = view.selected_key
         self.board.task_rows.set_sort(title, descending)
-        self.tasks.sync_size()
+        view.sync_size()
         if keep is not None:
-            self.tasks.select_key(keep)
+            view.select_key(keep)
         self.board.remember(sort_column=title, sort_descending=descending)
         self.show_titles()
 
@@ -318,6 +340,42 @@ class Dashboard(Screen[None]):
             return
         title, descending = self.board.task_rows.sort
         self._sort(event.column_title, not descending if title == event.column_title else False)
+
+    def action_cycle_view(self) -> None:
+        """The Tasks pane's next view (Board.task_views), on the same task; the pane keeps
+        the focus if it had it."""
+        board = self.board
+        views = list(board.task_views)
+        old = self.task_view
+        board.task_view_name = views[(views.index(board.task_view_name) + 1) % len(views)]
+        new = self.task_view
+        key = old.selected_key
+        old.display = False
+        new.display = True
+        if new is board.grid:
+            board.grid.stale()  # what it held may be old: the rows on screen read again
+        new.sync_size()
+        if key is not None:
+            new.select_key(key)
+        if self.focused is old or self.focused is None:
+            new.focus()
+        self.show_titles()
+
+    async def on_task_grid_wanted(self, event: TaskGrid.Wanted) -> None:
+        """The grid's rows on screen want their runs: one query for all of them."""
+        host = self.board.host
+        if host is None:
+            return
+        try:
+            runs = await host.store.recent_runs(event.ids, event.per_task)
+        except Exception as exc:  # the store went away: said once, the rows ask again
+            event.grid.stale(event.ids)
+            self.notify(redact(f"could not read the runs: {exc}"), severity="error")
+            return
+        event.grid.put(runs, event.ids, event.per_task)
+
+    def on_task_grid_moved(self, _event: TaskGrid.Moved) -> None:
+        self.show_titles()
 
     def action_cycle_zone(self) -> None:
         board = self.board
@@ -361,6 +419,8 @@ class Dashboard(Screen[None]):
         rows = board.task_rows
         title, descending = rows.sort
         text = f"Tasks · by {title} {'▼' if descending else '▲'}"
+        if board.task_view_name == "grid":
+            text = f"Tasks · grid · {self._grid_cell()}"
         if rows.held and rows.stale:  # the order waits for the cursor to go back up
             text += " · order held (home resumes)"
         if rows.filter:
@@ -393,7 +453,17 @@ class Dashboard(Screen[None]):
             hint = f"No task matches {rows.filter!r}: esc clears the filter"
         else:
             hint = ""
-        self.tasks.say_when_empty(hint)
+        for view in board.task_views.values():
+            view.say_when_empty(hint)
         self.occurrences.say_when_empty(
             "No run matches this filter: esc clears it" if occ_filtered else "No runs yet"
         )
+
+    def _grid_cell(self) -> str:
+        """The grid's cell under the cursor, in words (its time in the task's zone)."""
+        board, grid = self.board, self.board.grid
+        task = board.task_rows.by_id.get(grid.selected_key or -1)
+        if task is None:
+            return "no task"
+        zone = board.view.zone(task.spec.tz)
+        return cell_text(task.name, grid.slot, grid.current_runs(), board.now(), zone)

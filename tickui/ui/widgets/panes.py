@@ -127,13 +127,20 @@ class Banner(Static):
 
 
 class TablePane(Vertical):
-    def __init__(self, title: str, table: RowTable, **kwargs) -> None:
+    """A table under a titled border; `others`: more views of the same rows, hidden
+    until the screen shows one instead of the table."""
+
+    def __init__(self, title: str, table: RowTable, *others: RowTable, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = title
         self.table = table
+        self.others = others
 
     def compose(self) -> ComposeResult:
         yield self.table
+        for view in self.others:
+            view.display = False
+            yield view
 
 
 class TicksPane(Vertical):
