@@ -48,10 +48,30 @@ async def test_v_shows_the_grid_on_the_same_task_and_v_again_the_table(dashboard
     await pilot.press("down")
     assert grid.selected_key != beta
     moved = grid.selected_key
+    await pilot.press("v")  # the timeline, then the table again
+    timeline = app.board.timeline
+    await until(pilot, lambda: timeline.display and not grid.display and app.focused is timeline)
+    assert timeline.selected_key == moved
+    assert tasks_title(app).startswith("Tasks · timeline")
     await pilot.press("v")
-    await until(pilot, lambda: table.display and not grid.display and app.focused is table)
+    await until(pilot, lambda: table.display and not timeline.display and app.focused is table)
     assert table.selected_key == moved  # the cursor stays on the task it was on
     assert tasks_title(app).startswith("Tasks · by NEXT")
+
+
+async def test_the_timeline_view_marks_each_task_and_r_runs_the_one_picked(dashboard) -> None:
+    app, pilot = await dashboard()
+    timeline = app.board.timeline
+    await pilot.press("v", "v")
+    await until(pilot, lambda: timeline.display and app.focused is timeline)
+    shown = screen_text(app)
+    assert "runs" in shown and all(name in shown for name in ("alpha", "beta", "gamma"))
+    await pilot.press("home", "down")
+    picked = app.board.task_rows.by_id[timeline.selected_key].name
+    before = len(await app.host.store.history(picked))
+    await pilot.press("r")
+    await until(pilot, lambda: any(o.task == picked for o in app.board.occ_rows.by_id.values()))
+    assert len(await app.host.store.history(picked)) == before + 1
 
 
 async def test_cells_show_each_outcome_newest_on_the_right(dashboard) -> None:

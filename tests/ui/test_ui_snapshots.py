@@ -92,8 +92,9 @@ def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     shown = {p.stem: html.unescape(p.read_text()).replace("\xa0", " ") for p in out.glob("*.svg")}
     assert {"busy", "main", "run-output", "detail", "add-form", "breaker-open", "workers",
-            "grid"} <= set(shown)  # fmt: skip
+            "grid", "timeline"} <= set(shown)  # fmt: skip
     assert "Tasks · grid · export-orders · run " in shown["grid"] and "↻" in shown["grid"]
+    assert "Tasks · timeline" in shown["timeline"] and "busiest" in shown["timeline"]
     busy = shown["busy"]
     assert "running" in busy and "failed" in busy and "OPEN" in busy
     assert "Run 2 of export-orders" in shown["run-output"]

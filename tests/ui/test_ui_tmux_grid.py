@@ -1,5 +1,6 @@
 """The history grid in a real terminal, at 80x24 and 200x60: v shows it, the arrows move
-between runs and the title says the run, enter opens it, v again gives the table back."""
+between runs and the title says the run, enter opens it; v again shows the day timeline,
+and v once more the table."""
 
 from __future__ import annotations
 
@@ -83,6 +84,9 @@ def test_the_grid_in_a_real_terminal(tmux, tmp_path: Path, size: tuple[int, int]
     wait_for(screen, "no")  # its output
     keys("Escape")
     wait_for(screen, "Tasks · grid · bad · run 1")
+    keys("v")  # the day timeline: a row per task, the runs a column, the zone named
+    shown = wait_for(screen, "Tasks · timeline")
+    assert "bad" in shown and "runs" in shown, shown
     keys("v")
     wait_for(screen, "Tasks · by NEXT")
     assert "NEXT" in screen() and "newer →" not in screen()

@@ -16,6 +16,7 @@ from tickui.ui.view.columns import OCCURRENCE_COLUMNS, TASK_COLUMNS, CellSource
 from tickui.ui.view.rows import OccurrenceRows, TaskRows
 from tickui.ui.widgets.grid import TaskGrid
 from tickui.ui.widgets.table import RowTable
+from tickui.ui.widgets.timeline import DayTimeline
 from tickui.ui.widgets.workers import WorkerColumn
 
 
@@ -42,12 +43,16 @@ class Board:
         self.grid = TaskGrid(self.task_cells, self.task_rows.at, self.now, id="task-grid")
         # The Tasks pane's views, in the order its key steps through them (the first is
         # shown at start): each over the same rows, cursor and filter.
-        self.task_views: dict[str, RowTable] = {"table": self.tasks_table, "grid": self.grid}
+        self.timeline = DayTimeline(self.task_rows, self.now, time_view=lambda: self.view,
+                                    id="timeline")  # fmt: skip
+        self.task_views: dict[str, RowTable | DayTimeline] = {
+            "table": self.tasks_table, "grid": self.grid, "timeline": self.timeline,
+        }  # fmt: skip
         self.task_view_name = "table"  # the one shown
         self._save_failed = False
 
     @property
-    def task_widget(self) -> RowTable:
+    def task_widget(self) -> RowTable | DayTimeline:
         """The Tasks pane's view shown now."""
         return self.task_views[self.task_view_name]
 

@@ -52,7 +52,7 @@ KEY_GROUPS: list[tuple[str, list[Key]]] = [
             "Tasks: sort by the next column; click a header to sort by it, again to reverse",
             11),
         Key("v", "cycle_view", "View",
-            "Tasks pane: the table, or the history grid of each task's recent runs", 11),
+            "Tasks pane: the table, a history grid of recent runs, or a day timeline", 11),
         Key("z", "cycle_zone", "Zone", "Times in local time, UTC or each task's own zone", 14),
         Key("H", "toggle_side", "Side panes",
             "Hide or show the side panes (ticks, breaker, workers)", 15),

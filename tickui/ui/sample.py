@@ -218,6 +218,19 @@ async def grid_scene(pilot) -> None:
     await pilot.pause()
 
 
+async def timeline_scene(pilot) -> None:
+    """The Tasks pane as the day timeline (v twice): the next 24 hours of fire times."""
+    await with_runs(pilot)
+    app: TickuiApp = pilot.app
+    await pilot.press("v", "v")
+    timeline = app.board.timeline
+    for _ in range(200):
+        if timeline.display and "counting" not in str(timeline.render_line(4).text):
+            break
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
 async def detail_scene(pilot) -> None:
     await with_runs(pilot)
     app: TickuiApp = pilot.app

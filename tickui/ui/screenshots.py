@@ -29,6 +29,7 @@ SHOTS = [
     ("busy", sample.busy_scene, sample.busy_app),  # live: real time from a fixed instant
     ("main", sample.main_scene, _fixed),
     ("grid", sample.grid_scene, _history),
+    ("timeline", sample.timeline_scene, _fixed),
     ("run-output", sample.run_output_scene, _fixed),
     ("detail", sample.detail_scene, _fixed),
     ("add-form", sample.add_scene, _fixed),

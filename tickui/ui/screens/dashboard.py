@@ -35,6 +35,7 @@ from tickui.ui.view.rows import OccurrenceRows, TaskRows
 from tickui.ui.widgets.grid import TaskGrid
 from tickui.ui.widgets.panes import Banner, BreakerPane, KeyFooter, StatusLine, TablePane, TicksPane
 from tickui.ui.widgets.table import RowTable
+from tickui.ui.widgets.timeline import DayTimeline
 from tickui.ui.widgets.workers import WorkersPane
 
 # Below this width the side panes move under the tables: beside them (40 columns) at 120
@@ -77,8 +78,9 @@ class Dashboard(Screen[None]):
         yield KeyFooter(rank, id="footer")
 
     @property
-    def task_view(self) -> RowTable:
-        """The Tasks pane's view shown now (the table, the grid): one cursor, one filter."""
+    def task_view(self) -> RowTable | DayTimeline:
+        """The Tasks pane's view shown now (the table, the grid, the timeline): one cursor,
+        one filter."""
         return self.board.task_widget
 
     def on_mount(self) -> None:
@@ -421,6 +423,8 @@ class Dashboard(Screen[None]):
         text = f"Tasks · by {title} {'▼' if descending else '▲'}"
         if board.task_view_name == "grid":
             text = f"Tasks · grid · {self._grid_cell()}"
+        elif board.task_view_name == "timeline":
+            text = "Tasks · timeline · + and - zoom"
         if rows.held and rows.stale:  # the order waits for the cursor to go back up
             text += " · order held (home resumes)"
         if rows.filter:

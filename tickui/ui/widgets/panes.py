@@ -130,7 +130,7 @@ class TablePane(Vertical):
     """A table under a titled border; `others`: more views of the same rows, hidden
     until the screen shows one instead of the table."""
 
-    def __init__(self, title: str, table: RowTable, *others: RowTable, **kwargs) -> None:
+    def __init__(self, title: str, table: RowTable, *others: Widget, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = title
         self.table = table

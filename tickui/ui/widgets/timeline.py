@@ -129,6 +129,7 @@ class DayTimeline(ScrollView, can_focus=True):
         self._name_width = view.NAME_MIN
         self._changes: list[view.ClockChange] = []
         self._ticked_start: int | None = None  # the axis start the last second repainted
+        self.empty_text = ""
 
     # ---- data down ---------------------------------------------------------------------
 
@@ -178,6 +179,24 @@ class DayTimeline(ScrollView, can_focus=True):
             return False
         self.move_to(index)
         return True
+
+    def refresh_changed(self) -> None:
+        """Tasks changed: the rows on screen are drawn again now, not at the next second."""
+        self.refresh()
+
+    def show_top(self) -> None:
+        """The cursor on the first row (a new filter starts there), as the table does."""
+        self.move_to(0)
+
+    def hold_briefly(self) -> None:
+        """The table holds its order a moment after a key; the timeline follows the rows'
+        order as it is, so nothing moves here that a key would lose."""
+
+    def say_when_empty(self, text: str) -> None:
+        """What the first row says while there is no task (as the table's)."""
+        if text != self.empty_text:
+            self.empty_text = text
+            self.refresh()
 
     def move_to(self, index: int) -> None:
         count = len(self.rows)
@@ -326,7 +345,8 @@ class DayTimeline(ScrollView, can_focus=True):
         base = self.rich_style
         if task is None:
             if index == 0 and not len(self.rows):
-                return self._strip(view.empty_line(axis, "no tasks"), width, base)
+                said = self.empty_text or "no tasks"
+                return self._strip(view.empty_line(axis, said), width, base)
             return Strip.blank(width, base)
         self._heads(axis)
         counts = self.times.counts(task, axis)
