@@ -48,10 +48,11 @@ T0 = 1_800_000_000 * MICROS
 HISTORY = 100_000
 
 
-def _figures(tasks: int, elapsed: float, probe: LagProbe) -> dict:
+def _figures(tasks: int, elapsed: float, probe: LagProbe, cpu: float) -> dict:
     return {
         "jobs_per_s": tasks / elapsed,
         "seconds": elapsed,
+        "cpu_seconds": cpu,
         "loop_lag_p99_ms": probe.p99(),
         "loop_lag_max_ms": probe.worst(),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -137,17 +138,17 @@ async def tickui_side(tasks: int, retries: int = 0, url: str | None = None) -> d
         probe.start()
         await asyncio.sleep(0.05)
         clock.advance(0.001 + 1)  # every task falls due at once
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         await engine.tick(clock.now())
         while await store.active_occurrences():
             await engine.reconcile()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         await probe.stop()
         counts = await store.state_counts()
         await engine.stop()
         await store.close()
     assert counts.get("succeeded", 0) == HISTORY // tasks * tasks + tasks, counts
-    return _figures(tasks, elapsed, probe)
+    return _figures(tasks, elapsed, probe, cpu)
 
 
 # ---- the limit: raw batched claims with sqlite3, no engine ------------------------------
@@ -191,7 +192,7 @@ def limit_side(tasks: int, retries: int = 0) -> dict:
             conn.execute(f"PRAGMA {pragma}")
         conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         done = 0
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         while True:
             conn.execute("BEGIN IMMEDIATE")
             first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM occurrences").fetchone()[0]
@@ -209,7 +210,7 @@ def limit_side(tasks: int, retries: int = 0) -> dict:
             conn.execute("COMMIT")
             assert settled == claimed, (settled, claimed)
             done += settled
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         succeeded = conn.execute(
             "SELECT count(*) FROM occurrences WHERE state = 'succeeded'"
         ).fetchone()[0]
@@ -219,6 +220,7 @@ def limit_side(tasks: int, retries: int = 0) -> dict:
     return {
         "jobs_per_s": tasks / elapsed,
         "seconds": elapsed,
+        "cpu_seconds": cpu,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -257,17 +259,17 @@ async def apscheduler_side(tasks: int, retries: int = 0) -> dict:
         probe = LagProbe()
         probe.start()
         await asyncio.sleep(0.05)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         scheduler.resume()
         while ran < tasks:
             await asyncio.sleep(0.001)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         await probe.stop()
         scheduler.shutdown(wait=False)
         with sqlite3.connect(path) as conn:
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal", mode
-    return _figures(tasks, elapsed, probe)
+    return _figures(tasks, elapsed, probe, cpu)
 
 
 async def raw_side(tasks: int, retries: int, url: str) -> dict:
@@ -298,6 +300,8 @@ def _child(side: str, tasks: int, retries: int, url: str | None = None) -> dict:
 def _line(round_no: int, side: str, figures: dict) -> str:
     line = f"round {round_no + 1} {side:>12}: {figures['jobs_per_s']:9.0f} jobs/s"
     line += f"  {figures['seconds']:6.2f} s"
+    if "cpu_seconds" in figures:
+        line += f" (CPU {figures['cpu_seconds']:5.2f} s)"
     if "loop_lag_p99_ms" in figures:
         line += f"  loop lag p99 {figures['loop_lag_p99_ms']:7.1f} ms"
         line += f" max {figures['loop_lag_max_ms']:7.1f} ms"
@@ -415,6 +419,8 @@ def main() -> None:
         "limit_jobs_per_s": round(limit),
         "ratio": round(tickui / aps, 2),
         "limit_ratio": round(tickui / limit, 2),
+        "cpu_seconds": round(med("tickui", "cpu_seconds"), 3),
+        "limit_cpu_seconds": round(med("limit", "cpu_seconds"), 3),
         "loop_lag_p99_ms": round(med("tickui", "loop_lag_p99_ms"), 1),
         "loop_lag_max_ms": round(med("tickui", "loop_lag_max_ms"), 1),
         "apscheduler_loop_lag_p99_ms": round(med("apscheduler", "loop_lag_p99_ms"), 1),
