@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -164,6 +165,10 @@ class SchedulerEngine:
             return
         self._running = True
         await self.store.list_tasks(with_stats=False)  # parses every definition once, up front
+        # What is loaded by now (those definitions, the modules) lives as long as the engine:
+        # out of the collector's reach, a full collection in a burst does not walk it again
+        # (two of them took 50 ms of a 10,000-run burst). Still freed when no longer used.
+        gc.freeze()
         await self.dispatcher.start()  # a remote dispatcher connects (in the background)
         self._reconciler = asyncio.create_task(self._reconcile_loop(), name="tickui-reconcile")
         await self.tick(self.clock.now())

@@ -51,12 +51,19 @@ def due_time(task: DueTask, slot: int) -> int:
 def plan_task(task: DueTask, now: int, grace: int, active: bool, waiting: bool = False) -> Plan:
     """Decide what the due slots of one task become (late runs and overlap).
     `waiting`: a slot of the task already waits its turn (buffer_one's buffered slot)."""
-    if due_time(task, task.next_run_at) > now:
-        return Plan(task, task.next_run_at)
-    following = task.schedule.next_after(task.next_run_at)
+    slot = task.next_run_at
+    first_due = due_time(task, slot)
+    if first_due > now:
+        return Plan(task, slot)
+    following = task.schedule.next_after(slot)
     capped = False
     if following is None or following > now:
-        due, older, next_slot = [task.next_run_at], 0, following  # the usual case: one slot
+        if now - first_due <= grace:  # the usual case: one slot, on time
+            planned, cancel = _overlap(
+                task.concurrency, [Planned(slot, "claimed")], active, waiting
+            )
+            return Plan(task, following, planned, cancel)
+        due, older, next_slot = [slot], 0, following
     else:
         due, older, next_slot, capped = _due_window(task, now)
     late = [slot for slot in due if now - due_time(task, slot) > grace]
