@@ -508,7 +508,7 @@ async def local_side(slots: int, runs: int, idle_runs: int) -> dict:
             started = time.perf_counter()
             runner.track(run, marker)
             await runner.wait(run, None)
-            await runner.finish_output(run)
+            await runner.finish(run)
             await runner.end_rest(run)
             return started, time.perf_counter()
 
