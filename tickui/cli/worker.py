@@ -66,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     add_signing_arguments(parser, "worker")
     add_argument(parser, option("worker", "allow"))
+    add_argument(parser, option("worker", "idle_poll"))
     add_kafka_arguments(parser)
     parser.add_argument(
         "--session-timeout",
@@ -110,6 +111,10 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         log_dir = Path(platformdirs.user_state_dir("tickui")) / "worker-logs"
     grace = parse_duration(args.stop_grace, "--stop-grace") / MICROS if args.stop_grace else 10.0
     session = parse_duration(args.session_timeout) // 1000 if args.session_timeout else 4000
+    if args.idle_poll:
+        idle_poll = parse_duration(args.idle_poll, "--idle-poll")
+    else:
+        idle_poll = settings.worker.idle_poll
     opts = WorkerOptions(
         bootstrap=access,
         keyring=keyring,
@@ -121,6 +126,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         stop_grace=grace,
         log_dir=log_dir,
         session_timeout_ms=session,
+        idle_poll_ms=idle_poll // 1000,
     )
     setup_logging()
     if keyring.insecure:

@@ -278,3 +278,10 @@ async def quietly_stop(client: Any, method: str = "stop", timeout: float = 3.0) 
         logging.getLogger("tickui.kafka").debug("stopping a kafka client was cut short")
     except Exception:
         logging.getLogger("tickui.kafka").debug("stopping a kafka client failed", exc_info=True)
+
+
+def set_fetch_wait(consumer: Any, wait_ms: int) -> None:
+    """How long the broker may hold `consumer`'s next fetches (a started aiokafka consumer).
+    aiokafka takes fetch_max_wait_ms only when it is made, but reads it anew for each fetch
+    its background fetcher sends: the fetch in flight keeps the wait it was sent with."""
+    consumer._fetcher._fetch_max_wait_ms = int(wait_ms)

@@ -249,6 +249,12 @@ OPTIONS: tuple[Option, ...] = (
         (), flag="--allow", metavar="PROGRAM", flag_check=checks.path_text,
         shown_default="any program",
     ),
+    _duration(
+        "worker", "idle_poll",
+        "how long a resting worker's fetches wait; it polls every 10ms from shortly before a"
+        " run the engine said is due, while it runs and just after (a run-now waits up to this)",
+        "250ms", "10ms", "1s", flag="--idle-poll", metavar="DURATION",
+    ),
 )  # fmt: skip
 
 

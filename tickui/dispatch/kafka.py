@@ -5,7 +5,8 @@ worker started by its deadline (DISPATCH_TIMEOUT), a run whose worker went silen
 (WORKER_LOST). A broker that is down delays commands (an outbox), never the engine.
 
 What waits to be sent is the Outbox's (kafka_outbox.py); heartbeats and lost workers are
-the WorkerSupervisor's (kafka_supervision.py); deadlines and cancels are kept here."""
+the WorkerSupervisor's (kafka_supervision.py); when workers are told the next run is due,
+DueNotices' (kafka_due.py); deadlines and cancels are kept here."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tickui.common import procs
 from tickui.common.kafka import KafkaAccess
 from tickui.common.timeutil import MICROS
 from tickui.dispatch.base import Dispatcher, DispatchFailure, Fence, Job, NotStarted, Receipt
+from tickui.dispatch.kafka_due import DueNotices
 from tickui.dispatch.kafka_feeds import EventFeed, HeartbeatFeed
 from tickui.dispatch.kafka_link import KafkaLink
 from tickui.dispatch.kafka_outbox import Outbox, Pending
@@ -25,6 +27,7 @@ from tickui.dispatch.messages import (
     CONTROL_TOPIC,
     DEFAULT_PARTITIONS,
     DISPATCH_TIMEOUT,
+    DUE_KEY,
     RUNS_TOPIC,
     WORKER_LOST,
     WORKER_TIMEOUT_S,
@@ -98,6 +101,7 @@ class KafkaDispatcher(Dispatcher):
         # late until its workers sent them again)
         self._trouble_at: int | None = None
         self._started = False
+        self.due_notices = DueNotices()
 
     # ---- what the engine reads ---------------------------------------------------------
 
@@ -277,6 +281,7 @@ class KafkaDispatcher(Dispatcher):
         if self.workers.after_a_gap(now):
             self._trouble_at = now
         await self._store_refusals(now)
+        await self._tell_next_due(now)
         listening = self.heartbeats.error is None and self.link.down_since is None
         can_tell = self.workers.can_tell_lost(now, listening)
         if can_tell:
@@ -316,6 +321,16 @@ class KafkaDispatcher(Dispatcher):
         self._timed_out &= active
         self._mine &= active
         self.outbox.forget_unsent(active)
+
+    async def _tell_next_due(self, now: int) -> None:
+        """Tell the workers the next instant a run is due (see kafka_due.py); dropped
+        unsent once that instant has come."""
+        if not self.due_notices.time_to_look(now):
+            return
+        due = self.due_notices.to_say(now, await self.store.next_due())
+        if due is not None:
+            message = Control.next_due(due, now).encode()
+            await self.outbox.send([Pending(CONTROL_TOPIC, DUE_KEY, message, due, "")])
 
     async def _store_refusals(self, now: int) -> None:
         """What this engine refused, and whether it signs at all, for `tickui workers` and

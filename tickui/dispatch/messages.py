@@ -5,7 +5,8 @@ per message. Pure: building and checking messages, no I/O.
 - `tickui.events.v1` (key: command id): `RunEvent`s, a transition then one outcome.
 - `tickui.workers.v1` (key: worker id): a `Heartbeat` every 2 s from each worker.
 - `tickui.control.v1` (key: worker id, or command id when no worker has it): `Control`
-  (a cancel, or a request to send a run's outcome again).
+  (a cancel, a request to send a run's outcome again, or, key `due`, the instant the next
+  run is due: workers poll slowly at rest and fast around it).
 
 Every parse refuses a malformed message with `BadMessage` (one line, redacted); whoever
 consumes logs it and skips the message, it is never fatal. Times are ISO 8601 UTC strings
@@ -47,7 +48,8 @@ VERSION = 1
 OUTCOMES = (RUN_COMPLETED, RUN_FAILED, RUN_CANCELED, RUN_CANCELLED, RUN_INTERRUPTED)
 EVENT_TYPES = (RUN_TRANSITION, *OUTCOMES)
 WORKER_STATES = ("alive", "draining", "drained")
-CONTROL_TYPES = ("cancel", "resend")
+CONTROL_TYPES = ("cancel", "resend", "due")
+DUE_KEY = b"due"  # the key of a `due` control
 
 # Error codes only distributed runs have.
 WORKER_LOST = "WORKER_LOST"  # its worker went silent while it ran
@@ -282,6 +284,9 @@ class Heartbeat:
     # sent again is older, whatever the clocks did meanwhile.
     boot: int = 0
     seq: int = 0
+    # the next instant the engine said a run is due, that the worker waits for (micros; 0:
+    # none): it polls fast from a little before it
+    due: int = 0
 
     @property
     def order(self) -> tuple[int, int]:
@@ -303,6 +308,7 @@ class Heartbeat:
             "state": self.state,
             "group": self.group,
             "log_dir": self.log_dir,
+            "due": _when(self.due) if self.due else None,
         }
 
     def encode(self) -> bytes:
@@ -338,6 +344,7 @@ class Heartbeat:
             insecure=data.get("insecure") is True,
             boot=_int(data, "boot", what, optional=True) or 0,
             seq=_int(data, "seq", what, optional=True) or 0,
+            due=_instant(data, "due", what, optional=True) or 0,
         )
 
 
@@ -348,23 +355,32 @@ class Heartbeat:
 class Control:
     """`cancel`: stop the command (and never start it if it has not started). `resend`:
     publish the command's outcome event again (the engine lost it with a broker restart);
-    a worker that does not know the command answers `run.interrupted`."""
+    a worker that does not know the command answers `run.interrupted`. `due`: a run is due
+    at `due` (micros, UTC), for every worker (no command id): poll fast around it."""
 
     type: str
     command_id: str
     worker: str | None  # the worker running it; None: whichever has it
     reason: str = ""
     at: int = 0
+    due: int = 0  # of a `due` control
+
+    @classmethod
+    def next_due(cls, due: int, at: int) -> Control:
+        return cls("due", "", None, "", at, due)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        said = {
             "v": VERSION,
             "type": self.type,
-            "command_id": self.command_id,
+            "command_id": self.command_id or None,
             "worker": self.worker,
             "reason": self.reason,
             "at": _when(self.at),
         }
+        if self.type == "due":
+            said["due"] = _when(self.due)
+        return said
 
     def encode(self) -> bytes:
         return encode(self.to_json())
@@ -377,10 +393,12 @@ class Control:
         if kind not in CONTROL_TYPES:
             raise BadMessage(f"{what}: unknown type {str(kind)[:40]!r}")
         reason = data.get("reason") or ""
+        due = kind == "due"
         return cls(
             type=kind,
-            command_id=_str(data, "command_id", what) or "",
+            command_id=_str(data, "command_id", what, optional=due) or "",
             worker=_str(data, "worker", what, optional=True),
             reason=str(reason)[:200],
             at=_instant(data, "at", what, optional=True) or 0,
+            due=(_instant(data, "due", what) or 0) if due else 0,
         )

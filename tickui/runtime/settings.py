@@ -102,9 +102,11 @@ class DispatchSettings:
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """[worker]: what a `tickui worker` may run (empty: any program the engine sends)."""
+    """[worker]: what a `tickui worker` may run (empty: any program the engine sends), and
+    how long its fetches wait at rest."""
 
     allow: tuple[str, ...] = default("worker", "allow")
+    idle_poll: int = default("worker", "idle_poll")  # micros
 
 
 @dataclass(frozen=True)

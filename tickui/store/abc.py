@@ -236,6 +236,9 @@ class Store(ABC):
     async def scan_has_work(self, now: int) -> bool: ...
 
     @abstractmethod
+    async def next_due(self) -> int | None: ...
+
+    @abstractmethod
     async def claim(
         self, plans: Sequence[Plan], owner: str, token: int, now: int
     ) -> list[Occurrence]:

@@ -204,6 +204,17 @@ class Coordination(StoreBase):
         )
         return bool(row[0])
 
+    async def next_due(self) -> int | None:
+        """The earliest instant a scan would find something due: an enabled task's slot, or
+        a queued occurrence's (a retry, a waiting run); None when nothing is due ever."""
+        row = await self._one(
+            "SELECT min(due) FROM (SELECT min(due_at) AS due FROM tasks"
+            " WHERE enabled = 1 AND due_at IS NOT NULL"
+            " UNION ALL SELECT min(coalesce(retry_at, scheduled_for)) AS due FROM occurrences"
+            " WHERE state = 'queued') AS dues",
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
     async def finish_request(
         self, req_id: int, now: int, outcome: str, occurrence_id: int | None, reason: str | None
     ) -> None:

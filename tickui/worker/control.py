@@ -1,11 +1,13 @@
-"""A worker's answers to the control topic: cancel a run (or a command not here yet), and
-resend an outcome the engine did not hear. Only signed messages for this worker (or for
-any worker) are believed."""
+"""A worker's answers to the control topic: cancel a run (or a command not here yet),
+resend an outcome the engine did not hear, and note when the engine says a run is due
+(the worker polls fast around it). Only signed messages for this worker (or for any
+worker) are believed."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from tickui.common.kafka import describe
@@ -35,6 +37,7 @@ class ControlReader:
         self.runs = runs
         self.reports = reports
         self.consumer: Any = None
+        self.on_due: Callable[[int], None] | None = None  # the instant a run is due (micros)
 
     async def open(self, consumer: Any) -> None:
         """Read from `consumer` (started), every partition, from the end as of now."""
@@ -74,6 +77,10 @@ class ControlReader:
 
     async def _on_control(self, control: m.Control) -> None:
         cid = control.command_id
+        if control.type == "due":
+            if self.on_due is not None:
+                self.on_due(control.due)
+            return
         if control.type == "cancel":
             self.runs.cancel(cid, control.reason or "cancelled")
             return

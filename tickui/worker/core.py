@@ -8,10 +8,10 @@ topic read up to its end) is never started again. Events the broker cannot take 
 an outbox, retried with backoff; topics are created again after a failure (a restarted
 Tansu is empty).
 
-Here: the worker's clients and its life (start, run, drain). Its parts: the intake of
-commands (intake.py), its runs (runs.py), what it reports (reports.py), the control
-topic (control.py), heartbeats (heartbeat.py), the events topic's view (events_view.py)
-and its producer (publisher.py).
+Here: the worker's clients, how long their fetches wait (the pace, pace.py) and its life
+(start, run, drain). Its parts: the intake of commands (intake.py), its runs (runs.py),
+what it reports (reports.py), the control topic (control.py), heartbeats (heartbeat.py),
+the events topic's view (events_view.py) and its producer (publisher.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from tickui.common import procs
 from tickui.common.errors import BadInput, Unavailable
-from tickui.common.kafka import KafkaAccess, describe, quietly_stop
+from tickui.common.kafka import KafkaAccess, describe, quietly_stop, set_fetch_wait
 from tickui.common.procs import stop_on_signals
 from tickui.dispatch.journals import fence_gone, runs_lease_path
 from tickui.dispatch.refusals import Refusals
@@ -35,12 +35,15 @@ from tickui.worker.events_view import EventsView
 from tickui.worker.heartbeat import Heartbeats
 from tickui.worker.intake import CommandIntake
 from tickui.worker.options import WorkerOptions
+from tickui.worker.pace import CONTROL_FAST_MS, FAST_MS, Pace
 from tickui.worker.publisher import Publisher
-from tickui.worker.reports import RunReports
+from tickui.worker.reports import RunReports, now_micros
 from tickui.worker.runs import RunSupervisor
 from tickui.worker.state import file_name
 
 log = logging.getLogger("tickui.worker")
+
+PACE_LOOK_S = 5.0  # the pace is looked at again at least this often
 
 
 class Worker:
@@ -74,6 +77,12 @@ class Worker:
             self.reports, self.pub, self.stopping, self._ready,
         )  # fmt: skip
         self.control = ControlReader(self.id, self.keyring, self.refusals, self.runs, self.reports)
+        self.pace = Pace(opts.idle_poll_ms)
+        self._paced = asyncio.Event()  # something that may change the pace happened
+        self.control.on_due = self._due
+        self.intake.on_commands = self._commands_came
+        self.runs.on_end = self._run_ended
+        self.beats.due = lambda: self.pace.waiting_for(now_micros())
         self.events: Any = None
         self.probe: Any = None
         self.view: EventsView | None = None
@@ -120,6 +129,41 @@ class Worker:
         if self.view is not None:
             self.view.sent(partition, offset)
 
+    # ---- the pace ----------------------------------------------------------------------------
+
+    def _due(self, due: int) -> None:
+        if self.pace.announced(due, now_micros()):
+            self._paced.set()
+
+    def _commands_came(self) -> None:
+        self.pace.command_came(now_micros())
+        self._paced.set()
+
+    def _run_ended(self) -> None:
+        self.pace.run_ended(now_micros())
+        self._paced.set()
+
+    def _set_pace(self, fast: bool) -> None:
+        wait = FAST_MS if fast else self.pace.idle_ms
+        for consumer in (self.intake.consumer, self.events):
+            set_fetch_wait(consumer, wait)
+        set_fetch_wait(self.control.consumer, CONTROL_FAST_MS if fast else self.pace.control_ms)
+
+    async def keep_pace(self) -> None:
+        """Fetches wait long at rest, briefly around due runs and while there is work."""
+        fast: bool | None = None
+        while True:
+            self._paced.clear()
+            now = now_micros()
+            want = self.pace.fast(now, bool(self.runs.running))
+            if want != fast:
+                fast = want
+                self._set_pace(fast)
+            change = self.pace.next_change(now)
+            wait = PACE_LOOK_S if change is None else min(PACE_LOOK_S, (change - now) / 1e6)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._paced.wait(), max(0.001, wait))
+
     def _ready(self) -> None:
         """The group gave this worker partitions: say so at once."""
         self._spawn_task(self.beats.beat())
@@ -156,6 +200,7 @@ class Worker:
                 asyncio.create_task(self.view.read()),
                 asyncio.create_task(self.control.read()),
                 asyncio.create_task(self.beats.keep_beating()),
+                asyncio.create_task(self.keep_pace()),
             ]
             consume = asyncio.create_task(self.intake.consume())
             self._spawn_task(self.report_left_behind())

@@ -52,6 +52,7 @@ class Heartbeats:
         self.pub = pub
         self.on_restart = on_restart
         self.state = "alive"
+        self.due: Callable[[], int] = lambda: 0  # the announced due instant it waits for
         self._last_beat = -1  # offset of the last heartbeat the broker took
         self._beating = asyncio.Lock()
         self._count = itertools.count(1)  # each heartbeat's count (its order, with the start)
@@ -72,6 +73,7 @@ class Heartbeats:
             insecure=self.keyring.insecure,
             boot=int(self.started_at * MICROS),
             seq=next(self._count),
+            due=self.due(),
         )
         try:
             async with self._beating:  # one at a time: their offsets are compared

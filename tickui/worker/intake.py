@@ -86,6 +86,7 @@ class CommandIntake:
         self.pub = pub
         self.stopping = stopping
         self.on_ready = on_ready
+        self.on_commands: Callable[[], None] | None = None  # records came (the pace quickens)
         # command id -> "partition:offset" of the record it first came in: the same id in
         # another record is a copy (a replay), never run
         self.seen: Bounded[str, str] = Bounded(200_000)
@@ -175,6 +176,8 @@ class CommandIntake:
                 await asyncio.sleep(0.5)
                 continue
             self._read_problem = None
+            if batch and self.on_commands is not None:
+                self.on_commands()
             checked = False
             for tp, records in batch.items():
                 refused_to: int | None = None  # commit past refused records, once

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tickui.common.kafka import KafkaAccess
+from tickui.common.options import default
 from tickui.dispatch import messages as m
 from tickui.dispatch.allow import AllowList
 from tickui.dispatch.signing import Keyring
@@ -26,3 +27,5 @@ class WorkerOptions:
     # the engine's worker_timeout: runs are fenced this long (less the kill grace) after
     # the last heartbeat the broker took
     engine_worker_timeout: float = m.WORKER_TIMEOUT_S
+    # how long fetches wait at rest (see pace.py)
+    idle_poll_ms: int = default("worker", "idle_poll") // 1000

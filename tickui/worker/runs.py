@@ -55,6 +55,7 @@ class RunSupervisor:
         self.cancelled: Bounded[str, str] = Bounded(10_000)
         self._slot_freed = asyncio.Event()
         self._keys = itertools.count(1)
+        self.on_end: Callable[[], None] | None = None  # a run ended (its outcome is out)
 
     async def start(
         self,
@@ -113,6 +114,8 @@ class RunSupervisor:
             self.running.pop(cid, None)
             run.done.set()
             self._slot_freed.set()
+            if self.on_end is not None:
+                self.on_end()
 
     def heard(self, asked: float) -> None:
         """The broker took a heartbeat sent at `asked` (time.monotonic()): the runs may go
