@@ -144,7 +144,7 @@ async def run_app():
         await running.close()
 
 
-# ---- running in parallel (pytest-xdist, `make test` uses -n 3 --dist loadgroup) ---------------
+# ---- running in parallel (pytest-xdist, `make test` uses -n 4 --dist loadgroup) ---------------
 
 # Files whose tests must not run beside each other in two workers. Kafka dispatch uses fixed
 # topic names (tickui.runs.v1 ...) on the shared broker: a worker started by one test would take
