@@ -63,6 +63,17 @@ def pg_url():
         services.drop_pg_database(url)
 
 
+@pytest.fixture
+def private_pg():
+    """A PostgreSQL server of the test's own, to stop, restart or freeze."""
+    server = services.PrivatePostgres()
+    try:
+        server.start_with_retries(same_port=False)
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """URL of the shared Redis: skip outside `make test`, fail under CI when it is missing."""

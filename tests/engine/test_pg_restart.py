@@ -20,18 +20,6 @@ from engine_procs import (
     wait_for,
 )
 
-import services
-
-
-@pytest.fixture
-def private_pg():
-    server = services.PrivatePostgres()
-    try:
-        server.start_with_retries(same_port=False)
-        yield server
-    finally:
-        server.close()
-
 
 @pytest.mark.slow
 def test_a_server_restart_loses_nothing_and_runs_nothing_twice(tmp_path, private_pg):

@@ -15,22 +15,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-import services
 from tickui.common.errors import Unavailable
 from tickui.common.timeutil import MICROS
 from tickui.model.spec import build_spec
 from tickui.store import Store, pgconn
 from tickui.store.postgres import WRITE_LOCK
-
-
-@pytest.fixture
-def private_pg():
-    server = services.PrivatePostgres()
-    try:
-        server.start_with_retries(same_port=False)
-        yield server
-    finally:
-        server.close()
 
 
 def _server_pids(postmaster: int) -> list[int]:

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import select
+import signal
 import sys
 from typing import IO, TYPE_CHECKING, Any
 
@@ -109,16 +110,16 @@ def surviving_driver() -> type[Driver] | None:
 
 
 def served_driver() -> type[Driver]:
-    """Textual's web driver (tickui serve's pages), which also quits the app when the
-    server's pipe closes: a server that was killed leaves no dashboard (and no engine)
-    running without a page."""
-    from textual import messages
+    """Textual's web driver (tickui serve's pages), which also hangs up when the server's
+    pipe closes, as on SIGHUP: a server that was killed leaves no dashboard (and no engine)
+    running without a page, and the hang-up waits for a dashboard still booting, so its
+    host is closed, not left half open (an open store keeps the process from ending)."""
     from textual.drivers.web_driver import WebDriver
 
     class ServedDriver(WebDriver):
         def run_input_thread(self) -> None:
             super().run_input_thread()
-            if not self.exit_event.is_set():  # the input ended, not the app: quit, as "quit" does
-                self._app.post_message(messages.ExitApp())
+            if not self.exit_event.is_set():  # the input ended, not the app: a hang-up
+                os.kill(os.getpid(), signal.SIGHUP)
 
     return ServedDriver
