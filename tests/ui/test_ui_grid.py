@@ -20,6 +20,16 @@ def row_of(app, name: str) -> str:
     return line.split("│")[1].rstrip()
 
 
+def timeline_row(app, name: str) -> str:
+    """The day timeline's line of task `name`, as it draws it now."""
+    timeline = app.board.timeline
+    for y in range(timeline.size.height):
+        text = timeline.render_line(y).text.rstrip()
+        if text.startswith(f"{name} "):
+            return text
+    return ""
+
+
 def tasks_title(app) -> str:
     return str(app.screen.query_one("#tasks-pane").border_title)
 
@@ -72,6 +82,15 @@ async def test_the_timeline_view_marks_each_task_and_r_runs_the_one_picked(dashb
     await pilot.press("r")
     await until(pilot, lambda: any(o.task == picked for o in app.board.occ_rows.by_id.values()))
     assert len(await app.host.store.history(picked)) == before + 1
+    await until(pilot, lambda: all(  # its run ended: its row's stats changed, in place
+        not o.active for o in app.board.occ_rows.by_id.values() if o.task == picked
+    ))  # fmt: skip
+    await pilot.pause(0.2)
+    assert "refresh failed" not in screen_text(app)
+    await pilot.press("e")  # turned off: its row says so, live, and nothing failed
+    await until(pilot, lambda: not app.board.task_rows.by_id[timeline.selected_key].enabled)
+    await until(pilot, lambda: timeline_row(app, picked).endswith("off"))
+    assert "refresh failed" not in screen_text(app)
 
 
 async def test_cells_show_each_outcome_newest_on_the_right(dashboard) -> None:
@@ -208,3 +227,16 @@ async def test_runs_reach_the_grid_while_the_occurrences_pane_filters_them_out(d
     await until(pilot, lambda: row_of(app, "alpha").endswith(GLYPH["succeeded"]))
     assert [o.state for o in grid.runs[alpha]] == ["succeeded"]
     assert not app.board.occ_rows.by_id  # the pane shows none of them
+
+
+def test_every_task_view_answers_what_the_dashboard_asks_of_a_task_view() -> None:
+    """The Tasks pane's views stand in for each other: each has every method the dashboard
+    and the live refresh call on whichever is shown (a missing one fails a refresh)."""
+    from tickui.ui.widgets.table import RowTable
+    from tickui.ui.widgets.timeline import DayTimeline
+
+    asked = ("sync_size", "refresh_row", "refresh_changed", "select_key", "show_top",
+             "hold_briefly", "say_when_empty", "selected_key", "focus")  # fmt: skip
+    for view in (RowTable, TaskGrid, DayTimeline):
+        missing = [name for name in asked if not hasattr(view, name)]
+        assert not missing, f"{view.__name__} lacks {missing}"

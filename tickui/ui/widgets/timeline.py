@@ -20,7 +20,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -179,6 +179,12 @@ class DayTimeline(ScrollView, can_focus=True):
             return False
         self.move_to(index)
         return True
+
+    def refresh_row(self, index: int) -> None:
+        """A task changed: its row repainted if it is on screen."""
+        line = HEAD_LINES + index - self.scroll_offset.y
+        if HEAD_LINES <= line < self.size.height:
+            self.refresh(Region(0, line, self.size.width, 1))
 
     def refresh_changed(self) -> None:
         """Tasks changed: the rows on screen are drawn again now, not at the next second."""
