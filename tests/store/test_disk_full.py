@@ -6,12 +6,11 @@ filled to the last byte with a filler file and freed again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from disk_support import fill
 
-from helpers import rig
+from helpers import rig, wait_for
 
 
 async def test_full_disk_is_one_warning_a_visible_state_and_nothing_lost(small_disk, caplog):
@@ -37,9 +36,11 @@ async def test_full_disk_is_one_warning_a_visible_state_and_nothing_lost(small_d
         assert "Traceback" not in caplog.text
 
         flag.touch()  # the long run ends while the disk is still full
-        await asyncio.sleep(0.5)
         # Its last line could not be written: the status says so, once space is short.
-        assert "run output not written" in (r.engine.status().warning or "")
+        await wait_for(
+            lambda: "run output not written" in (r.engine.status().warning or ""),
+            10, "the status to say the run's output was not written",
+        )  # fmt: skip
         filler.unlink()
         await r.tick(1)
         assert r.engine.status().result == "ok", r.engine.status()
