@@ -169,6 +169,8 @@ SERIAL_GROUPS = {
         "test_ui_workers.py",
     ),
     "snapshots": ("test_ui_snapshots.py", "test_ui_output.py"),
+    # Some of its tests step the system clock; others need a window in which nothing does.
+    "system-clock": ("test_clockwatch.py",),
 }
 _GROUP_OF = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
 
