@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from tickui.common import procs
 from tickui.common.timeutil import MICROS
+from tickui.dispatch.journals import ENGINE_LEASES
 from tickui.engine.recovery import journal_path, outcome_events
 from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store
@@ -45,6 +48,8 @@ class RecordShipping:
         if self._last is not None and now - self._last < SHIP_EVERY:
             return 0
         self._last = now
+        if not await asyncio.to_thread(_a_silent_engine_here, Path(self.store.log_dir)):
+            return 0  # every engine of this host renews its runs' lease: nothing to read
         here = procs.host()
         active = await self.store.active_occurrences()
         self._sent.intersection_update(occ.id for occ in active)
@@ -92,3 +97,20 @@ class RecordShipping:
             if silent[lease]:  # else its engine still renews it and records its own runs
                 found.append((occ, record))
         return found
+
+
+def _a_silent_engine_here(folder: Path) -> bool:
+    """Whether an engine's runs' lease file in `folder` (this host's) has run out: only
+    then can a run of a silent engine be waiting to be told. A directory listing, so the
+    store is not asked every second for nothing. Blocking: call it in a thread."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    now = time.monotonic()
+    for name in names:
+        if name.startswith(f"{ENGINE_LEASES}-") and name.endswith(".lease"):
+            deadline = read_lease(str(folder / name))
+            if deadline is not None and deadline <= now:
+                return True
+    return False
