@@ -28,7 +28,12 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]{1,100}(?:\.[0-9]{0,20})?|\.[0-9]{1,20})", r
 _INTEGER = re.compile(r"[+-]?[0-9]{1,100}", re.ASCII)
 _SIZE = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,6})?) *(B|KiB|MiB|GiB)?", re.ASCII | re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kib": KIB, "mib": MIB, "gib": GIB}
-_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]", re.ASCII)
+# A host name is dot-separated labels of 1 to 63 characters (an empty or longer one is
+# refused by the resolver's encoder with an error of its own), or a bracketed IPv6 address.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST = re.compile(
+    rf"(?=[^\[]{{1,253}}$){_LABEL}(?:\.{_LABEL})*\.?|\[[0-9A-Fa-f:.]{{2,45}}\]", re.ASCII
+)
 
 
 def number(value: Any, name: str, low: float, high: float, integer: bool = False) -> float | int:
