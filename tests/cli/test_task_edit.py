@@ -48,6 +48,21 @@ def test_edit_takes_every_option_of_add() -> None:
     # Only the options given reach the namespace.
     args = build_parser().parse_args(["task", "edit", "x", "--timeout", "5s"])
     assert [d for d in args._task_options if hasattr(args, d)] == ["timeout"]
+    # Where the store is (--db, --store, --config) is never one of the task's fields.
+    for where in (["--store", "x.db"], ["--db", "x.db"], ["--config", "t.toml"]):
+        args = build_parser().parse_args(["task", "edit", "x", *where, "--jitter", "1s"])
+        assert [d for d in args._task_options if hasattr(args, d)] == ["jitter"], where
+
+
+def test_cli_edit_with_the_store_given_by_store(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    assert cli("task", "add", "a", "--every", "1m", "--", "true", db=db).returncode == 0
+    done = cli("--store", str(db), "task", "edit", "a", "--every", "2m")
+    assert done.returncode == 0, done.stderr
+    done = cli("task", "edit", "--store", str(db), "a", "--timeout", "5s")
+    assert done.returncode == 0, done.stderr
+    task = cli_json("task", "list", "--json", db=db)[0]
+    assert (task["schedule"], task["timeout"]) == ("every 2m", "5s")
 
 
 def test_edited_fields_replace_the_schedule_and_clear_with_empty() -> None:

@@ -116,6 +116,7 @@ def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
     default is SUPPRESS) and only they change. Add an option of `task add` here."""
     from tickui.schedules.cron import MACROS  # (calendar, locale): for add and edit only
 
+    first = len(parser._actions)  # the shared options (--db, --store, ...) come before
     when = parser.add_mutually_exclusive_group(required=not edit)
     when.add_argument(
         "--cron",
@@ -161,16 +162,16 @@ def task_options(parser: argparse.ArgumentParser, edit: bool = False) -> None:
     )
     parser.add_argument("--pause-after", metavar="N", help="disable after N failed slots")
     if edit:
-        _only_given(parser)
+        _only_given(parser, parser._actions[first:])
 
 
-def _only_given(parser: argparse.ArgumentParser) -> None:
-    """Make each of task_options' options absent from the namespace unless given, and
-    record their dests (`_task_options`) for edit_raw."""
-    skip = {"help", "db", "config", "rename"}
+def _only_given(parser: argparse.ArgumentParser, options: list[argparse.Action]) -> None:
+    """Make each of task_options' `options` absent from the namespace unless given, and
+    record their dests (`_task_options`) for edit_raw: the shared options (where the
+    store is, the config) are never a task's field."""
     dests = []
-    for action in parser._actions:
-        if action.option_strings and action.dest not in skip:
+    for action in options:
+        if action.option_strings:
             action.default = argparse.SUPPRESS
             dests.append(action.dest)
     parser.set_defaults(_task_options=tuple(dests))
