@@ -317,3 +317,16 @@ def test_fire_times_a_clock_change_moves_or_doubles_are_marked_in_yellow() -> No
     twice = task(3, "twice", start, cron="*/30 * * * *", tz="America/New_York")
     doubled = times.dst_columns(twice, fall)  # 01:00 and 01:30 happen twice: all four
     assert len(doubled) >= 2 and all(fall.column(at(2027, 11, 7, 5, 0)) <= c for c in doubled)
+
+
+def test_a_total_always_fits_its_gutter_with_a_space_before_it() -> None:
+    assert tl.total_text(23, False) == "23"
+    assert tl.total_text(9999, True) == "≈9999"
+    assert tl.total_text(12_345, False) == "12.3k"
+    assert tl.total_text(12_345, True) == "≈12k"
+    assert tl.total_text(127_400, True) == "≈127k"
+    assert tl.total_text(4_500_000, False) == "4.5M"
+    for count in (0, 9, 999, 9_999, 10_000, 99_949, 99_950, 999_499, 999_500, 10**7, 10**10):
+        for estimated in (False, True):
+            shown = tl.total_text(count, estimated)
+            assert len(shown) < tl.TOTAL_WIDTH, (count, shown)

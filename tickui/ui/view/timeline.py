@@ -201,9 +201,19 @@ def _gutter(text: str, width: int) -> str:
     return text[: width - 1] + "…" if len(text) > width else text.ljust(width)
 
 
-def _total_text(count: int, estimated: bool) -> str:
-    shown = f"{count / 1000:.1f}k" if count >= 10_000 else str(count)
-    return ("≈" if estimated else "") + shown
+def total_text(count: int, estimated: bool) -> str:
+    """A span's runs in at most TOTAL_WIDTH - 1 characters (a space stays before it):
+    9999, 12.3k, 127k, 4.5M, with "≈" before an estimate, as precise as fits."""
+    about = "≈" if estimated else ""
+    room = TOTAL_WIDTH - 1 - len(about)
+    if len(str(count)) <= room and count < 10_000:
+        return about + str(count)
+    for unit, size in (("k", 10**3), ("M", 10**6), ("G", 10**9)):
+        for digits in (1, 0):
+            shown = f"{count / size:.{digits}f}"
+            if float(shown) < 1000 and len(shown) + 1 <= room:
+                return f"{about}{shown}{unit}"
+    return about + "many"
 
 
 def _busiest(axis: Axis, density: Counts) -> str:
@@ -297,7 +307,7 @@ def task_line(
         else:
             track.append((" ", ""))
     line.append_text(_runs(track))
-    total = state if dim else _total_text(counts.total, counts.estimated)
+    total = state if dim else total_text(counts.total, counts.estimated)
     line.append(total.rjust(TOTAL_WIDTH), DIM if dim else "")
     return line
 
@@ -336,7 +346,7 @@ def density_line(axis: Axis, density: Counts) -> Text:
         else:  # a bar in the shade
             track.append((BARS[-(-count * len(BARS) // peak) - 1], SHADES[level] + bold))
     line.append_text(_runs(track))
-    line.append(_total_text(density.total, density.estimated).rjust(TOTAL_WIDTH), "bold")
+    line.append(total_text(density.total, density.estimated).rjust(TOTAL_WIDTH), "bold")
     return line
 
 
