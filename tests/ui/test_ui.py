@@ -470,6 +470,18 @@ async def test_layout_is_usable_small_and_large_and_survives_resizing(
     assert "alpha" in screen_text(app) and "Circuit breaker" in screen_text(app)
 
 
+async def test_a_tiny_terminal_keeps_rows_of_tasks_and_runs_and_drops_the_side_panes(
+    dashboard,
+) -> None:
+    app, pilot = await dashboard(size=(40, 12))
+    await until(pilot, lambda: "alpha" in screen_text(app))
+    text = screen_text(app)
+    assert "Occurrences" in text and "Circuit breaker" not in text, text
+    await pilot.resize_terminal(80, 24)  # room again: the side panes come back
+    await until(pilot, lambda: "Circuit breaker" in screen_text(app))
+    assert "alpha" in screen_text(app)
+
+
 async def test_a_broken_database_exits_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"not a database at all")

@@ -5,8 +5,6 @@ panes, and the pane titles that say which are on."""
 
 from __future__ import annotations
 
-import contextlib
-
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
@@ -42,6 +40,9 @@ from tickui.ui.widgets.workers import WorkersPane
 # the tables lost OK%, MISS/SKIP and the runs' details.
 NARROW = 140
 SHORT = 30  # below this height the narrow layout drops the sparkline
+# Below this height the narrow layout drops the side panes: under them the Tasks pane had
+# no row left (a breaker that opens is still told, as a notification).
+TINY = 20
 
 
 class Dashboard(Screen[None]):
@@ -91,10 +92,10 @@ class Dashboard(Screen[None]):
         self.lay_out(event.size.width, event.size.height)
 
     def lay_out(self, width: int, height: int) -> None:
-        narrow, short = width < NARROW, height < SHORT
-        if self.has_class("-narrow") != narrow or self.has_class("-short") != short:
-            self.set_class(narrow, "-narrow")
-            self.set_class(short, "-short")
+        wanted = {"-narrow": width < NARROW, "-short": height < SHORT, "-tiny": height < TINY}
+        if any(self.has_class(name) != on for name, on in wanted.items()):
+            for name, on in wanted.items():
+                self.set_class(on, name)
             self.refresh(layout=True)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -394,8 +395,8 @@ class Dashboard(Screen[None]):
         self.show_side()
 
     def show_side(self) -> None:
-        with contextlib.suppress(Exception):
-            self.query_one("#side").display = not self.board.prefs.side_hidden
+        """As the user chose (H): a class, so that the tiny layout can still hide them."""
+        self.set_class(self.board.prefs.side_hidden, "-side-hidden")
 
     def action_hooks(self) -> None:
         host = self.board.host
