@@ -227,6 +227,11 @@ class Connection:
             except psycopg.Error as exc:
                 raise lost(exc, where) from None
 
+    async def adopt(self, raw: psycopg.AsyncConnection[Any]) -> None:
+        """Take `raw`, opened as this one would be but under another name, as its own."""
+        self.raw = raw
+        await self.run("SET application_name = %s", (self.name,))
+
     async def _usable(self) -> psycopg.AsyncConnection[Any]:
         if self.raw is None:
             await self.connect()
@@ -349,13 +354,25 @@ async def open_connection(
     return conn
 
 
+async def read(conn: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """A read outside a transaction, made once more on a new connection when the server
+    had dropped `conn` (ended or restarted): a server that does not answer, or cannot be
+    reached, is not waited for twice."""
+    was_up = conn.up
+    try:
+        return await conn.execute_fetchall(sql, params)
+    except ServerLost:
+        if not (was_up and conn.dropped):
+            raise
+    return await conn.execute_fetchall(sql, params)
+
+
 class Readers:
     """A few connections for the reads made outside the store's write transaction, so
     that a read never waits behind a write (nor behind another read, up to `size` at
     once). Each is a Connection as above (its deadline, its errors, replaced when the
-    server dropped it), opened when a read finds none of them free: a command making one
-    read at a time opens one. A read on a connection the server had dropped is made once
-    more, on a new one; a server that does not answer is not waited for twice."""
+    server dropped it), opened when a read finds no open one free: a command making one
+    read at a time opens one."""
 
     def __init__(self, url: str, size: int, readonly: bool = False) -> None:
         self.url = url
@@ -364,11 +381,19 @@ class Readers:
         self._idle: list[Connection] = []
         self._every: list[Connection] = []
 
+    def has_open(self) -> bool:
+        """Whether a read would find an open connection free (no wait, none opened)."""
+        return not self._slots.locked() and any(conn.up for conn in self._idle)
+
     @contextlib.asynccontextmanager
     async def one(self) -> AsyncIterator[Connection]:
-        """A connection of the reader's own until the block ends (the newest free one)."""
+        """A connection of the reader's own until the block ends: the newest free open
+        one, else one to open."""
         async with self._slots:
-            if self._idle:
+            opened = [n for n, conn in enumerate(self._idle) if conn.up]
+            if opened:
+                conn = self._idle.pop(opened[-1])
+            elif self._idle:
                 conn = self._idle.pop()
             else:
                 conn = Connection(None, self.url, "tickui-read", self.readonly)
@@ -378,15 +403,18 @@ class Readers:
             finally:
                 self._idle.append(conn)
 
+    def give_up_one(self) -> psycopg.AsyncConnection[Any] | None:
+        """A free open connection, no longer one of these (they open another when reads
+        need it): the writer's first, so that a command that reads then writes opens one."""
+        for conn in reversed(self._idle):
+            if conn.up:
+                raw, conn.raw = conn.raw, None
+                return raw
+        return None
+
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         async with self.one() as conn:
-            was_up = conn.up
-            try:
-                return await conn.execute_fetchall(sql, params)
-            except ServerLost:
-                if not (was_up and conn.dropped):
-                    raise
-            return await conn.execute_fetchall(sql, params)
+            return await read(conn, sql, params)
 
     async def close(self) -> None:
         for conn in self._every:

@@ -46,6 +46,7 @@ from tickui.store.pgconn import (
     first_line,
     lost,
     open_connection,
+    read,
 )
 
 faults.recognize(fault_kind)  # the server's outages, for fault_text
@@ -268,6 +269,10 @@ class PgStoreBase(StoreBase):
             mark = self._tx = object()
             inside = _WRITING.set((*_WRITING.get(), mark))
             try:
+                if conn.raw is None:  # the reads' free connection, rather than a new one
+                    spare = self._readers.give_up_one()
+                    if spare is not None:
+                        await conn.adopt(spare)
                 await conn.run("BEGIN")
                 conn.in_transaction = True
                 try:
@@ -293,10 +298,15 @@ class PgStoreBase(StoreBase):
         return rows[0] if rows else None
 
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """On the write transaction's connection inside it (in the task holding it),
-        else on a read connection."""
+        """On the write transaction's connection inside it (in the task holding it);
+        else on a read connection, or on the writer's while no write is under way and no
+        read connection is open and free (a command that reads after its write opens no
+        second connection): the write lock is held meanwhile, so no write begins on it."""
         if self._tx is not None and self._tx in _WRITING.get():
             return list(await self._conn.execute_fetchall(sql, params))
+        if self._conn.up and not self._lock.locked() and not self._readers.has_open():
+            async with self._lock:
+                return await read(self._conn, sql, params)
         return await self._readers.fetchall(sql, params)
 
     async def data_version(self) -> int:
