@@ -83,6 +83,12 @@ OPTIONS: tuple[Option, ...] = (
         shown_default="none: the SQLite file --db names",
     ),
     Option(
+        "store", None, "int",
+        "a PostgreSQL store's connections for reads at once (besides its writer's and its"
+        " listener's), opened as reads need them",
+        2, 1, 16, env="TICKUI_PG_POOL",
+    ),
+    Option(
         "engine", None, "text",
         "the host an engine or worker says it runs on, in the lease, its runs and the"
         " workers table (tests play several hosts on one machine with it)",
@@ -264,6 +270,14 @@ def option(table: str, key: str) -> Option:
         if found.table == table and found.key == key:
             return found
     raise KeyError(f"{table}.{key}")
+
+
+def by_env(name: str) -> Option:
+    """The setting read from the environment variable `name`."""
+    for found in OPTIONS:
+        if found.env == name:
+            return found
+    raise KeyError(name)
 
 
 def in_table(table: str) -> tuple[Option, ...]:

@@ -18,7 +18,7 @@ import functools
 import os
 import re
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -185,23 +185,61 @@ class Cursor:
 class Connection:
     """One psycopg connection, autocommit: transactions are the store's own BEGIN/COMMIT.
 
-    A connection the server dropped (a restart, a network cut) is replaced at the next
-    statement that begins outside a transaction; one lost inside a transaction fails that
-    transaction (the server rolled it back) and the store's caller hears Unavailable."""
+    Opened at its first statement (or by `connect`). A connection the server dropped (a
+    restart, a network cut) is replaced at the next statement that begins outside a
+    transaction; one lost inside a transaction fails that transaction (the server rolled
+    it back) and the store's caller hears Unavailable. A read-only one (`readonly`) is
+    opened, and opened again, with the server refusing its writes."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], url: str = "") -> None:
+    def __init__(
+        self,
+        conn: psycopg.AsyncConnection[Any] | None,
+        url: str = "",
+        name: str = "tickui",
+        readonly: bool = False,
+    ) -> None:
         self.raw = conn
         self.url = url
+        self.name = name
+        self.readonly = readonly
         self.total_changes = 0
         self.in_transaction = False
         self._unanswered = False  # a statement got no answer in time: the connection is dropped
 
+    @property
+    def up(self) -> bool:
+        """Open, and not known to be dropped or unanswering."""
+        raw = self.raw
+        return raw is not None and not (raw.closed or raw.broken or self._unanswered)
+
+    @property
+    def dropped(self) -> bool:
+        """The server ended the connection (it answered that, or closed it): not a server
+        that stopped answering, which a new connection would wait for again."""
+        raw = self.raw
+        return raw is not None and (raw.closed or raw.broken) and not self._unanswered
+
+    async def connect(self, where: str = "") -> None:
+        """Open it now, when it is not open, failing as `lost` (naming the store)."""
+        if self.raw is None:
+            try:
+                self.raw = await open_connection(self.url, self.name, self.readonly)
+            except psycopg.Error as exc:
+                raise lost(exc, where) from None
+
+    async def adopt(self, raw: psycopg.AsyncConnection[Any]) -> None:
+        """Take `raw`, opened as this one would be but under another name, as its own."""
+        self.raw = raw
+        await self.run("SET application_name = %s", (self.name,))
+
     async def _usable(self) -> psycopg.AsyncConnection[Any]:
-        gone = self.raw.closed or self.raw.broken or self._unanswered
-        if not gone or self.in_transaction or not self.url:
+        if self.raw is None:
+            await self.connect()
+        assert self.raw is not None
+        if self.up or self.in_transaction or not self.url:
             return self.raw
         try:
-            fresh = await open_connection(self.url)
+            fresh = await open_connection(self.url, self.name, self.readonly)
         except psycopg.Error as exc:
             raise lost(exc) from None
         old, self.raw, self._unanswered = self.raw, fresh, False
@@ -233,6 +271,8 @@ class Connection:
 
     def _give_up(self) -> None:
         self._unanswered = True
+        if self.raw is None:  # still connecting: its own timeout ends that
+            return
         with (
             contextlib.suppress(OSError, psycopg.Error),
             socket.socket(fileno=os.dup(self.raw.pgconn.socket)) as sock,
@@ -281,7 +321,8 @@ class Connection:
         return await (await self.execute(sql, params)).fetchall()
 
     async def close(self) -> None:
-        await self.raw.close()
+        if self.raw is not None:
+            await self.raw.close()
 
 
 CONNECT_TIMEOUT_S = 10
@@ -293,15 +334,89 @@ ANSWER_DEADLINE_S = 15.0
 IDLE_IN_TRANSACTION_MS = 5000
 
 
-async def open_connection(url: str, name: str = "tickui") -> psycopg.AsyncConnection[Any]:
-    """A new connection as the store uses it: autocommit, values bound on the client."""
+async def open_connection(
+    url: str, name: str = "tickui", readonly: bool = False
+) -> psycopg.AsyncConnection[Any]:
+    """A new connection as the store uses it: autocommit, values bound on the client;
+    `readonly`, every transaction of it read-only (the server refuses its writes)."""
+    options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+    if readonly:
+        options += " -c default_transaction_read_only=on"
     conn = await psycopg.AsyncConnection.connect(
         url,
         autocommit=True,
         cursor_factory=psycopg.AsyncClientCursor,
         connect_timeout=CONNECT_TIMEOUT_S,
         application_name=name,
-        options=f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
+        options=options,
     )
     configure(conn)
     return conn
+
+
+async def read(conn: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """A read outside a transaction, made once more on a new connection when the server
+    had dropped `conn` (ended or restarted): a server that does not answer, or cannot be
+    reached, is not waited for twice."""
+    was_up = conn.up
+    try:
+        return await conn.execute_fetchall(sql, params)
+    except ServerLost:
+        if not (was_up and conn.dropped):
+            raise
+    return await conn.execute_fetchall(sql, params)
+
+
+class Readers:
+    """A few connections for the reads made outside the store's write transaction, so
+    that a read never waits behind a write (nor behind another read, up to `size` at
+    once). Each is a Connection as above (its deadline, its errors, replaced when the
+    server dropped it), opened when a read finds no open one free: a command making one
+    read at a time opens one."""
+
+    def __init__(self, url: str, size: int, readonly: bool = False) -> None:
+        self.url = url
+        self.readonly = readonly
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[Connection] = []
+        self._every: list[Connection] = []
+
+    def has_open(self) -> bool:
+        """Whether a read would find an open connection free (no wait, none opened)."""
+        return not self._slots.locked() and any(conn.up for conn in self._idle)
+
+    @contextlib.asynccontextmanager
+    async def one(self) -> AsyncIterator[Connection]:
+        """A connection of the reader's own until the block ends: the newest free open
+        one, else one to open."""
+        async with self._slots:
+            opened = [n for n, conn in enumerate(self._idle) if conn.up]
+            if opened:
+                conn = self._idle.pop(opened[-1])
+            elif self._idle:
+                conn = self._idle.pop()
+            else:
+                conn = Connection(None, self.url, "tickui-read", self.readonly)
+                self._every.append(conn)
+            try:
+                yield conn
+            finally:
+                self._idle.append(conn)
+
+    def give_up_one(self) -> psycopg.AsyncConnection[Any] | None:
+        """A free open connection, no longer one of these (they open another when reads
+        need it): the writer's first, so that a command that reads then writes opens one."""
+        for conn in reversed(self._idle):
+            if conn.up:
+                raw, conn.raw = conn.raw, None
+                return raw
+        return None
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        async with self.one() as conn:
+            return await read(conn, sql, params)
+
+    async def close(self) -> None:
+        for conn in self._every:
+            with contextlib.suppress(Exception):
+                await conn.close()

@@ -6,6 +6,12 @@ and the ids a batch numbers itself see no other writer between their reads and w
 whatever host the writer is on. Every write transaction ends with a NOTIFY, delivered at
 commit; a second connection LISTENs, and `data_version` counts what it heard, so a viewer
 learns of another process's change without polling the database.
+
+The writes have one connection; the reads made outside this store's write transaction
+have a few others (`Readers`), so that a dashboard's or an engine's read does not wait
+behind a write. A read inside the write transaction, in the task that holds it, is made
+on the transaction's connection: it sees the transaction's own writes, and a claim's
+check of the lease is fenced by the lock it holds.
 """
 
 from __future__ import annotations
@@ -15,15 +21,17 @@ import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from tickui.common import faults
+from tickui.common import checks, faults
 from tickui.common.errors import NotSetUp, StoreError, Unavailable
+from tickui.common.options import by_env
 from tickui.model.planning import Plan
 from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.store import pgschema
@@ -32,17 +40,32 @@ from tickui.store.groups import QUERY_GROUPS
 from tickui.store.pgconn import (
     CommitUnknown,
     Connection,
+    Readers,
     ServerLost,
     fault_kind,
     first_line,
     lost,
     open_connection,
+    read,
 )
 
 faults.recognize(fault_kind)  # the server's outages, for fault_text
 
 WRITE_LOCK = 0x7469636B  # the advisory lock every write transaction takes ("tick")
 CHANNEL = "tickui_changes"
+# The write transactions the running task is inside (one mark each, made by `_write`): a
+# task started inside one inherits its marks, as it inherits the rest of its context.
+_WRITING: ContextVar[tuple[object, ...]] = ContextVar("tickui_pg_writing", default=())
+POOL_ENV = "TICKUI_PG_POOL"
+
+
+def pool_size(env: Mapping[str, str] = os.environ) -> int:
+    """How many read connections a store keeps at most (TICKUI_PG_POOL, checked)."""
+    pool = by_env(POOL_ENV)
+    text = env.get(POOL_ENV)
+    if text is None:
+        return int(pool.default)
+    return int(checks.number(text, POOL_ENV, pool.low, pool.high, integer=True))
 
 
 def shown(url: str) -> str:
@@ -72,8 +95,11 @@ class PgStoreBase(StoreBase):
 
     _Conflict = psycopg.errors.IntegrityError
 
-    def __init__(self, url: str, conn: Connection) -> None:
+    def __init__(self, url: str, conn: Connection, readers: Readers | None = None) -> None:
         super().__init__(Path(shown(url)), conn)  # type: ignore[arg-type]
+        self.readonly = conn.readonly
+        self._readers = readers or Readers(url, pool_size(), conn.readonly)
+        self._tx: object | None = None  # the mark of the write transaction under way
         self.url = url
         self.where = shown(url)
         self.log_dir = default_log_dir(url)
@@ -87,13 +113,11 @@ class PgStoreBase(StoreBase):
     @classmethod
     async def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> Self:
         url = str(path)
+        readers = Readers(url, pool_size(), readonly)
+        store = cls(url, Connection(None, url, readonly=readonly), readers)
         try:
-            raw = await open_connection(url)
-        except psycopg.Error as exc:
-            raise lost(exc, shown(url)) from None
-        store = cls(url, Connection(raw, url))
-        store.readonly = readonly
-        try:
+            async with readers.one() as first:  # the one a command's reads will use
+                await first.connect(shown(url))
             version = await store._version()
             if readonly:
                 if version is None:
@@ -101,7 +125,6 @@ class PgStoreBase(StoreBase):
                         f"PostgreSQL store {store.where} has no tickui schema"
                         " (tickui task add or tickui run sets it up)"
                     )
-                await store._conn.run("SET default_transaction_read_only = on")
             else:
                 await store._migrate()
         except psycopg.Error as exc:
@@ -229,6 +252,7 @@ class PgStoreBase(StoreBase):
             self._listening.cancel()
             with contextlib.suppress(BaseException):
                 await self._listening
+        await self._readers.close()
         for conn in (self._listen, self._conn.raw):  # the newest of each
             if conn is not None:
                 with contextlib.suppress(Exception):
@@ -236,27 +260,54 @@ class PgStoreBase(StoreBase):
 
     @contextlib.asynccontextmanager
     async def _write(self):
-        """One write transaction at a time, as SQLite's: the advisory lock first."""
+        """One write transaction at a time, as SQLite's: the advisory lock first. The
+        reads of the task inside it are made on its connection (`_all`)."""
         if self.readonly:
             raise StoreError(f"PostgreSQL store {self.where} is open for reading only")
         async with self._lock:
             conn = self._conn
-            await conn.run("BEGIN")
-            conn.in_transaction = True
+            mark = self._tx = object()
+            inside = _WRITING.set((*_WRITING.get(), mark))
             try:
-                await conn.run("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-                yield
-                await conn.run(f"NOTIFY {CHANNEL}, '{self._name}'")
-            except BaseException:
+                if conn.raw is None:  # the reads' free connection, rather than a new one
+                    spare = self._readers.give_up_one()
+                    if spare is not None:
+                        await conn.adopt(spare)
+                await conn.run("BEGIN")
+                conn.in_transaction = True
+                try:
+                    await conn.run("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                    yield
+                    await conn.run(f"NOTIFY {CHANNEL}, '{self._name}'")
+                except BaseException:
+                    conn.in_transaction = False
+                    with contextlib.suppress(psycopg.Error, Unavailable):
+                        await conn.run("ROLLBACK")
+                    raise
                 conn.in_transaction = False
-                with contextlib.suppress(psycopg.Error, Unavailable):
-                    await conn.run("ROLLBACK")
-                raise
-            conn.in_transaction = False
-            try:
-                await conn.run("COMMIT")
-            except ServerLost as exc:
-                raise CommitUnknown(str(exc)) from None
+                try:
+                    await conn.run("COMMIT")
+                except ServerLost as exc:
+                    raise CommitUnknown(str(exc)) from None
+            finally:
+                self._tx = None
+                _WRITING.reset(inside)
+
+    async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = await self._all(sql, params)
+        return rows[0] if rows else None
+
+    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """On the write transaction's connection inside it (in the task holding it);
+        else on a read connection, or on the writer's while no write is under way and no
+        read connection is open and free (a command that reads after its write opens no
+        second connection): the write lock is held meanwhile, so no write begins on it."""
+        if self._tx is not None and self._tx in _WRITING.get():
+            return list(await self._conn.execute_fetchall(sql, params))
+        if self._conn.up and not self._lock.locked() and not self._readers.has_open():
+            async with self._lock:
+                return await read(self._conn, sql, params)
+        return await self._readers.fetchall(sql, params)
 
     async def data_version(self) -> int:
         """Counts the other connections' commits heard on the change channel."""
