@@ -196,7 +196,10 @@ def test_real_runs_a_3s_task_every_1s_never_overlap_and_the_buffered_slot_follow
     started = sorted((o for o in history if o["started_at"]), key=lambda o: o["started_at"])
     for before, after in itertools.pairwise(started):
         gap = (parse_instant(after["started_at"]) - parse_instant(before["finished_at"])) / MICROS
-        assert 0 <= gap < 0.1, f"{after['scheduled_for']} started {gap:.3f} s after the run before"
+        # a tick is a second: a quarter of one tells "at once" from "on the next tick" for
+        # three pairs in four (and the runs make several pairs), and leaves a loaded
+        # machine's process start room
+        assert 0 <= gap < 0.25, f"{after['scheduled_for']} started {gap:.3f} s after the run before"
     skipped = [o for o in history if o["state"] == "skipped"]
     assert skipped and {o["detail"] for o in skipped} == {FULL}
     assert sum(o["state"] == "queued" for o in history) <= 1

@@ -4,6 +4,7 @@ disable the task with a note; a success resets the count; enabling clears it."""
 from __future__ import annotations
 
 import pytest
+from engine_procs import Engine, wait_for
 
 from helpers import cli, cli_json, rig
 from tickui.model import retries
@@ -129,7 +130,13 @@ def test_the_pause_after_flag_on_a_real_engine(tmp_path):
     db = tmp_path / "t.db"
     added = cli("task", "add", "bad", "--every", "1s", "--pause-after", "3", "--", "false", db=db)
     assert added.returncode == 0, added.stderr
-    assert cli("run", "--for", "8", db=db).returncode == 0
+    engine = Engine(db, tmp_path / "engine.err")
+    try:
+        # until it pauses (three failed slots: about 3 s, longer on a loaded machine)
+        wait_for(lambda: not cli_json("task", "list", db=db)[0]["enabled"], 60, "the pause")
+        assert engine.stop() == 0, engine.stderr()
+    finally:
+        engine.kill()
     (task,) = cli_json("task", "list", db=db)
     assert task["enabled"] is False and task["pause_after"] == 3
     assert task["note"] == "paused after 3 consecutive failures (last: EXIT_NONZERO)"
