@@ -13,16 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from tickui.cli import key as key_cli
-from tickui.cli import worker as worker_cli
-from tickui.cli import workers as workers_cli
 from tickui.cli.output import JSON_FLAG, UsageError
 from tickui.common import checks
 from tickui.common.checks import arg, arg_number
 from tickui.common.errors import BAD_INPUT, BadInput, TickuiError
-from tickui.common.options import add_argument, env_value, option
+from tickui.common.options import add_argument, add_kafka_arguments, env_value, option
 from tickui.common.redact import safe_text
-from tickui.ticks.config import TOPIC, add_kafka_arguments
-from tickui.ticks.wire import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
     from tickui.runtime import settings as config_mod
@@ -127,9 +123,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         serve = sub.add_parser("serve", parents=[shared], help=serve_cli.SAID)
         serve_cli.add_arguments(serve, _WATCH, _LAPSE, _REAL)
     if command in (None, "worker"):
+        from tickui.cli import worker as worker_cli
+
         worker = sub.add_parser("worker", parents=[shared], help="run commands sent over Kafka")
         worker_cli.add_arguments(worker)
     if command in (None, "workers"):
+        from tickui.cli import workers as workers_cli
+
         said = "the workers the engine has heard"
         workers_cli.add_arguments(sub.add_parser("workers", parents=[shared], help=said))
     if command in (None, "store"):
@@ -279,8 +279,9 @@ def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path | s
 
 
 def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
-    from tickui.ticks.config import build, kafka_access, kafka_flags
+    from tickui.ticks.config import TOPIC, build, kafka_access, kafka_flags
     from tickui.ticks.tail import main_sync
+    from tickui.ticks.wire import DEFAULT_TOPIC
 
     flags = {"kafka_bootstrap": (args.kafka, "--kafka"), **kafka_flags(args)}
     bootstrap = kafka_access(build(settings.raw, settings.env, flags))
@@ -400,7 +401,11 @@ def run(argv: Sequence[str]) -> int:
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
         if args.command == "worker":
+            from tickui.cli import worker as worker_cli
+
             return worker_cli.main(args, settings)
+        from tickui.cli import workers as workers_cli
+
         return asyncio.run(workers_cli.main(args, path))
     if args.command == "hooks":
         from tickui.cli.hooks import cmd_hooks

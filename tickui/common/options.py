@@ -278,6 +278,13 @@ def kafka_connection() -> tuple[Option, ...]:
     )
 
 
+def add_kafka_arguments(parser: Any) -> None:
+    """--kafka-security-protocol and the rest, on every command that talks to Kafka."""
+    for opt in kafka_connection():
+        if opt.flag:
+            add_argument(parser, opt)
+
+
 def micros(text: str) -> int:
     """A duration bound or default as microseconds ("0" is zero)."""
     return 0 if text == "0" else parse_duration(text, "duration")

@@ -264,12 +264,6 @@ def ticker_flags(args: Any) -> dict[str, tuple[Any, str]]:
     return flags
 
 
-def add_kafka_arguments(parser: Any) -> None:
-    """--kafka-security-protocol and the rest, on every command that talks to Kafka."""
-    for opt in KAFKA_CONNECTION:
-        options.add_argument(parser, opt)
-
-
 def build(
     tables: dict[str, Any], env: dict[str, str], flags: dict[str, tuple[Any, str]] | None = None
 ) -> TickerConfig:
