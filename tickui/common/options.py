@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tickui.common import checks
-from tickui.common.kafka import MECHANISMS, PROTOCOLS
 from tickui.common.timeutil import MICROS, parse_duration
 
+# Kafka's security protocols and SASL mechanisms: the choices of two settings below, and
+# what tickui.common.kafka checks a connection against.
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 ENTRIES = ("hook",)  # tables written as [[table]], one per entry
 # Kinds: duration and size are texts in tickui.toml ("30s", "64KiB"); int, bool; text and
 # path are non-empty texts; choice is one of `choices`; secret is never shown; programs is
