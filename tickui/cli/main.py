@@ -46,6 +46,27 @@ class _Parser(argparse.ArgumentParser):
                 message = message.replace(f"argument {named}: invalid choice", "unknown command")
         raise UsageError("", message + hint)
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        """argparse's formatter, told the width it would ask shutil for (shutil brings
+        bz2 and lzma, and a formatter is made for each argument added)."""
+        return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
+
+
+def _help_width() -> int:
+    """What argparse's HelpFormatter takes for its width: shutil.get_terminal_size's
+    columns ($COLUMNS when a positive number, else the terminal's, else 80), less 2."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
+            columns = 0
+        columns = columns or 80
+    return columns - 2
+
 
 def did_you_mean(message: str) -> str:
     """ " (did you mean 'list'?)" for argparse's complaint about an unknown choice."""
