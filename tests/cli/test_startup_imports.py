@@ -24,6 +24,14 @@ HEAVY = (
     "tickui.ui",
     "tickui.hooks",
     "tickui.cli.changes",
+    # Nor these, each a few milliseconds to load: typing (names for annotations only),
+    # shutil with bz2 and lzma (argparse asks it for the terminal's width), socket (the
+    # host name), the tick wire formats with json, and the Kafka connection.
+    "typing",
+    "shutil",
+    "socket",
+    "tickui.ticks.wire",
+    "tickui.common.kafka",
 )
 # The listings of a SQLite file read it through a blocking read-only connection
 # (tickui.store.reader): no event loop, no aiosqlite, no store implementation.

@@ -10,7 +10,6 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
 
 from tickui.cli import key as key_cli
 from tickui.cli.output import JSON_FLAG, UsageError
@@ -20,7 +19,10 @@ from tickui.common.errors import BAD_INPUT, BadInput, TickuiError
 from tickui.common.options import add_argument, add_kafka_arguments, env_value, option
 from tickui.common.redact import safe_text
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from tickui.runtime import settings as config_mod
 
 EXIT_BAD_INPUT = 2

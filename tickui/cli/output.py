@@ -10,12 +10,15 @@ import sys
 from datetime import datetime, tzinfo
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import printable, redact_data, safe_text
 from tickui.common.timeutil import from_micros, machine_zone, to_micros
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 JSON_FLAG = "one JSON array"  # the help of a listing's --json
 

@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tickui.cli.key import add_signing_arguments
 from tickui.common import checks
@@ -14,6 +13,7 @@ from tickui.common.checks import arg, arg_duration, arg_number
 from tickui.common.errors import BadInput
 from tickui.common.options import add_argument, add_kafka_arguments, option
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
     from tickui.runtime.settings import Settings
 

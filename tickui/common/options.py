@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tickui.common import checks
 from tickui.common.timeutil import MICROS, parse_duration
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 # Kafka's security protocols and SASL mechanisms: the choices of two settings below, and
 # what tickui.common.kafka checks a connection against.

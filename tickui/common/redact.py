@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @functools.cache

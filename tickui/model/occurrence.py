@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from tickui.common.redact import redact
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 ACTIVE = ("claimed", "accepted", "running")
 TERMINAL = ("succeeded", "failed", "cancelled", "skipped")

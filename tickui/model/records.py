@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from tickui.common.timeutil import format_duration, iso
 from tickui.model.occurrence import ACTIVE
 from tickui.model.spec import TaskSpec
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:  # a listing reads records without building their schedules
+    from typing import Any
+
     from tickui.schedules.triggers import Schedule
 
 

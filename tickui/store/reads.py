@@ -6,12 +6,15 @@ blocking read-only connection, so both give the same values."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from tickui.model.audit import AUDIT_COLUMNS
 from tickui.model.occurrence import ACTIVE, QUEUED
 from tickui.model.records import OCCURRENCE_COLUMNS, STATS_WINDOW, Task, TaskStats
 from tickui.model.spec import TaskSpec
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 NO_STATS = TaskStats()
 SPEC_CACHE_MAX = 100_000

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from tickui.common import checks, options
@@ -18,7 +17,10 @@ from tickui.common.redact import hide
 from tickui.common.timeutil import MICROS, parse_duration
 from tickui.ticks.topics import DEFAULT_TOPIC, MIN_INTERVAL_MS, WIRES
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
+    from typing import Any
+
     from tickui.common.kafka import KafkaAccess
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII)  # always fullmatch
