@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import sys
 from datetime import datetime, tzinfo
 from functools import lru_cache
@@ -156,6 +155,8 @@ def shown_value(key: str, value: Any, zone: str | None = None) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key == "command" and isinstance(value, list):
+        import shlex  # a command's words: for `task show` only
+
         return shlex.join(str(word) for word in value)
     if isinstance(value, list):
         return ", ".join(shown_value(key, item, zone) for item in value)

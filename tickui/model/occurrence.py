@@ -5,16 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tickui.common.redact import redact
+from tickui.model.states import ACTIVE, QUEUED, STATES, TERMINAL  # noqa: F401 (named here too)
 
 TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
     from typing import Any
 
-ACTIVE = ("claimed", "accepted", "running")
-TERMINAL = ("succeeded", "failed", "cancelled", "skipped")
-# Waiting to start (a retry, buffer_one's slot, a backfill's): not active, not finished.
-QUEUED = "queued"
-STATES = (QUEUED, *ACTIVE, *TERMINAL)
 DETAIL_MAX = 1024
 CODE_MAX = 64
 

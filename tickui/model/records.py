@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tickui.common.timeutil import format_duration, iso
-from tickui.model.occurrence import ACTIVE
 from tickui.model.spec import TaskSpec
+from tickui.model.states import ACTIVE
 
 TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:  # a listing reads records without building their schedules
@@ -41,6 +41,10 @@ FINISHED = ("succeeded", "failed", "cancelled")
 
 @dataclass(slots=True)
 class Task:
+    """A task as stored: its definition (`spec`), where it came from, whether it is on,
+    its next run and its recent runs' stats. (Each of these records has a docstring: one
+    without has dataclasses work out its signature for it, on every start.)"""
+
     id: int
     name: str
     spec: TaskSpec
@@ -96,6 +100,9 @@ class Task:
 
 @dataclass(slots=True)
 class Occurrence:
+    """One slot of a task (or a retry, a backfill, a run-now): its state and times, who
+    ran it and how it ended."""
+
     id: int
     task_id: int
     task: str
@@ -249,6 +256,8 @@ class RemoteOutput:
 
 @dataclass(slots=True)
 class Lease:
+    """The engine's lease: who holds it, its fencing token and until when."""
+
     owner: str
     token: int
     expires_at: int
@@ -267,6 +276,8 @@ class LeaseResult:
 
 @dataclass(slots=True)
 class RunRequest:
+    """A run-now another process asked of the engine, not taken up yet."""
+
     id: int
     task_id: int
     task: str

@@ -218,6 +218,8 @@ def serve_settings(raw: Any) -> ServeSettings:
 
 @dataclass(frozen=True)
 class Settings:
+    """Everything tickui.toml, the environment and the defaults say, checked."""
+
     path: Path | None = None
     db: Path | None = None
     store: str | None = None  # [store] url: a postgresql:// URL, or a file's path (as given)
