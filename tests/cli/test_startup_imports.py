@@ -35,7 +35,17 @@ HEAVY = (
 )
 # The listings of a SQLite file read it through a blocking read-only connection
 # (tickui.store.reader): no event loop, no aiosqlite, no store implementation.
-LISTING_ALSO = ("asyncio", "aiosqlite", "tickui.store.base", "tickui.store.sqlite", "logging")
+LISTING_ALSO = (
+    "asyncio",
+    "aiosqlite",
+    "tickui.store.base",
+    "tickui.store.sqlite",
+    "logging",
+    # the records they do not read: the occurrence state machine's, the engine's lease,
+    # run requests and workers'
+    "tickui.model.occurrence",
+    "tickui.model.coordination",
+)
 # --help reads no database and runs no event loop.
 HELP_ALSO = (
     "asyncio",
