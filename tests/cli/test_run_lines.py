@@ -154,7 +154,8 @@ class _RemoteRun:
     """The two reads `logs` makes of a run a worker ran (the store's contract)."""
 
     def __init__(self) -> None:
-        from tickui.model.records import Occurrence, RemoteOutput
+        from tickui.model.coordination import RemoteOutput
+        from tickui.model.records import Occurrence
 
         self.occ = Occurrence(
             id=7, task_id=1, task="remote", kind="scheduled", scheduled_for=0,

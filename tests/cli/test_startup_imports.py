@@ -24,10 +24,28 @@ HEAVY = (
     "tickui.ui",
     "tickui.hooks",
     "tickui.cli.changes",
+    # Nor these, each a few milliseconds to load: typing (names for annotations only),
+    # shutil with bz2 and lzma (argparse asks it for the terminal's width), socket (the
+    # host name), the tick wire formats with json, and the Kafka connection.
+    "typing",
+    "shutil",
+    "socket",
+    "tickui.ticks.wire",
+    "tickui.common.kafka",
 )
 # The listings of a SQLite file read it through a blocking read-only connection
 # (tickui.store.reader): no event loop, no aiosqlite, no store implementation.
-LISTING_ALSO = ("asyncio", "aiosqlite", "tickui.store.base", "tickui.store.sqlite", "logging")
+LISTING_ALSO = (
+    "asyncio",
+    "aiosqlite",
+    "tickui.store.base",
+    "tickui.store.sqlite",
+    "logging",
+    # the records they do not read: the occurrence state machine's, the engine's lease,
+    # run requests and workers'
+    "tickui.model.occurrence",
+    "tickui.model.coordination",
+)
 # --help reads no database and runs no event loop.
 HELP_ALSO = (
     "asyncio",

@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
-from typing import Any
 
 from tickui.cli.output import JSON_FLAG, print_json, say, shown_time, table, with_reader, with_store
 from tickui.common.checks import arg, arg_number
 from tickui.common.redact import safe_text
 from tickui.model.spec import check_name
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 10_000  # as many as the store keeps

@@ -9,7 +9,6 @@ import argparse
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tickui.cli.output import print_json, say, shown_time, table, task_zone, with_reader
 from tickui.common.clock import SystemClock
@@ -17,6 +16,10 @@ from tickui.common.errors import NotFound
 from tickui.common.redact import safe_text
 from tickui.model.retries import attempt_text, wait_text
 from tickui.model.spec import check_name
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def print_tasks(tasks: list[Any], as_json: bool) -> None:

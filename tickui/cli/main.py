@@ -1,6 +1,17 @@
 """The `tickui` command line. Exit 0 on success, 2 on bad input, 1 otherwise."""
 
+# ruff: noqa: E402 (the imports follow the collector's pause)
 from __future__ import annotations
+
+import gc
+
+# Loading the command line makes tens of thousands of objects (modules, classes,
+# functions, the options) that live as long as the process: the cyclic collector, which
+# would walk them over and over while they load (some 4 ms of a listing's start), is
+# paused for the imports, and what they made is then set aside for good (gc.freeze) at
+# the end of this module.
+_COLLECTING = gc.isenabled()
+gc.disable()
 
 import argparse
 import contextlib
@@ -10,21 +21,19 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
 
 from tickui.cli import key as key_cli
-from tickui.cli import worker as worker_cli
-from tickui.cli import workers as workers_cli
 from tickui.cli.output import JSON_FLAG, UsageError
 from tickui.common import checks
 from tickui.common.checks import arg, arg_number
 from tickui.common.errors import BAD_INPUT, BadInput, TickuiError
-from tickui.common.options import add_argument, env_value, option
+from tickui.common.options import add_argument, add_kafka_arguments, env_value, option
 from tickui.common.redact import safe_text
-from tickui.ticks.config import TOPIC, add_kafka_arguments
-from tickui.ticks.wire import DEFAULT_TOPIC
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from tickui.runtime import settings as config_mod
 
 EXIT_BAD_INPUT = 2
@@ -49,6 +58,27 @@ class _Parser(argparse.ArgumentParser):
                 named = argparse._get_action_name(action)
                 message = message.replace(f"argument {named}: invalid choice", "unknown command")
         raise UsageError("", message + hint)
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        """argparse's formatter, told the width it would ask shutil for (shutil brings
+        bz2 and lzma, and a formatter is made for each argument added)."""
+        return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
+
+
+def _help_width() -> int:
+    """What argparse's HelpFormatter takes for its width: shutil.get_terminal_size's
+    columns ($COLUMNS when a positive number, else the terminal's, else 80), less 2."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
+            columns = 0
+        columns = columns or 80
+    return columns - 2
 
 
 def did_you_mean(message: str) -> str:
@@ -127,9 +157,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         serve = sub.add_parser("serve", parents=[shared], help=serve_cli.SAID)
         serve_cli.add_arguments(serve, _WATCH, _LAPSE, _REAL)
     if command in (None, "worker"):
+        from tickui.cli import worker as worker_cli
+
         worker = sub.add_parser("worker", parents=[shared], help="run commands sent over Kafka")
         worker_cli.add_arguments(worker)
     if command in (None, "workers"):
+        from tickui.cli import workers as workers_cli
+
         said = "the workers the engine has heard"
         workers_cli.add_arguments(sub.add_parser("workers", parents=[shared], help=said))
     if command in (None, "store"):
@@ -279,8 +313,9 @@ def db_path(args: argparse.Namespace, settings: config_mod.Settings) -> Path | s
 
 
 def cmd_ticks(args: argparse.Namespace, settings: config_mod.Settings) -> int:
-    from tickui.ticks.config import build, kafka_access, kafka_flags
+    from tickui.ticks.config import TOPIC, build, kafka_access, kafka_flags
     from tickui.ticks.tail import main_sync
+    from tickui.ticks.wire import DEFAULT_TOPIC
 
     flags = {"kafka_bootstrap": (args.kafka, "--kafka"), **kafka_flags(args)}
     bootstrap = kafka_access(build(settings.raw, settings.env, flags))
@@ -400,7 +435,11 @@ def run(argv: Sequence[str]) -> int:
         if command is not None:
             raise UsageError("", "'--' and a command only go with 'task add'")
         if args.command == "worker":
+            from tickui.cli import worker as worker_cli
+
             return worker_cli.main(args, settings)
+        from tickui.cli import workers as workers_cli
+
         return asyncio.run(workers_cli.main(args, path))
     if args.command == "hooks":
         from tickui.cli.hooks import cmd_hooks
@@ -463,3 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _complain(exc: BaseException | str) -> None:
     """The one line on stderr: redacted, control characters visible, never multi-line."""
     print(f"tickui: {safe_text(exc)}", file=sys.stderr)
+
+
+gc.freeze()  # what loading the command line made: never garbage, never walked again
+if _COLLECTING:
+    gc.enable()

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import sys
 from datetime import datetime, tzinfo
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tickui.common.errors import BadInput, NotFound
 from tickui.common.redact import printable, redact_data, safe_text
 from tickui.common.timeutil import from_micros, machine_zone, to_micros
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 JSON_FLAG = "one JSON array"  # the help of a listing's --json
 
@@ -153,6 +155,8 @@ def shown_value(key: str, value: Any, zone: str | None = None) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key == "command" and isinstance(value, list):
+        import shlex  # a command's words: for `task show` only
+
         return shlex.join(str(word) for word in value)
     if isinstance(value, list):
         return ", ".join(shown_value(key, item, zone) for item in value)

@@ -14,13 +14,13 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tickui.common import checks
 from tickui.common.errors import BadInput
 from tickui.common.options import add_argument, option
 from tickui.common.redact import redact
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
     from tickui.runtime.settings import Settings
 

@@ -6,15 +6,14 @@ import argparse
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tickui.cli.key import add_signing_arguments
 from tickui.common import checks
 from tickui.common.checks import arg, arg_duration, arg_number
 from tickui.common.errors import BadInput
-from tickui.common.options import add_argument, option
-from tickui.ticks.config import add_kafka_arguments
+from tickui.common.options import add_argument, add_kafka_arguments, option
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
     from tickui.runtime.settings import Settings
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tickui.cli.output import print_json, say, table, with_store
 from tickui.common.clock import SystemClock
 from tickui.common.redact import safe_text
 from tickui.common.timeutil import MICROS, format_duration
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
     from tickui.store import Store
 

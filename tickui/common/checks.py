@@ -12,11 +12,14 @@ import math
 import os
 import re
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import urlsplit
 
 from tickui.common.errors import BadInput
 from tickui.common.redact import redact
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import Protocol
 
 from tickui.common.timeutil import MICROS
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Protocol
+else:  # a protocol is for the type checker; at run time Clock is a plain base
+    Protocol = object
 
 
 class Clock(Protocol):

@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tickui.common.errors import BadInput, Unavailable
+from tickui.common.options import MECHANISMS, PROTOCOLS
 from tickui.common.redact import hide, printable, redact
 
 if TYPE_CHECKING:
     import ssl  # loaded by the clients that use TLS: the settings readers do not need it
-
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 @dataclass(frozen=True)

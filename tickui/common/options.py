@@ -13,12 +13,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tickui.common import checks
-from tickui.common.kafka import MECHANISMS, PROTOCOLS
 from tickui.common.timeutil import MICROS, parse_duration
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
+
+# Kafka's security protocols and SASL mechanisms: the choices of two settings below, and
+# what tickui.common.kafka checks a connection against.
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 ENTRIES = ("hook",)  # tables written as [[table]], one per entry
 # Kinds: duration and size are texts in tickui.toml ("30s", "64KiB"); int, bool; text and
 # path are non-empty texts; choice is one of `choices`; secret is never shown; programs is
@@ -290,6 +296,13 @@ def kafka_connection() -> tuple[Option, ...]:
     return tuple(
         o for o in OPTIONS if o.table == "kafka" and o.key not in ("bootstrap", "topic", "wire")
     )
+
+
+def add_kafka_arguments(parser: Any) -> None:
+    """--kafka-security-protocol and the rest, on every command that talks to Kafka."""
+    for opt in kafka_connection():
+        if opt.flag:
+            add_argument(parser, opt)
 
 
 def micros(text: str) -> int:

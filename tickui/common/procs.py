@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 def host() -> str:
     """The host this process says it runs on: TICKUI_HOST (tickui.common.options), or the
-    machine's name. Who may look at a PID is decided by it: only on the same host."""
-    return os.environ.get("TICKUI_HOST") or socket.gethostname()
+    machine's name (gethostname's: uname's node name, which the settings read without
+    loading socket). Who may look at a PID is decided by it: only on the same host."""
+    return os.environ.get("TICKUI_HOST") or os.uname().nodename
 
 
 def whoami() -> tuple[str, str, int]:

@@ -7,13 +7,26 @@ Kafka errors) goes through one of them.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
+
+
+@functools.cache
+def _pattern(source: str) -> re.Pattern[str]:
+    """The patterns below, each compiled when first used (compiling them all costs
+    milliseconds, and most text holds no marker word: only the marker and control patterns
+    are needed for it)."""
+    return re.compile(source)
+
 
 # A URL's or a bare `user:password@host` form's password. The password runs to the last
 # `@` of the word, so one holding `@` or `/` (`redis://u:ab@pw@h`, `redis://:p/w@h`) is
 # hidden whole; when in doubt more is hidden, never less.
-_USERINFO = re.compile(
+_USERINFO = (
     r"(?<![^\s:/@'\"<>()\[\]{},;=])"  # from the start of a word only: linear on a long one
     r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?P<user>[^\s:/@'\"<>()\[\]{},;=]*):(?P<pw>[^\s'\"<>]*)@"
 )
@@ -22,7 +35,7 @@ _SECRET_WORD = (
     r"|private[_-]?key|credentials?)"
 )
 # An Authorization header's value is hidden whole, whatever its scheme (`token abc`).
-_AUTHORIZATION = re.compile(
+_AUTHORIZATION = (
     r"""(?i)(?P<key>\b(?:proxy-)?authorization['"]?)(?P<sep>\s*[=:]\s*)(?P<quote>['"]?)"""
     r"""(?P<value>(?<=')[^'\n]*|(?<=")[^"\n]*|[^'"\n]+)"""
 )
@@ -32,25 +45,25 @@ _SHORT_WORD = r"(?<![A-Za-z])(?:pass|pw|key|auth|cookie|session|creds?)(?![A-Za-
 # A pair's value: quoted, it runs to the closing quote (spaces and all; to the end when
 # the quote is never closed); bare, to the next space or separator (`\ ` escapes kept).
 _VALUE = r"""(?P<value>(?<=')[^']*|(?<=")[^"]*|(?:\\.|[^\s&;,'"\\])+)"""
-_KEY_VALUE = re.compile(
+_KEY_VALUE = (
     rf"(?i)(?P<key>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*['\"]?)(?P<sep>\s*[=:]\s*)"
     rf"(?P<quote>['\"]?){_VALUE}"
 )
-_SHORT_KEY_VALUE = re.compile(
+_SHORT_KEY_VALUE = (
     rf"(?i)(?P<key>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*{_SHORT_WORD}[A-Za-z0-9_.-]*['\"]?)(?P<sep>\s*=\s*)"
     rf"(?P<quote>['\"]?){_VALUE}"
 )
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
+_BEARER = r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"
 # Names whose value is hidden whole: environment variables and flags (`--password X`).
-SECRET_NAME = re.compile(
+SECRET_NAME = (
     r"(?i)-{0,2}[A-Za-z0-9_.-]*(?:pass|pw|secret|token|key|auth|cred|cookie|session)[A-Za-z0-9_.-]*"
 )
-_SECRET_FLAG = re.compile(
+_SECRET_FLAG = (
     r"(?i)(?P<key>(?<![A-Za-z0-9_-])--?[A-Za-z0-9_-]*(?:pass|secret|token|key|auth|cred)[A-Za-z0-9_-]*)"
     r"""(?P<sep>\s+|=)(?P<quote>['"]?)(?P<value>(?<=')[^']*|(?<=")[^"]*|[^\s'"-][^\s'"]*)"""
 )
 # curl's and wget's `-u user:password` / `--user=user:password`: the part after the colon.
-_USER_FLAG = re.compile(
+_USER_FLAG = (
     r"""(?P<key>(?<![\w-])(?:-u|--user|--proxy-user))(?P<sep>\s+|=)(?P<quote>['"])?"""
     r"""(?P<user>[^\s:'"]*):(?P<value>(?(quote)[^'"]*|[^\s'"]+))"""
 )
@@ -59,17 +72,15 @@ MASK = "***"
 
 # C0 controls, DEL, C1 controls, and the invisible formatting characters that can reorder
 # or hide text on a terminal (bidi overrides, zero-width ones, line/paragraph separators).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-_CONTROL_KEEP_NEWLINE = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
-)
+_CONTROL = "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
+_CONTROL_KEEP_NEWLINE = "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
 
 
 def _hide_userinfo(match: re.Match[str]) -> str:
     return f"{match['scheme'] or ''}{match['user']}:{MASK}@"
 
 
-_WORD = re.compile(r"[^\s'\"<>]+")  # what a password in a URL can span
+_WORD = r"[^\s'\"<>]+"  # what a password in a URL can span
 
 
 def _userinfo_in_word(match: re.Match[str]) -> str:
@@ -78,7 +89,7 @@ def _userinfo_in_word(match: re.Match[str]) -> str:
     word = match.group()
     if "@" not in word or ":" not in word:
         return word
-    return _USERINFO.sub(_hide_userinfo, word)
+    return _pattern(_USERINFO).sub(_hide_userinfo, word)
 
 
 _KNOWN: set[str] = set()  # secrets this process was given (hide)
@@ -99,17 +110,17 @@ def redact(text: Any) -> str:
     for secret in _KNOWN:
         if secret in text:
             text = text.replace(secret, MASK)
-    if _MARKER.search(text) is None:  # most text: one scan instead of seven
+    if _pattern(_MARKER).search(text) is None:  # most text: one scan instead of seven
         return text
-    text = _WORD.sub(_userinfo_in_word, text)
-    text = _AUTHORIZATION.sub(_hide_value, text)
-    text = _KEY_VALUE.sub(_hide_value, text)
-    text = _SHORT_KEY_VALUE.sub(_hide_value, text)
-    text = _SECRET_FLAG.sub(_hide_value, text)
-    text = _USER_FLAG.sub(
+    text = _pattern(_WORD).sub(_userinfo_in_word, text)
+    text = _pattern(_AUTHORIZATION).sub(_hide_value, text)
+    text = _pattern(_KEY_VALUE).sub(_hide_value, text)
+    text = _pattern(_SHORT_KEY_VALUE).sub(_hide_value, text)
+    text = _pattern(_SECRET_FLAG).sub(_hide_value, text)
+    text = _pattern(_USER_FLAG).sub(
         lambda m: f"{m['key']}{m['sep']}{m['quote'] or ''}{m['user']}:{MASK}", text
     )
-    return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
+    return _pattern(_BEARER).sub(lambda m: f"{m[1]} {MASK}", text)
 
 
 def _hide_value(match: re.Match[str]) -> str:
@@ -125,7 +136,7 @@ def printable(text: Any, newlines: bool = False) -> str:
     """Control characters shown as `\\x1b`, `\\u202e`..., never sent raw to a terminal.
     `newlines=True` keeps line breaks (multi-line log text)."""
     pattern = _CONTROL_KEEP_NEWLINE if newlines else _CONTROL
-    return pattern.sub(_escape, str(text))
+    return _pattern(pattern).sub(_escape, str(text))
 
 
 def safe_text(text: Any, newlines: bool = False) -> str:
@@ -136,7 +147,8 @@ def safe_text(text: Any, newlines: bool = False) -> str:
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     """Environment values are shown only when nothing in them looks secret: a value whose
     name looks like a secret (`*TOKEN*`, `*PASSWORD*`, `*KEY*`...) is hidden whole."""
-    return {name: MASK if SECRET_NAME.fullmatch(name) else redact(v) for name, v in env.items()}
+    secret = _pattern(SECRET_NAME).fullmatch
+    return {name: MASK if secret(name) else redact(v) for name, v in env.items()}
 
 
 def redact_data(value: Any) -> Any:
@@ -156,7 +168,11 @@ def redact_data(value: Any) -> Any:
         out_list = [redact_data(item) for item in value]
         for i in range(1, len(out_list)):  # ["mysql", "--password", "x"]: hide the x
             before = value[i - 1]
-            if isinstance(before, str) and before.startswith("-") and SECRET_NAME.fullmatch(before):
+            if (
+                isinstance(before, str)
+                and before.startswith("-")
+                and _pattern(SECRET_NAME).fullmatch(before)
+            ):
                 out_list[i] = MASK
             elif before in USER_FLAGS and isinstance(value[i], str) and ":" in value[i]:
                 out_list[i] = value[i].split(":", 1)[0] + ":" + MASK  # curl -u user:password
@@ -174,4 +190,4 @@ def secret_markers() -> tuple[str, ...]:
 
 _MARKER_WORDS = ("pass", "pw", "secret", "token", "key", "auth", "cred", "cookie", "session",
                  "bearer", "basic", "-u", "@")  # fmt: skip
-_MARKER = re.compile("|".join(re.escape(word) for word in _MARKER_WORDS), re.IGNORECASE)
+_MARKER = "(?i)" + "|".join(re.escape(word) for word in _MARKER_WORDS)

@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 
 from tickui.common.timeutil import MICROS
 from tickui.dispatch.messages import Heartbeat
-from tickui.model.records import Occurrence, WorkerInfo
+from tickui.model.coordination import WorkerInfo
+from tickui.model.records import Occurrence
 from tickui.store import Beat, Store
 
 log = logging.getLogger("tickui.dispatch.kafka")

@@ -18,7 +18,7 @@ from tickui.common import procs
 from tickui.common.clock import Clock
 from tickui.common.faults import fault_text
 from tickui.common.timeutil import MICROS
-from tickui.model.records import Lease
+from tickui.model.coordination import Lease
 from tickui.store import Store
 
 log = logging.getLogger("tickui.engine")

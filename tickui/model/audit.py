@@ -10,9 +10,12 @@ pause) is not a person's action and has none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tickui.common.timeutil import iso
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 ORIGINS = ("cli", "dashboard")
 # The actions recorded, as they are named in the audit.

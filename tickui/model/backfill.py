@@ -11,11 +11,10 @@ backfill yesterday."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tickui.common.errors import BadInput
 from tickui.common.timeutil import iso
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
     from tickui.schedules.triggers import Schedule
 

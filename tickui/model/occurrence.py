@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from tickui.common.redact import redact
+from tickui.model.states import ACTIVE, QUEUED, STATES, TERMINAL  # noqa: F401 (named here too)
 
-ACTIVE = ("claimed", "accepted", "running")
-TERMINAL = ("succeeded", "failed", "cancelled", "skipped")
-# Waiting to start (a retry, buffer_one's slot, a backfill's): not active, not finished.
-QUEUED = "queued"
-STATES = (QUEUED, *ACTIVE, *TERMINAL)
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
+
 DETAIL_MAX = 1024
 CODE_MAX = 64
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from tickui.common.timeutil import format_duration, iso
-from tickui.model.occurrence import ACTIVE
 from tickui.model.spec import TaskSpec
+from tickui.model.states import ACTIVE
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:  # a listing reads records without building their schedules
+    from typing import Any
+
     from tickui.schedules.triggers import Schedule
 
 
@@ -39,6 +41,10 @@ FINISHED = ("succeeded", "failed", "cancelled")
 
 @dataclass(slots=True)
 class Task:
+    """A task as stored: its definition (`spec`), where it came from, whether it is on,
+    its next run and its recent runs' stats. (Each of these records has a docstring: one
+    without has dataclasses work out its signature for it, on every start.)"""
+
     id: int
     name: str
     spec: TaskSpec
@@ -94,6 +100,9 @@ class Task:
 
 @dataclass(slots=True)
 class Occurrence:
+    """One slot of a task (or a retry, a backfill, a run-now): its state and times, who
+    ran it and how it ended."""
+
     id: int
     task_id: int
     task: str
@@ -196,77 +205,3 @@ OCCURRENCE_COLUMNS = (
 
 def occurrence_from_row(row: Any) -> Occurrence:
     return Occurrence(*row)
-
-
-WORKER_STATES = ("alive", "draining", "drained", "lost")
-
-
-@dataclass(slots=True)
-class WorkerInfo:
-    """A worker as the engine last heard it (Kafka dispatch). `last_seen` is the engine's
-    clock when its last heartbeat arrived; `running` its command ids then."""
-
-    id: str
-    host: str
-    slots: int
-    running: list[str]
-    last_seen: int
-    state: str  # alive | lost | draining | drained
-    version: str | None = None
-    log_dir: str | None = None
-    group: str | None = None
-    first_seen: int | None = None
-    refused: dict[str, int] = field(default_factory=dict)  # messages it refused, by kind
-    insecure: bool = False  # it runs without a key
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "refused": dict(self.refused),
-            "insecure": self.insecure,
-            "id": self.id,
-            "host": self.host,
-            "slots": self.slots,
-            "running": list(self.running),
-            "last_seen": iso(self.last_seen),
-            "state": self.state,
-            "version": self.version,
-            "log_dir": self.log_dir,
-            "group": self.group,
-        }
-
-
-@dataclass(slots=True)
-class RemoteOutput:
-    """What a worker said of a run's output: the redacted tail of its last outcome event
-    (empty while it runs), which worker, and where the full log is on that worker."""
-
-    tail: str
-    worker: str
-    log_path: str | None = None
-
-
-@dataclass(slots=True)
-class Lease:
-    owner: str
-    token: int
-    expires_at: int
-    host: str | None = None
-    pid: int | None = None
-
-
-@dataclass(slots=True)
-class LeaseResult:
-    """Outcome of trying to take or renew the lease: held (with token) or standby."""
-
-    held: bool
-    lease: Lease | None
-    new: bool = False
-
-
-@dataclass(slots=True)
-class RunRequest:
-    id: int
-    task_id: int
-    task: str
-    kind: str
-    created_at: int

@@ -7,16 +7,18 @@ import json
 import re
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
 
 from tickui.common import checks
 from tickui.common.errors import BadInput
 from tickui.common.timeutil import format_duration, iso, parse_duration, parse_instant
 from tickui.model import retries as rules
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
     # Imported where a schedule is made or read: the command line's parser takes this
     # module's names and policies without loading the schedules.
+    from typing import Any
+
     from tickui.schedules import triggers as schedules
 
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)  # always fullmatch

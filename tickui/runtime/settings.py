@@ -10,7 +10,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from tickui.common import checks, options
 from tickui.common.checks import MIB
@@ -20,8 +19,10 @@ from tickui.common.timeutil import MICROS
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.config import build as build_ticker
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
     import tomllib
+    from typing import Any
 
     from tickui.hooks.config import HookConfig
     from tickui.model.spec import TaskSpec
@@ -217,6 +218,8 @@ def serve_settings(raw: Any) -> ServeSettings:
 
 @dataclass(frozen=True)
 class Settings:
+    """Everything tickui.toml, the environment and the defaults say, checked."""
+
     path: Path | None = None
     db: Path | None = None
     store: str | None = None  # [store] url: a postgresql:// URL, or a file's path (as given)

@@ -8,14 +8,15 @@ them (tickui.store.sqlite and the query groups) is this package's own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from tickui.common import faults
 from tickui.store import dbfile, schema
 from tickui.store.dbfile import DATABASE_ERRORS, database_failure, inspect_file, lookup, os_failure
 from tickui.store.reader import Reader, is_sqlite_file
 
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
 if TYPE_CHECKING:
+    from typing import Any
+
     from tickui.store.abc import (
         DEFAULT_KEEP,
         Beat,

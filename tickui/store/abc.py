@@ -16,18 +16,10 @@ from typing import Any, NamedTuple
 
 from tickui.common.errors import StoreError
 from tickui.model.audit import Actor, AuditEntry
+from tickui.model.coordination import Lease, LeaseResult, RemoteOutput, RunRequest, WorkerInfo
 from tickui.model.occurrence import Change, Progress, RuntimeEvent
 from tickui.model.planning import Plan
-from tickui.model.records import (
-    Lease,
-    LeaseResult,
-    Occurrence,
-    RemoteOutput,
-    RunRequest,
-    Task,
-    TaskStats,
-    WorkerInfo,
-)
+from tickui.model.records import Occurrence, Task, TaskStats
 from tickui.model.spec import TaskSpec
 from tickui.store.values import Beat, Delivery, DispatchSecurity
 

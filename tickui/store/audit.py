@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tickui.model.audit import AUDIT_KEPT, Actor, AuditEntry, clipped, entry_from_row
+from tickui.model.audit import AUDIT_COLUMNS, AUDIT_KEPT, Actor, AuditEntry, clipped, entry_from_row
 from tickui.store import reads
 from tickui.store.base import StoreBase
 
@@ -88,8 +88,7 @@ class AuditQueries(StoreBase):
         """Entries made at or after `since` that no lease holder's hooks were told of,
         oldest first."""
         rows = await self._all(
-            f"SELECT {reads.AUDIT_COLUMNS} FROM audit WHERE told IS NULL AND at >= ?"
-            " ORDER BY id LIMIT ?",
+            f"SELECT {AUDIT_COLUMNS} FROM audit WHERE told IS NULL AND at >= ? ORDER BY id LIMIT ?",
             (since, limit),
         )
         return [entry_from_row(row) for row in rows]

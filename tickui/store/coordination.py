@@ -8,14 +8,8 @@ from collections.abc import Callable, Sequence
 
 from tickui.common.errors import NotFound
 from tickui.model.audit import Actor
-from tickui.model.records import (
-    Lease,
-    LeaseResult,
-    Occurrence,
-    RunRequest,
-    Task,
-    occurrence_from_row,
-)
+from tickui.model.coordination import Lease, LeaseResult, RunRequest
+from tickui.model.records import Occurrence, Task, occurrence_from_row
 from tickui.schedules.triggers import jitter_offset
 from tickui.store.audit import settle_audited_request, write_audit
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _chunks

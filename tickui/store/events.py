@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from tickui.model.coordination import RemoteOutput
 from tickui.model.occurrence import RUN_TRANSITION, Change, Progress, RuntimeEvent
-from tickui.model.records import RemoteOutput
 from tickui.store.abc import NewEvent
 from tickui.store.base import _ACTIVE_SQL, StoreBase
 from tickui.store.queue import after_settling, watch_settling

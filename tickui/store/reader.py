@@ -13,12 +13,16 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import Self
 
-from tickui.model.audit import AuditEntry, entry_from_row
 from tickui.model.records import Occurrence, Task, occurrence_from_row
 from tickui.model.spec import TaskSpec
 from tickui.store import dbfile, reads
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Self
+
+    from tickui.model.audit import AuditEntry
 
 # A store named by a URL (scheme://...), not a file: a path keeps one slash of the two.
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")
@@ -83,6 +87,8 @@ class Reader:
 
     def audit(self, task: str | None = None, limit: int = 50) -> list[AuditEntry]:
         """Newest first; none in a file from before the audit (read-only: not migrated)."""
+        from tickui.model.audit import entry_from_row  # for `audit` only
+
         if self._conn.execute(reads.HAS_AUDIT).fetchone() is None:
             return []
         rows = self._conn.execute(*reads.audit_query(task, limit)).fetchall()

@@ -6,12 +6,14 @@ blocking read-only connection, so both give the same values."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from tickui.model.audit import AUDIT_COLUMNS
-from tickui.model.occurrence import ACTIVE, QUEUED
 from tickui.model.records import OCCURRENCE_COLUMNS, STATS_WINDOW, Task, TaskStats
 from tickui.model.spec import TaskSpec
+from tickui.model.states import ACTIVE, QUEUED
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
 
 NO_STATS = TaskStats()
 SPEC_CACHE_MAX = 100_000
@@ -46,14 +48,17 @@ def history_query(task: str | None, limit: int) -> tuple[str, tuple[Any, ...]]:
     return (HISTORY, (limit,)) if task is None else (HISTORY_OF, (task, limit))
 
 
-AUDIT = f"SELECT {AUDIT_COLUMNS} FROM audit ORDER BY id DESC LIMIT ?"
-AUDIT_OF = f"SELECT {AUDIT_COLUMNS} FROM audit WHERE task = ? ORDER BY id DESC LIMIT ?"
 HAS_AUDIT = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit'"
 
 
 def audit_query(task: str | None, limit: int) -> tuple[str, tuple[Any, ...]]:
     """The newest `limit` audit entries, of one task's name or of all."""
-    return (AUDIT, (limit,)) if task is None else (AUDIT_OF, (task, limit))
+    from tickui.model.audit import AUDIT_COLUMNS  # the audit's records: not for the others
+
+    select = f"SELECT {AUDIT_COLUMNS} FROM audit"
+    if task is None:
+        return f"{select} ORDER BY id DESC LIMIT ?", (limit,)
+    return f"{select} WHERE task = ? ORDER BY id DESC LIMIT ?", (task, limit)
 
 
 def stats_query(ids: Iterable[int] | None = None) -> tuple[str, list[Any]] | None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from tickui.model.coordination import WorkerInfo
 from tickui.model.occurrence import RUN_TRANSITION
-from tickui.model.records import Occurrence, WorkerInfo, occurrence_from_row
+from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.store.abc import Beat, DispatchSecurity
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _chunks
 

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from tickui.common import checks, options
 from tickui.common.errors import BadInput
-from tickui.common.kafka import MECHANISMS, PROTOCOLS, KafkaAccess, read_password
-from tickui.common.options import Option
+from tickui.common.options import MECHANISMS, PROTOCOLS, Option
 from tickui.common.redact import hide
 from tickui.common.timeutil import MICROS, parse_duration
-from tickui.ticks.wire import DEFAULT_TOPIC, MIN_INTERVAL_MS, WIRES
+from tickui.ticks.topics import DEFAULT_TOPIC, MIN_INTERVAL_MS, WIRES
+
+TYPE_CHECKING = False  # typing is not loaded: --help and the listings start without it
+if TYPE_CHECKING:
+    from typing import Any
+
+    from tickui.common.kafka import KafkaAccess
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII)  # always fullmatch
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}", re.ASCII)
@@ -80,10 +84,9 @@ class TickerConfig:
         if not self.topic:
             self.topic = DEFAULT_TOPIC.get(self.wire, DEFAULT_TOPIC["bare"])
         if not self.scheduler_id:
-            import os
-            import socket  # not for --help; procs.host()'s name, without procs (signal)
+            import os  # procs.host()'s name, without procs (signal, socket)
 
-            host = os.environ.get("TICKUI_HOST") or socket.gethostname()
+            host = os.environ.get("TICKUI_HOST") or os.uname().nodename
             self.scheduler_id = f"tickui-{host}"
         if not self.sequence_key:
             self.sequence_key = f"tickui:sequence:{self.scheduler_id}"
@@ -209,6 +212,8 @@ def kafka_access(cfg: TickerConfig) -> KafkaAccess | None:
     setting it came from."""
     if not cfg.kafka_bootstrap:
         return None
+    from tickui.common.kafka import KafkaAccess, read_password  # not for the settings alone
+
     origin = cfg.origin
 
     def named(exc: BadInput) -> BadInput:
@@ -239,6 +244,8 @@ def kafka_access(cfg: TickerConfig) -> KafkaAccess | None:
 def valkey_password(cfg: TickerConfig) -> str | None:
     """The Valkey password: from its file, else TICKUI_VALKEY_PASSWORD (else the URL's)."""
     if cfg.valkey_password_file:
+        from tickui.common.kafka import read_password
+
         name = cfg.origin.get("valkey_password_file", "valkey.password_file")
         return read_password(cfg.valkey_password_file, name)
     return cfg.valkey_password
@@ -262,12 +269,6 @@ def ticker_flags(args: Any) -> dict[str, tuple[Any, str]]:
             value = parse_duration(value, opt.flag.lstrip("-")) / unit
         flags[str(opt.field)] = (value, opt.flag)
     return flags
-
-
-def add_kafka_arguments(parser: Any) -> None:
-    """--kafka-security-protocol and the rest, on every command that talks to Kafka."""
-    for opt in KAFKA_CONNECTION:
-        options.add_argument(parser, opt)
 
 
 def build(

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from tickui.common.errors import SchedulerConfigError
-from tickui.ticks import wire
+from tickui.ticks import topics, wire
 from tickui.ticks.config import TickerConfig
 from tickui.ticks.metrics import SchedulerMetrics
 from tickui.ticks.sequence import SequenceAllocator, ValkeySequenceStore
@@ -70,10 +70,10 @@ def ticker_config_from_onex(config: Any, publish_timeout_s: float | None = None)
         raise SchedulerConfigError(f"scheduler config: {exc}") from exc
     if not 10 <= interval <= 60_000:
         raise SchedulerConfigError("scheduler config: tick_interval_ms must be from 10 to 60000")
-    if interval < wire.MIN_INTERVAL_MS:  # ONEX's config allows it; its tick model does not
+    if interval < topics.MIN_INTERVAL_MS:  # ONEX's config allows it; its tick model does not
         raise SchedulerConfigError(
             f"scheduler config: {interval} ms ticks cannot go to the event bus: ONEX consumers"
-            f" reject a tick_interval_ms under {wire.MIN_INTERVAL_MS}"
+            f" reject a tick_interval_ms under {topics.MIN_INTERVAL_MS}"
         )
     if not 1 <= threshold <= 100 or not 1 <= reset <= 3600 or jitter < 0:
         raise SchedulerConfigError("scheduler config: circuit breaker settings out of range")

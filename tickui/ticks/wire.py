@@ -16,17 +16,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tickui.common.timeutil import MICROS, from_micros
+from tickui.ticks.topics import DEFAULT_TOPIC, WIRES
 
 if TYPE_CHECKING:
     from uuid import UUID
 
     from tickui.ticks.tick import Tick
 
-WIRES = ("bare", "envelope")
-DEFAULT_TOPIC = {"bare": "runtime.tick.v1", "envelope": "onex.intent.platform.runtime-tick.v1"}
 EVENT_TYPE = "platform.runtime-tick"  # the envelope's event_type
 BARE_EVENT_TYPE = "runtime.tick.v1"  # the bare tick's event_type header (0.38.6)
-MIN_INTERVAL_MS = 100  # ModelRuntimeTick.tick_interval_ms >= 100: ONEX rejects faster ticks
 TICK_KEYS = (
     "now",
     "tick_id",

@@ -20,7 +20,8 @@ from tickui.common.redact import safe_text
 from tickui.common.timeutil import MICROS, format_duration
 from tickui.dispatch import read_tail
 from tickui.model.audit import AuditEntry
-from tickui.model.records import Occurrence, RemoteOutput, Task
+from tickui.model.coordination import RemoteOutput
+from tickui.model.records import Occurrence, Task
 from tickui.model.upcoming import Fire, explain
 from tickui.ui.keys import DETAIL_DASHBOARD_ACTIONS, QUITTING_OFF, bindings, rank
 from tickui.ui.view.audit import AUDIT_SHOWN, audit_text

@@ -22,7 +22,8 @@ from textual.widgets import Input, Static
 from tickui.common import procs
 from tickui.common.redact import safe_text
 from tickui.dispatch.output import human_bytes
-from tickui.model.records import Occurrence, RemoteOutput
+from tickui.model.coordination import RemoteOutput
+from tickui.model.records import Occurrence
 from tickui.ui.keys import rank
 from tickui.ui.log_index import LineIndex, Search
 from tickui.ui.pager import page, pager_argv
