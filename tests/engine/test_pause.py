@@ -141,7 +141,10 @@ def test_the_pause_after_flag_on_a_real_engine(tmp_path):
     assert task["enabled"] is False and task["pause_after"] == 3
     assert task["note"] == "paused after 3 consecutive failures (last: EXIT_NONZERO)"
     runs = cli_json("history", "bad", db=db)
-    assert [o["state"] for o in runs] == ["failed"] * 3
+    # (a slot due while a run still starts, or missed, on a loaded machine, is skipped with
+    # its reason: not a failure)
+    assert [o["state"] for o in runs if o["state"] != "skipped"] == ["failed"] * 3, runs
+    assert all(o["detail"] for o in runs if o["state"] == "skipped"), runs
     shown = cli("task", "show", "bad", db=db).stdout
     assert "failures: 3" in shown
 
