@@ -3,28 +3,31 @@
 A batch the query groups write with `executemany` (a claim's task moves and occurrence
 rows, a settlement's updates, appended events) runs there as one statement a row. On
 PostgreSQL each of those is a statement executed on its own, however well pipelined and
-prepared; here the same statement text is turned, once, into one that takes each of its
-values as an array (`unnest`) and writes the whole batch in one execution:
+prepared; here the same statement text is turned, once, into one that takes the batch's
+rows as one value, a JSON array of arrays, and writes them all in one execution:
 
 - `INSERT [OR IGNORE] INTO t (cols) VALUES (?, 'literal', ...)` into
-  `INSERT INTO t (cols) SELECT v.p1, 'literal', ... FROM unnest(?::bigint[], ...) AS v(p1, ...)`
+  `INSERT INTO t (cols) SELECT v.p1, 'literal', ... FROM (rows) AS v`
   (`ON CONFLICT DO NOTHING` for OR IGNORE). Rows go in in the batch's order; a unique key
   refuses the statement as it refused its row (the caller's transaction ends alike), and
   OR IGNORE leaves out a row whose key the table or an earlier row of the batch holds.
 - `UPDATE t SET c = ?, d = coalesce(?, d) WHERE id = ? AND ...` into
-  `UPDATE t SET c = v.p1, ... FROM unnest(...) AS v(p1, ...) WHERE id = v.p3 AND ...`,
-  when the batch's ids are distinct: then no row of the batch sees another's write, and
-  the rows changed are those the statement a row would have changed.
+  `UPDATE t SET c = v.p1, ... FROM (rows) AS v WHERE id = v.p3 AND ...`, when the
+  batch's ids are distinct: then no row of the batch sees another's write, and the rows
+  changed are those the statement a row would have changed.
 
-Each value's array type is its column's (every integer a bigint, texts text), so NULLs
-and the WHERE's comparisons are typed as the column is. A statement of another shape, or
-a batch whose values are not plainly ints and strings as their columns hold, runs as
-before, a statement a row.
+`(rows)` is `SELECT (r->>0)::bigint AS p1, r->>1 AS p2, ... FROM jsonb_array_elements(?)`:
+each value typed as its column (every integer a bigint, texts text), so NULLs and the
+WHERE's comparisons are typed as the column is. JSON rather than an array a column: the
+client encodes the batch in one C call (psycopg dumps an array element by element). A
+statement of another shape, or a batch whose values are not plainly ints and strings as
+their columns hold, runs as before, a statement a row.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +44,8 @@ _LITERAL = re.compile(r"'[^',]*'|-?\d+|NULL")
 _EQUALS = re.compile(r"(?<![.\w])(\w+) = $")  # `col = ?`, the column not qualified
 _COALESCE_HEAD = re.compile(r"(?<![.\w])coalesce\($", re.IGNORECASE)
 _COALESCE_TAIL = re.compile(r"^, (\w+)\)")
-_PY_TYPES = {"bigint": int, "text": str}
+_PY_TYPES = {"bigint": {int, type(None)}, "text": {str, type(None)}}
+_encode = json.JSONEncoder().encode  # tuples as arrays, None as null
 
 
 @functools.cache
@@ -59,30 +63,30 @@ def column_types() -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True)
 class SetBased:
-    """One batch statement's set-based form: its text (placeholders `?`, one array
-    each), the array types in order, and the value that must be distinct across the
-    batch's rows (an UPDATE's `id = ?`), if any."""
+    """One batch statement's set-based form: its text (one placeholder, the rows as a
+    JSON array of arrays), its values' types in order, and the value that must be
+    distinct across the batch's rows (an UPDATE's `id = ?`), if any."""
 
     text: str
     types: tuple[str, ...]
     key: int | None
 
-    def params(self, rows: Sequence[Sequence[Any]]) -> tuple[list[Any], ...] | None:
-        """The arrays for `rows`, or None when they do not fit this form: a row of another
-        width, a value that is neither None nor its column's Python type, a key twice."""
+    def params(self, rows: Sequence[Sequence[Any]]) -> tuple[str] | None:
+        """The rows as the statement takes them, or None when they do not fit this form:
+        a row of another width, a value that is neither None nor its column's Python
+        type (an int for a bigint, a str for a text), a key twice."""
         width = len(self.types)
         if any(len(row) != width for row in rows):
             return None
-        arrays = tuple(list(values) for values in zip(*rows, strict=True))
-        for values, kind in zip(arrays, self.types, strict=True):
-            wanted = _PY_TYPES[kind]
-            if any(value is not None and type(value) is not wanted for value in values):
+        columns = list(zip(*rows, strict=True))
+        for values, kind in zip(columns, self.types, strict=True):
+            if not set(map(type, values)) <= _PY_TYPES[kind]:
                 return None
         if self.key is not None:
-            keys = arrays[self.key]
+            keys = columns[self.key]
             if None in keys or len(set(keys)) != len(keys):
                 return None
-        return arrays
+        return (_encode(rows),)
 
 
 def _placeholders(sql: str) -> list[int]:
@@ -100,10 +104,13 @@ def _placeholders(sql: str) -> list[int]:
     return spots
 
 
-def _unnest(types: Sequence[str]) -> str:
-    arrays = ", ".join(f"?::{kind}[]" for kind in types)
-    names = ", ".join(f"p{n + 1}" for n in range(len(types)))
-    return f"unnest({arrays}) AS v({names})"
+def _rows(types: Sequence[str]) -> str:
+    """The batch's rows as a relation v(p1, p2, ...), each value typed as its column."""
+    values = ", ".join(
+        f"r->>{n} AS p{n + 1}" if kind == "text" else f"(r->>{n})::{kind} AS p{n + 1}"
+        for n, kind in enumerate(types)
+    )
+    return f"(SELECT {values} FROM jsonb_array_elements(?::jsonb) AS r) AS v"
 
 
 def _insert(sql: str) -> SetBased | None:
@@ -126,7 +133,7 @@ def _insert(sql: str) -> SetBased | None:
             return None
     text = (
         f"INSERT INTO {found.group(2)} ({', '.join(columns)}) SELECT {', '.join(select)}"
-        f" FROM {_unnest(types)}"
+        f" FROM {_rows(types)}"
     )
     if found.group(1):
         text += " ON CONFLICT DO NOTHING"
@@ -165,7 +172,7 @@ def _update(sql: str) -> SetBased | None:
     if key is None:
         return None
     head, where = ("".join(pieces) + text[last:]).split(" WHERE ", 1)
-    return SetBased(f"{head} FROM {_unnest(types)} WHERE {where}", tuple(types), key)
+    return SetBased(f"{head} FROM {_rows(types)} WHERE {where}", tuple(types), key)
 
 
 @functools.lru_cache(maxsize=256)
