@@ -113,3 +113,9 @@ def test_the_hot_batch_statements_have_a_set_based_form():
     assert forms[0].params([(1, 2, 3, 4, 5), (1, 2, 3, 4, 6)]) is None  # task 3 twice
     assert forms[0].params([(1, None, 3, 4, 5), (True, 2, 4, 4, 5)]) is None  # a bool
     assert set_based("DELETE FROM events WHERE command_id = ?") is None
+    # a value in a subquery is not the row's own: a statement a row
+    inner = (
+        "UPDATE tasks SET note = ? WHERE id = ? AND EXISTS (SELECT 1"
+        " FROM occurrences o WHERE o.task_id = tasks.id AND id = ?)"
+    )
+    assert set_based(inner) is None

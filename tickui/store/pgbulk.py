@@ -40,6 +40,7 @@ _TABLE = re.compile(r"\s*CREATE TABLE (\w+) \((.*)\)\s*$", re.S)
 _COLUMN = re.compile(r"(\w+) (BIGINT|TEXT)\b")
 _INSERT = re.compile(r"INSERT (OR IGNORE )?INTO (\w+) \(([\w, ]+)\) VALUES \(([^()]*)\)", re.S)
 _UPDATE = re.compile(r"UPDATE (\w+) SET (.*?) WHERE (.*)", re.S)
+_QUOTED = re.compile(r"'[^']*'")
 _LITERAL = re.compile(r"'[^',]*'|-?\d+|NULL")
 _EQUALS = re.compile(r"(?<![.\w])(\w+) = $")  # `col = ?`, the column not qualified
 _COALESCE_HEAD = re.compile(r"(?<![.\w])coalesce\($", re.IGNORECASE)
@@ -104,6 +105,12 @@ def _placeholders(sql: str) -> list[int]:
     return spots
 
 
+def _depth(sql: str) -> int:
+    """How many brackets are open at the end of `sql`, quoted literals left out."""
+    bare = _QUOTED.sub("", sql)
+    return bare.count("(") - bare.count(")")
+
+
 def _rows(types: Sequence[str]) -> str:
     """The batch's rows as a relation v(p1, p2, ...), each value typed as its column."""
     values = ", ".join(
@@ -158,6 +165,8 @@ def _update(sql: str) -> SetBased | None:
     for at in _placeholders(text):
         equals = _EQUALS.search(text[:at])
         tail = _COALESCE_TAIL.match(text[at + 1 :])
+        if at > found.start(3) and _depth(text[found.start(3) : at]):
+            return None  # a value inside a subquery or a bracket: not the row's own
         if equals and equals.group(1) in table:
             column = equals.group(1)
             if at > found.start(3) and re.search(r"(WHERE|AND) id = $", text[:at]):
