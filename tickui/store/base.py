@@ -183,6 +183,12 @@ class StoreBase(Store):
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return list(await self._conn.execute_fetchall(sql, params))
 
+    async def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+        """`sql` once for each of `rows`, inside the caller's write transaction; the cursor,
+        whose rowcount is the rows changed. (The PostgreSQL store runs a batch of the
+        shapes it knows as one statement: pgbulk.)"""
+        return await self._conn.executemany(sql, rows)
+
     async def _columns(self, table: str) -> list[str]:
         """The table's columns, in the schema's order (for a copy between stores)."""
         return [row[1] for row in await self._all(f"PRAGMA table_info({table})")]

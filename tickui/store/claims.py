@@ -100,11 +100,11 @@ class ClaimQueries(StoreBase):
                 await self._check_lease(owner, token, now)
                 first = (await self._one("SELECT coalesce(max(id), 0) FROM occurrences"))[0] + 1
                 rows = _occurrence_rows(plans, first, owner, token, now)
-                cursor = await self._conn.executemany(_ADVANCE_TASK, [_advance(p) for p in plans])
+                cursor = await self._many(_ADVANCE_TASK, [_advance(p) for p in plans])
                 if cursor.rowcount != len(plans):
                     raise _SlowPath
                 try:
-                    await self._conn.executemany(_INSERT_OCC, rows)
+                    await self._many(_INSERT_OCC, rows)
                 except self._Conflict:
                     raise _SlowPath from None
         except _SlowPath:
@@ -159,7 +159,7 @@ class ClaimQueries(StoreBase):
         if not items:
             return
         async with self._write():
-            await self._conn.executemany(
+            await self._many(
                 "UPDATE occurrences SET state = 'accepted', accepted_at = ?,"
                 " command_id = coalesce(?, command_id),"
                 " log_path = coalesce(?, log_path) WHERE id = ? AND state = 'claimed'",

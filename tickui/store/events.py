@@ -27,7 +27,7 @@ class EventLog(StoreBase):
             return 0
         async with self._write():
             before = self._conn.total_changes
-            await self._conn.executemany(
+            await self._many(
                 "INSERT OR IGNORE INTO events"
                 " (at, command_id, run_id, type, payload, causation_id, event_id)"
                 " VALUES (?,?,?,?,?,?,?)",
@@ -134,7 +134,7 @@ class EventLog(StoreBase):
             watched = await watch_settling(self._conn, failing, succeeding)
             for keys, rows in shapes.items():
                 sets = "".join(f", {key} = ?" for key in keys)
-                await self._conn.executemany(
+                await self._many(
                     f"UPDATE occurrences SET state = coalesce(?, state), event_cursor = ?{sets}"
                     f" WHERE id = ? AND state IN {_ACTIVE_SQL}",
                     rows,

@@ -37,6 +37,7 @@ from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.store import pgschema
 from tickui.store.base import _OCC_SELECT, StoreBase
 from tickui.store.groups import QUERY_GROUPS
+from tickui.store.pgbulk import BulkWrites
 from tickui.store.pgconn import (
     CommitUnknown,
     Connection,
@@ -323,7 +324,7 @@ class PgStoreBase(StoreBase):
         return self._outage
 
 
-class PostgresStore(*QUERY_GROUPS, PgStoreBase):
+class PostgresStore(BulkWrites, *QUERY_GROUPS, PgStoreBase):
     """One PostgreSQL database, with every query group."""
 
     async def claim(
