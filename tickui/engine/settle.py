@@ -85,6 +85,10 @@ def _fold(progress: Progress, events: list, receipts: dict[int, dict]) -> Change
         if accepted
         else progress
     )
-    change = fold_events(start, events) or Change(progress.id, progress.cursor)
-    state = change.state or ("accepted" if accepted else None)
-    return Change(change.id, change.cursor, state, {**receipt, **change.fields})
+    change = fold_events(start, events)
+    if change is None:
+        return Change(progress.id, progress.cursor, "accepted" if accepted else None, receipt)
+    if change.state is None and accepted:
+        change.state = "accepted"
+    change.fields = {**receipt, **change.fields}
+    return change

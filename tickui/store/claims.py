@@ -13,7 +13,7 @@ from tickui.model.planning import Plan, due_time
 from tickui.model.records import Occurrence, Task, occurrence_from_row
 from tickui.store import reads
 from tickui.store.abc import DEFAULT_KEEP, ascii_lower
-from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase
+from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, json_rows
 from tickui.store.queue import after_settling, watch_settling
 
 
@@ -100,11 +100,11 @@ class ClaimQueries(StoreBase):
                 await self._check_lease(owner, token, now)
                 first = (await self._one("SELECT coalesce(max(id), 0) FROM occurrences"))[0] + 1
                 rows = _occurrence_rows(plans, first, owner, token, now)
-                cursor = await self._conn.executemany(_ADVANCE_TASK, [_advance(p) for p in plans])
-                if cursor.rowcount != len(plans):
+                advanced = [_advance(p) for p in plans]
+                if await self._batch(_ADVANCE_TASK, _ADVANCE_TASKS, advanced) != len(plans):
                     raise _SlowPath
                 try:
-                    await self._conn.executemany(_INSERT_OCC, rows)
+                    await self._batch(_INSERT_OCC, _INSERT_OCCS, rows)
                 except self._Conflict:
                     raise _SlowPath from None
         except _SlowPath:
@@ -260,6 +260,21 @@ _INSERT_OCC = (
     " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_OCC_IF_FREE = _INSERT_OCC.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
+# The same two, for a batch as one statement (StoreBase._batch).
+_ADVANCE_TASKS = (
+    "UPDATE tasks SET next_run_at = b.next_run_at, due_at = b.due_at FROM "
+    + json_rows(("next_run_at", "due_at", "id", "generation", "was"))
+    + " AS b WHERE tasks.id = b.id AND tasks.generation = b.generation"
+    " AND tasks.next_run_at = b.was AND tasks.enabled = 1"
+)
+_OCC_COLUMNS = (
+    "id, task_id, task, scheduled_for, state, claimed_at, covers, missed, detail,"
+    " finished_at, owner, lease_token, generation, command_id"
+)
+_INSERT_OCCS = (
+    f"INSERT INTO occurrences (kind, {_OCC_COLUMNS}) SELECT 'scheduled', {_OCC_COLUMNS} FROM "
+    + json_rows(_OCC_COLUMNS.split(", "))
+)
 
 
 def _claimed(row: tuple[Any, ...]) -> Occurrence:
