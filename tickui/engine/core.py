@@ -373,7 +373,7 @@ class SchedulerEngine:
         settlement = self._settlement
         settlement.handing_out(ids)  # until a reconcile takes their receipts
         try:
-            results = await self.dispatcher.dispatch(jobs, self.may_start)
+            results = await self.dispatcher.dispatch(jobs, self._lease.may_start)  # per start
             self._recovered("dispatch")
         except Exception as exc:  # a dispatcher must not raise; if one does, say so per run
             reason = self._faulted("dispatch", exc)
