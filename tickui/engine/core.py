@@ -295,6 +295,7 @@ class SchedulerEngine:
         # Each page is read and planned while the one before it is claimed: the loop plans
         # while the store's thread writes. A page's tasks are none of another's.
         planning = asyncio.create_task(self._read_and_plan(pages[0], active, now))
+        settling: asyncio.Task[list[int]] | None = None
         try:
             for index in range(len(pages)):
                 page, plans = await planning
@@ -305,12 +306,25 @@ class SchedulerEngine:
                 if not await self.may_start():  # a pause since the lease was last confirmed
                     raise LeaseLost("the lease lapsed during the scan; claiming nothing more")
                 await self._claim_and_dispatch({t.id: t for t in page}, plans, active, now)
+                # The pages dispatched so far are settled while the next one is claimed
+                # (runs still being handed out are left alone: see Settlement).
+                if settling is None or settling.done():
+                    if settling is not None:
+                        settling.result()
+                    settling = asyncio.create_task(self.reconcile())
                 await asyncio.sleep(0)
+            if settling is not None:
+                await settling
         finally:  # a page planned and left unclaimed (the scan failed): it read, wrote nothing
             if not planning.done():
                 planning.cancel()
             elif not planning.cancelled():
                 planning.exception()  # retrieved: its failure, if any, is not this scan's
+            if settling is not None:
+                if not settling.done():
+                    await asyncio.wait([settling])  # its write ends before the scan does
+                if not settling.cancelled():
+                    settling.exception()  # raised above, or the scan's own failure is told
 
     async def _read_and_plan(
         self, ids: list[int], active: dict[int, list[Occurrence]], now: int
