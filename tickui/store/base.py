@@ -198,6 +198,20 @@ class StoreBase(Store):
             cursor = await self._conn.executemany(many, rows)
         return cursor.rowcount
 
+    async def _batches(self, *batches: tuple[str, str, Sequence[Sequence[Any]]]) -> list[Any]:
+        """Several `_batch` calls (many, one, rows), in order; per batch the rows it changed
+        or the error it raised. Where the store takes JSON batches, all are handed to the
+        connection's thread at once, so it runs them back to back while the loop works."""
+        if not self._json_batches:
+            done: list[Any] = []
+            for batch in batches:
+                try:
+                    done.append(await self._batch(*batch))
+                except Exception as exc:  # the ones after it are not run
+                    return done + [exc] * (len(batches) - len(done))
+            return done
+        return await asyncio.gather(*(self._batch(*b) for b in batches), return_exceptions=True)
+
     async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row (every caller's query has at most one). One trip to the
         connection's thread, not three (execute, fetch, close): an idle dashboard's

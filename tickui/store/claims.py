@@ -12,7 +12,7 @@ from tickui.model.occurrence import ACTIVE
 from tickui.model.planning import Plan, due_time
 from tickui.model.records import Occurrence, Task, occurrence_from_row
 from tickui.store import reads
-from tickui.store.abc import DEFAULT_KEEP, ascii_lower
+from tickui.store.abc import DEFAULT_KEEP, LeaseLost, ascii_lower
 from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, json_rows
 from tickui.store.queue import after_settling, watch_settling
 
@@ -97,16 +97,20 @@ class ClaimQueries(StoreBase):
             return []
         try:
             async with self._write():
-                await self._check_lease(owner, token, now)
-                first = (await self._one("SELECT coalesce(max(id), 0) FROM occurrences"))[0] + 1
-                rows = _occurrence_rows(plans, first, owner, token, now)
+                held, last = await self._one(_LEASE_AND_LAST, (owner, token, now))
+                if held is None:
+                    raise LeaseLost("the lease is no longer held by this engine")
+                rows = _occurrence_rows(plans, last + 1, owner, token, now)
                 advanced = [_advance(p) for p in plans]
-                if await self._batch(_ADVANCE_TASK, _ADVANCE_TASKS, advanced) != len(plans):
+                # the insert goes with the advance (undone with it when a plan is stale)
+                moved, inserted = await self._batches(
+                    (_ADVANCE_TASK, _ADVANCE_TASKS, advanced), (_INSERT_OCC, _INSERT_OCCS, rows)
+                )
+                for result in (moved, inserted):
+                    if isinstance(result, BaseException) and not isinstance(result, self._Conflict):
+                        raise result
+                if moved != len(plans) or isinstance(inserted, self._Conflict):
                     raise _SlowPath
-                try:
-                    await self._batch(_INSERT_OCC, _INSERT_OCCS, rows)
-                except self._Conflict:
-                    raise _SlowPath from None
         except _SlowPath:
             return await self.claim_one_by_one(plans, owner, token, now)
         return [_claimed(row) for row in rows]
@@ -244,6 +248,13 @@ class ClaimQueries(StoreBase):
             before = found.get(reason, (0, 0))
             found[reason] = (before[0] + (count if skipped else 0), before[1] + (missed or 0))
         return found
+
+
+# The claim's lease check and the id its rows number from, in one trip.
+_LEASE_AND_LAST = (
+    "SELECT (SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
+    " AND expires_at > ?), (SELECT coalesce(max(id), 0) FROM occurrences)"
+)
 
 
 class _SlowPath(Exception):
