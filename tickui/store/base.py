@@ -186,19 +186,19 @@ class StoreBase(Store):
             await self._conn.execute("ROLLBACK")
             await self._conn.execute("BEGIN IMMEDIATE")
 
-    async def _batch(self, many: str, one: str, rows: Sequence[Sequence[Any]]) -> int:
+    async def _batch(self, many: str, one: str, rows: Sequence[Sequence[Any]], *values: Any) -> int:
         """Run `many` once per row, or, where the store takes JSON batches, `one` once
         with the rows as one JSON array (`one` reads them through json_rows). Returns how
         many rows the statement changed. One statement of one step for the whole batch:
         the connection's thread holds the GIL once for it, not once a row, so the loop
-        runs Python meanwhile."""
+        runs Python meanwhile. `values`: more parameters of `one`, after the array."""
         if self._json_batches:
-            cursor = await self._conn.execute(one, (_encode(rows),))
+            cursor = await self._conn.execute(one, (_encode(rows), *values))
         else:
             cursor = await self._conn.executemany(many, rows)
         return cursor.rowcount
 
-    async def _batches(self, *batches: tuple[str, str, Sequence[Sequence[Any]]]) -> list[Any]:
+    async def _batches(self, *batches: tuple[Any, ...]) -> list[Any]:
         """Several `_batch` calls (many, one, rows), in order; per batch the rows it changed
         or the error it raised. Where the store takes JSON batches, all are handed to the
         connection's thread at once, so it runs them back to back while the loop works."""

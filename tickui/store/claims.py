@@ -101,19 +101,36 @@ class ClaimQueries(StoreBase):
                 if held is None:
                     raise LeaseLost("the lease is no longer held by this engine")
                 rows = _occurrence_rows(plans, last + 1, owner, token, now)
-                advanced = [_advance(p) for p in plans]
-                # the insert goes with the advance (undone with it when a plan is stale)
-                moved, inserted = await self._batches(
-                    (_ADVANCE_TASK, _ADVANCE_TASKS, advanced), (_INSERT_OCC, _INSERT_OCCS, rows)
-                )
-                for result in (moved, inserted):
+                advanced = (_ADVANCE_TASK, _ADVANCE_TASKS, [_advance(p) for p in plans])
+                # the inserts go with the advance (undone with it when a plan is stale)
+                moved, *inserted = await self._batches(advanced, *self._inserts(rows))
+                for result in (moved, *inserted):
                     if isinstance(result, BaseException) and not isinstance(result, self._Conflict):
                         raise result
-                if moved != len(plans) or isinstance(inserted, self._Conflict):
+                if moved != len(plans) or any(isinstance(r, self._Conflict) for r in inserted):
                     raise _SlowPath
         except _SlowPath:
             return await self.claim_one_by_one(plans, owner, token, now)
         return [_claimed(row) for row in rows]
+
+    def _inserts(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The batches that insert _INSERT_OCC `rows`. As JSON, a run claimed on time (the
+        usual row) is sent as its five columns of its own; the rest are the claim's."""
+        if not self._json_batches:
+            return [(_INSERT_OCC, _INSERT_OCCS, rows)]
+        usual, others = [], []
+        for row in rows:
+            if row[4] == "claimed" and row[6:10] == (1, 0, None, None):
+                usual.append((row[0], row[1], row[2], row[3], row[12]))
+            else:
+                others.append(row)
+        batches: list[tuple[Any, ...]] = []
+        if usual:
+            owner, token, now = rows[0][10], rows[0][11], rows[0][5]
+            batches.append((_INSERT_OCC, _INSERT_USUAL, usual, now, owner, token))
+        if others:
+            batches.append((_INSERT_OCC, _INSERT_OCCS, others))
+        return batches
 
     async def claim_one_by_one(
         self, plans: Sequence[Plan], owner: str, token: int, now: int
@@ -250,6 +267,13 @@ class ClaimQueries(StoreBase):
         return found
 
 
+_INSERT_USUAL = (  # the usual row (claimed, on time) in its five columns; command id by id
+    "WITH b AS "
+    + json_rows(("id", "task_id", "task", "scheduled_for", "generation"))
+    + " INSERT INTO occurrences (kind, id, task_id, task, scheduled_for, generation, state,"
+    " claimed_at, owner, lease_token, command_id) SELECT 'scheduled', id, task_id, task,"
+    " scheduled_for, generation, 'claimed', ?, ?, ?, 'cmd-' || id FROM b"
+)
 # The claim's lease check and the id its rows number from, in one trip.
 _LEASE_AND_LAST = (
     "SELECT (SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
