@@ -290,17 +290,53 @@ class SchedulerEngine:
         active: dict[int, list[Occurrence]] = {}
         for occ in await self.store.active_occurrences():
             active.setdefault(occ.task_id, []).append(occ)
-        for start in range(0, len(due), self.config.batch):
-            if not await self.may_start():  # a pause since the lease was last confirmed
-                raise LeaseLost("the lease lapsed during the scan; claiming nothing more")
-            page = await self.store.tasks_by_id(due[start : start + self.config.batch])
-            waiting = await self._queued.buffered(page)
-            plans = [
-                self._plan(task, now, bool(active.get(task.id)), task.id in waiting)
-                for task in page
-            ]
-            await self._claim_and_dispatch({t.id: t for t in page}, plans, active, now)
-            await asyncio.sleep(0)
+        batch = self.config.batch
+        pages = [due[start : start + batch] for start in range(0, len(due), batch)]
+        # Each page is read and planned while the one before it is claimed: the loop plans
+        # while the store's thread writes. A page's tasks are none of another's.
+        planning = asyncio.create_task(self._read_and_plan(pages[0], active, now))
+        settling: asyncio.Task[list[int]] | None = None
+        try:
+            for index in range(len(pages)):
+                page, plans = await planning
+                if index + 1 < len(pages):
+                    planning = asyncio.create_task(
+                        self._read_and_plan(pages[index + 1], active, now)
+                    )
+                if not await self.may_start():  # a pause since the lease was last confirmed
+                    raise LeaseLost("the lease lapsed during the scan; claiming nothing more")
+                await self._claim_and_dispatch({t.id: t for t in page}, plans, active, now)
+                # The pages dispatched so far are settled while the next one is claimed
+                # (runs still being handed out are left alone: see Settlement).
+                if settling is None or settling.done():
+                    if settling is not None:
+                        settling.result()
+                    settling = asyncio.create_task(self.reconcile())
+                await asyncio.sleep(0)
+            if settling is not None:
+                await settling
+        finally:  # a page planned and left unclaimed (the scan failed): it read, wrote nothing
+            if not planning.done():
+                planning.cancel()
+            elif not planning.cancelled():
+                planning.exception()  # retrieved: its failure, if any, is not this scan's
+            if settling is not None:
+                if not settling.done():
+                    await asyncio.wait([settling])  # its write ends before the scan does
+                if not settling.cancelled():
+                    settling.exception()  # raised above, or the scan's own failure is told
+
+    async def _read_and_plan(
+        self, ids: list[int], active: dict[int, list[Occurrence]], now: int
+    ) -> tuple[list[Task], list[Plan]]:
+        page = await self.store.tasks_by_id(ids)
+        waiting = await self._queued.buffered(page)
+        plans = []
+        for count, task in enumerate(page, 1):
+            plans.append(self._plan(task, now, bool(active.get(task.id)), task.id in waiting))
+            if count % 250 == 0:
+                await asyncio.sleep(0)  # the claim before this page sends its next statement
+        return page, plans
 
     def _plan(self, task: Task, now: int, active: bool, waiting: bool = False) -> Plan:
         spec = task.spec
@@ -351,7 +387,7 @@ class SchedulerEngine:
         settlement = self._settlement
         settlement.handing_out(ids)  # until a reconcile takes their receipts
         try:
-            results = await self.dispatcher.dispatch(jobs, self.may_start)
+            results = await self.dispatcher.dispatch(jobs, self._lease.may_start)  # per start
             self._recovered("dispatch")
         except Exception as exc:  # a dispatcher must not raise; if one does, say so per run
             reason = self._faulted("dispatch", exc)

@@ -51,18 +51,29 @@ class Settlement:
             receipts, self._receipts = self._receipts, {}
             self._in_flight.difference_update(receipts)
             after: int | None = 0
-            while after is not None:
-                pending, after = await self.store.unreconciled(after, self.batch)
-                flying = self._in_flight  # dispatched, receipt not in hand: left alone
-                changes = [
-                    c
-                    for p, events in pending
-                    if p.id not in flying and (c := _fold(p, events, receipts))
-                ]
-                await self.store.apply_changes(changes)
-                changed.extend(c.id for c in changes if c.state)
-                if after is not None:
-                    await asyncio.sleep(0)
+            writing: asyncio.Task[None] | None = None
+            try:
+                while after is not None:
+                    # the next page is read and folded while this one is written: the
+                    # store's thread writes while the loop folds (their rows are apart)
+                    pending, after = await self.store.unreconciled(after, self.batch)
+                    flying = self._in_flight  # dispatched, receipt not in hand: left alone
+                    changes = [
+                        c
+                        for p, events in pending
+                        if p.id not in flying and (c := _fold(p, events, receipts))
+                    ]
+                    if writing is not None:
+                        await writing
+                    writing = asyncio.create_task(self.store.apply_changes(changes))
+                    changed.extend(c.id for c in changes if c.state)
+                await writing
+            finally:
+                if writing is not None:
+                    if not writing.done():
+                        await asyncio.wait([writing])  # a write under way ends first
+                    if not writing.cancelled():
+                        writing.exception()  # retrieved: raised above, or this is the error
             if receipts:  # accepted, nothing heard yet
                 await self.store.mark_accepted(
                     [(i, r.get("command_id"), r.get("log_path")) for i, r in receipts.items()],
@@ -85,6 +96,10 @@ def _fold(progress: Progress, events: list, receipts: dict[int, dict]) -> Change
         if accepted
         else progress
     )
-    change = fold_events(start, events) or Change(progress.id, progress.cursor)
-    state = change.state or ("accepted" if accepted else None)
-    return Change(change.id, change.cursor, state, {**receipt, **change.fields})
+    change = fold_events(start, events)
+    if change is None:
+        return Change(progress.id, progress.cursor, "accepted" if accepted else None, receipt)
+    if change.state is None and accepted:
+        change.state = "accepted"
+    change.fields = {**receipt, **change.fields}
+    return change

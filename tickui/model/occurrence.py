@@ -182,6 +182,8 @@ def apply_event(occ: Progress, event: RuntimeEvent) -> tuple[Progress, Change]:
 
 def fold_events(occ: Progress, events: list[RuntimeEvent]) -> Change | None:
     """All of an occurrence's new events, in order, reduced to one change (or None)."""
+    if len(events) == 1:  # the usual case (a run's end): that event's change as it is
+        return apply_event(occ, events[0])[1] if events[0].seq > occ.cursor else None
     state: str | None = None
     fields: dict[str, Any] = {}
     start = cursor = occ.cursor

@@ -59,6 +59,8 @@ def plan_task(task: DueTask, now: int, grace: int, active: bool, waiting: bool =
     capped = False
     if following is None or following > now:
         if now - first_due <= grace:  # the usual case: one slot, on time
+            if not active and not waiting:  # ... and nothing of the task active or waiting
+                return Plan(task, following, [Planned(slot, "claimed")])
             planned, cancel = _overlap(
                 task.concurrency, [Planned(slot, "claimed")], active, waiting
             )

@@ -54,7 +54,7 @@ class TaskSpec:
     pause_after: int | None = None
 
     def schedule(self, anchor: int) -> schedules.Schedule:
-        from tickui.schedules import triggers as schedules
+        import tickui.schedules.triggers as schedules  # not `from`: once per due task a scan
 
         if self.kind == "cron":
             return schedules.CronSchedule(self.expr, self.tz)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -36,11 +37,23 @@ def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
         yield items[start : start + size]
 
 
+def json_rows(columns: Sequence[str]) -> str:
+    """A subquery naming `columns`, taken from each row of a JSON array of arrays bound
+    as its one parameter: a batch's rows for one set-based statement."""
+    picks = ", ".join(f"value ->> {i} AS {name}" for i, name in enumerate(columns))
+    return f"(SELECT {picks} FROM json_each(?))"
+
+
+_encode = json.JSONEncoder(check_circular=False).encode
+
+
 class StoreBase(Store):
     """One connection to one tickui database file, and the plumbing every query group
     uses: the connection, its write lock, the parsed definitions and the listeners."""
 
     _Conflict: type[Exception] = sqlite3.IntegrityError  # a unique key refused a row
+    # A batch of rows is written by one statement over a JSON array of them (see _batch).
+    _json_batches = True
 
     def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
         self.path = path
@@ -172,6 +185,32 @@ class StoreBase(Store):
             # one left open by a writer cancelled twice: never committed, so undone
             await self._conn.execute("ROLLBACK")
             await self._conn.execute("BEGIN IMMEDIATE")
+
+    async def _batch(self, many: str, one: str, rows: Sequence[Sequence[Any]], *values: Any) -> int:
+        """Run `many` once per row, or, where the store takes JSON batches, `one` once
+        with the rows as one JSON array (`one` reads them through json_rows). Returns how
+        many rows the statement changed. One statement of one step for the whole batch:
+        the connection's thread holds the GIL once for it, not once a row, so the loop
+        runs Python meanwhile. `values`: more parameters of `one`, after the array."""
+        if self._json_batches:
+            cursor = await self._conn.execute(one, (_encode(rows), *values))
+        else:
+            cursor = await self._many(many, rows)
+        return cursor.rowcount
+
+    async def _batches(self, *batches: tuple[Any, ...]) -> list[Any]:
+        """Several `_batch` calls (many, one, rows), in order; per batch the rows it changed
+        or the error it raised. Where the store takes JSON batches, all are handed to the
+        connection's thread at once, so it runs them back to back while the loop works."""
+        if not self._json_batches:
+            done: list[Any] = []
+            for batch in batches:
+                try:
+                    done.append(await self._batch(*batch))
+                except Exception as exc:  # the ones after it are not run
+                    return done + [exc] * (len(batches) - len(done))
+            return done
+        return await asyncio.gather(*(self._batch(*b) for b in batches), return_exceptions=True)
 
     async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row (every caller's query has at most one). One trip to the

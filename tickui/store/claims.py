@@ -12,8 +12,8 @@ from tickui.model.occurrence import ACTIVE
 from tickui.model.planning import Plan, due_time
 from tickui.model.records import Occurrence, Task, occurrence_from_row
 from tickui.store import reads
-from tickui.store.abc import DEFAULT_KEEP, ascii_lower
-from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase
+from tickui.store.abc import DEFAULT_KEEP, LeaseLost, ascii_lower
+from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, json_rows
 from tickui.store.queue import after_settling, watch_settling
 
 
@@ -97,19 +97,40 @@ class ClaimQueries(StoreBase):
             return []
         try:
             async with self._write():
-                await self._check_lease(owner, token, now)
-                first = (await self._one("SELECT coalesce(max(id), 0) FROM occurrences"))[0] + 1
-                rows = _occurrence_rows(plans, first, owner, token, now)
-                cursor = await self._many(_ADVANCE_TASK, [_advance(p) for p in plans])
-                if cursor.rowcount != len(plans):
+                held, last = await self._one(_LEASE_AND_LAST, (owner, token, now))
+                if held is None:
+                    raise LeaseLost("the lease is no longer held by this engine")
+                rows = _occurrence_rows(plans, last + 1, owner, token, now)
+                advanced = (_ADVANCE_TASK, _ADVANCE_TASKS, [_advance(p) for p in plans])
+                # the inserts go with the advance (undone with it when a plan is stale)
+                moved, *inserted = await self._batches(advanced, *self._inserts(rows))
+                for result in (moved, *inserted):
+                    if isinstance(result, BaseException) and not isinstance(result, self._Conflict):
+                        raise result
+                if moved != len(plans) or any(isinstance(r, self._Conflict) for r in inserted):
                     raise _SlowPath
-                try:
-                    await self._many(_INSERT_OCC, rows)
-                except self._Conflict:
-                    raise _SlowPath from None
         except _SlowPath:
             return await self.claim_one_by_one(plans, owner, token, now)
         return [_claimed(row) for row in rows]
+
+    def _inserts(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The batches that insert _INSERT_OCC `rows`. As JSON, a run claimed on time (the
+        usual row) is sent as its five columns of its own; the rest are the claim's."""
+        if not self._json_batches:
+            return [(_INSERT_OCC, _INSERT_OCCS, rows)]
+        usual, others = [], []
+        for row in rows:
+            if row[4] == "claimed" and row[6:10] == (1, 0, None, None):
+                usual.append((row[0], row[1], row[2], row[3], row[12]))
+            else:
+                others.append(row)
+        batches: list[tuple[Any, ...]] = []
+        if usual:
+            owner, token, now = rows[0][10], rows[0][11], rows[0][5]
+            batches.append((_INSERT_OCC, _INSERT_USUAL, usual, now, owner, token))
+        if others:
+            batches.append((_INSERT_OCC, _INSERT_OCCS, others))
+        return batches
 
     async def claim_one_by_one(
         self, plans: Sequence[Plan], owner: str, token: int, now: int
@@ -246,6 +267,20 @@ class ClaimQueries(StoreBase):
         return found
 
 
+_INSERT_USUAL = (  # the usual row (claimed, on time) in its five columns; command id by id
+    "WITH b AS "
+    + json_rows(("id", "task_id", "task", "scheduled_for", "generation"))
+    + " INSERT INTO occurrences (kind, id, task_id, task, scheduled_for, generation, state,"
+    " claimed_at, owner, lease_token, command_id) SELECT 'scheduled', id, task_id, task,"
+    " scheduled_for, generation, 'claimed', ?, ?, ?, 'cmd-' || id FROM b"
+)
+# The claim's lease check and the id its rows number from, in one trip.
+_LEASE_AND_LAST = (
+    "SELECT (SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
+    " AND expires_at > ?), (SELECT coalesce(max(id), 0) FROM occurrences)"
+)
+
+
 class _SlowPath(Exception):
     """The batch claim met a stale plan or a taken slot; redo it one plan at a time."""
 
@@ -260,6 +295,21 @@ _INSERT_OCC = (
     " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_OCC_IF_FREE = _INSERT_OCC.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
+# The same two, for a batch as one statement (StoreBase._batch).
+_ADVANCE_TASKS = (
+    "UPDATE tasks SET next_run_at = b.next_run_at, due_at = b.due_at FROM "
+    + json_rows(("next_run_at", "due_at", "id", "generation", "was"))
+    + " AS b WHERE tasks.id = b.id AND tasks.generation = b.generation"
+    " AND tasks.next_run_at = b.was AND tasks.enabled = 1"
+)
+_OCC_COLUMNS = (
+    "id, task_id, task, scheduled_for, state, claimed_at, covers, missed, detail,"
+    " finished_at, owner, lease_token, generation, command_id"
+)
+_INSERT_OCCS = (
+    f"INSERT INTO occurrences (kind, {_OCC_COLUMNS}) SELECT 'scheduled', {_OCC_COLUMNS} FROM "
+    + json_rows(_OCC_COLUMNS.split(", "))
+)
 
 
 def _claimed(row: tuple[Any, ...]) -> Occurrence:

@@ -11,7 +11,7 @@ from typing import Any
 from tickui.model.coordination import RemoteOutput
 from tickui.model.occurrence import RUN_TRANSITION, Change, Progress, RuntimeEvent
 from tickui.store.abc import NewEvent
-from tickui.store.base import _ACTIVE_SQL, StoreBase
+from tickui.store.base import _ACTIVE_SQL, StoreBase, json_rows
 from tickui.store.queue import after_settling, watch_settling
 
 
@@ -27,12 +27,7 @@ class EventLog(StoreBase):
             return 0
         async with self._write():
             before = self._conn.total_changes
-            await self._many(
-                "INSERT OR IGNORE INTO events"
-                " (at, command_id, run_id, type, payload, causation_id, event_id)"
-                " VALUES (?,?,?,?,?,?,?)",
-                [_row(e) for e in events],
-            )
+            await self._batch(_APPEND, _APPEND_BATCH, [_row(e) for e in events])
             stored = self._conn.total_changes - before
         if stored:
             for listener in list(self._listeners):
@@ -123,9 +118,9 @@ class EventLog(StoreBase):
         """Write reconcile's results; the state guard keeps terminal states immutable."""
         shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         for change in changes:
-            keys = tuple(sorted(change.fields))
-            values = tuple(change.fields[k] for k in keys)
-            shapes.setdefault(keys, []).append((change.state, change.cursor, *values, change.id))
+            fields = change.fields  # grouped by its keys in their order: no sort per change
+            row = (change.state, change.cursor, *fields.values(), change.id)
+            shapes.setdefault(tuple(fields), []).append(row)
         if not shapes:
             return
         failing = [change.id for change in changes if change.state == "failed"]
@@ -133,12 +128,7 @@ class EventLog(StoreBase):
         async with self._write():
             watched = await watch_settling(self._conn, failing, succeeding)
             for keys, rows in shapes.items():
-                sets = "".join(f", {key} = ?" for key in keys)
-                await self._many(
-                    f"UPDATE occurrences SET state = coalesce(?, state), event_cursor = ?{sets}"
-                    f" WHERE id = ? AND state IN {_ACTIVE_SQL}",
-                    rows,
-                )
+                await self._batch(*_change_statements(keys), rows)
             if watched:  # retries and pause_after, in the transaction that ends the runs
                 await after_settling(self._conn, watched)
 
@@ -148,6 +138,36 @@ class EventLog(StoreBase):
 
     async def last_event_seq(self) -> int:
         return (await self._one("SELECT coalesce(max(seq), 0) FROM events"))[0]
+
+
+_EVENT_COLUMNS = ("at", "command_id", "run_id", "type", "payload", "causation_id", "event_id")
+_APPEND = (
+    f"INSERT OR IGNORE INTO events ({', '.join(_EVENT_COLUMNS)})"
+    f" VALUES ({','.join('?' * len(_EVENT_COLUMNS))})"
+)
+_APPEND_BATCH = (
+    f"INSERT OR IGNORE INTO events ({', '.join(_EVENT_COLUMNS)})"
+    f" SELECT {', '.join(_EVENT_COLUMNS)} FROM {json_rows(_EVENT_COLUMNS)}"
+)
+
+
+@functools.lru_cache(maxsize=256)
+def _change_statements(keys: tuple[str, ...]) -> tuple[str, str]:
+    """The UPDATE that writes changes setting `keys`: one row at a time, and a batch's
+    rows at once (StoreBase._batch). The state guard keeps terminal states immutable."""
+    sets = "".join(f", {key} = ?" for key in keys)
+    many = (
+        f"UPDATE occurrences SET state = coalesce(?, state), event_cursor = ?{sets}"
+        f" WHERE id = ? AND state IN {_ACTIVE_SQL}"
+    )
+    columns = ("new_state", "cursor", *(f"v_{key}" for key in keys), "id")
+    sets = "".join(f", {key} = b.v_{key}" for key in keys)
+    one = (
+        "UPDATE occurrences SET state = coalesce(b.new_state, occurrences.state),"
+        f" event_cursor = b.cursor{sets} FROM {json_rows(columns)} AS b"
+        f" WHERE occurrences.id = b.id AND occurrences.state IN {_ACTIVE_SQL}"
+    )
+    return many, one
 
 
 def _row(e: NewEvent) -> tuple[Any, ...]:

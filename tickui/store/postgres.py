@@ -95,6 +95,7 @@ class PgStoreBase(StoreBase):
     """The connection plumbing of StoreBase, on PostgreSQL."""
 
     _Conflict = psycopg.errors.IntegrityError
+    _json_batches = False  # batches are prepared once and sent as one (see pgconn)
 
     def __init__(self, url: str, conn: Connection, readers: Readers | None = None) -> None:
         super().__init__(Path(shown(url)), conn)  # type: ignore[arg-type]

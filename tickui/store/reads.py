@@ -85,21 +85,23 @@ def task_from_row(row: Any, stats: TaskStats | None, specs: dict[str, TaskSpec])
         if len(specs) > SPEC_CACHE_MAX:
             specs.clear()
         spec = specs[row[2]] = TaskSpec.from_json(row[2])
+    # by position, in Task's field order (a scan makes one per due task)
+    id_, name, _, source, enabled, note, generation, created, updated = row[:9]
     return Task(
-        id=row[0],
-        name=row[1],
-        spec=spec,
-        source=row[3],
-        enabled=bool(row[4]),
-        note=row[5],
-        generation=row[6],
-        created_at=row[7],
-        updated_at=row[8],
-        anchor=row[9],
-        next_run_at=row[10],
-        due_at=row[11],
-        stats=stats or NO_STATS,
-        overridden=bool(row[12]),
+        id_,
+        name,
+        spec,
+        source,
+        bool(enabled),
+        note,
+        generation,
+        created,
+        updated,
+        row[9],  # anchor
+        row[10],  # next_run_at
+        row[11],  # due_at
+        stats or NO_STATS,
+        bool(row[12]),  # overridden
     )
 
 
