@@ -388,7 +388,11 @@ def kafka_side(
 
         # 3. scheduled starts on idle workers, one at a time, due on whole seconds.
         step = int(gap * MICROS)
-        base = (now_micros() // MICROS + 3) * MICROS
+        # The first is due 4 s or more ahead: the engine tells a due instant at its next tick
+        # (up to 1 s), a resting worker hears it within its control topic's 1 s wait, and
+        # polls fast from a second before. One due sooner waits up to `idle_poll`, as
+        # README says of a run due sooner than the engine could say.
+        base = (now_micros() // MICROS + 5) * MICROS
         idle = [(f"idle-{i}", base + i * step, ["true"]) for i in range(idle_runs)]
         asyncio.run(add_tasks(db, idle))
         wait_settled(db, "idle-", idle_runs, 60 + idle_runs * gap, procs)
@@ -397,6 +401,7 @@ def kafka_side(
         # next tick, so at the default 1s a request waits up to a second for the engine.
         engine.terminate()
         engine.wait(30)
+        procs.remove(engine)  # stopped on purpose: wait_settled fails on a process gone
         engine = start_engine(["--tick-interval", fast_tick], "engine-fast")
         warm_up("warmfast")
         time.sleep(IDLE_SETTLE_S)
