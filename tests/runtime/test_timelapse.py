@@ -151,7 +151,9 @@ def test_real_commands_run_on_the_copy_on_time(tmp_path):
     assert "real commands on the copy; the real database is untouched" in run.stderr
 
     slots = sorted(datetime.fromisoformat(s) for s in out.read_text().split())
-    assert len(slots) >= 30, f"only {len(slots)} minutes ran in 8 s at 300x"
+    # 40 minutes of engine time; a loaded machine's slow start or fork leaves some
+    # counted missed (below), so half is asked: at 1x not even one would have run
+    assert len(slots) >= 20, f"only {len(slots)} minutes ran in 8 s at 300x"
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(slots)]
     assert all(gap > 0 and gap % 60 == 0 for gap in gaps), gaps  # on the grid, none twice
     task = final_json(run.stderr)["time_lapse"]["tasks"]["minutely"]
