@@ -25,3 +25,38 @@ def test_what_no_resolver_takes_is_bad_input(host: str) -> None:
         checks.listen_host(host, "--host")
     with pytest.raises(BadInput):
         checks.host_port(f"{host}:9092", "--kafka")
+
+
+STORE_GOOD = ["postgresql://u@db:5432/x", "postgresql://u@[::1]:5432/x", "postgresql://u@db/x",
+              "postgresql:///x", "postgres://u:pw@db:1/x", "/tmp/a:b.db"]  # fmt: skip
+STORE_BAD = ["postgresql://u:pw@db:99999/x", "postgresql://u:pw@db:0/x",
+             "postgresql://u:pw@db:abc/x", "postgresql://u:pw@db:/x",
+             "postgresql://u:pw@a:5432,b:5433/x"]  # fmt: skip
+
+
+@pytest.mark.parametrize("url", STORE_GOOD)
+def test_store_urls_with_one_host_and_a_real_port_are_taken(url: str) -> None:
+    assert checks.store_text(url, "--store") == url
+
+
+@pytest.mark.parametrize("url", STORE_BAD)
+def test_a_store_url_the_driver_would_fail_on_is_bad_input_without_its_password(url) -> None:
+    with pytest.raises(BadInput) as refused:
+        checks.store_text(url, "--store")
+    assert "pw" not in str(refused.value)
+
+
+def test_a_store_port_out_of_range_is_one_line_exit_2_everywhere(tmp_path) -> None:
+    from helpers import cli
+
+    url = "postgresql://u:hunter2@db:99999/x"
+    toml = tmp_path / "t.toml"
+    toml.write_text(f'[store]\nurl = "{url}"\n')
+    for done in (
+        cli("task", "list", "--store", url),
+        cli("task", "list", env={"TICKUI_STORE": url}),
+        cli("--config", str(toml), "task", "list"),
+    ):
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "65535" in done.stderr
+        assert "hunter2" not in done.stderr and "internal error" not in done.stderr

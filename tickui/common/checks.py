@@ -129,7 +129,20 @@ def store_text(value: Any, name: str) -> str:
         raise BadInput(
             name, f"{shown(scheme)}:// is not a store; give postgresql://... or a file's path"
         )
+    if is_store_url(given):
+        _store_url_port(given, name)
     return given
+
+
+def _store_url_port(url: str, name: str) -> None:
+    """A store's URL names one host, and its port, if any, is a number from 1 to 65535.
+    The URL itself is never repeated: it may hold a password."""
+    host = urlsplit(url).netloc.rpartition("@")[2]
+    if "," in host:
+        raise BadInput(name, "the URL must name one host (a list of hosts is not taken)")
+    _, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
+    if colon and (not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise BadInput(name, "the URL's port must be a number from 1 to 65535")
 
 
 def directory(value: Any, name: str) -> str:
