@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from tickui.common.clock import Clock
 from tickui.common.faults import fault_text, is_outage
 from tickui.common.redact import redact
+from tickui.common.tasks import outlive
 from tickui.dispatch import Dispatcher, DispatchFailure, Job, NotStarted
 from tickui.engine.lease import LeaseKeeper
 from tickui.engine.queued import QueuedStarts
@@ -320,11 +321,7 @@ class SchedulerEngine:
                 planning.cancel()
             elif not planning.cancelled():
                 planning.exception()  # retrieved: its failure, if any, is not this scan's
-            if settling is not None:
-                if not settling.done():
-                    await asyncio.wait([settling])  # its write ends before the scan does
-                if not settling.cancelled():
-                    settling.exception()  # raised above, or the scan's own failure is told
+            await outlive(settling)  # its write ends before the scan does
 
     async def _read_and_plan(
         self, ids: list[int], active: dict[int, list[Occurrence]], now: int

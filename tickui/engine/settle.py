@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
+from tickui.common.tasks import outlive
 from tickui.engine.records import EngineChange
 from tickui.model.occurrence import Change, Progress, fold_events
 from tickui.store import Store
@@ -69,11 +70,7 @@ class Settlement:
                     changed.extend(c.id for c in changes if c.state)
                 await writing
             finally:
-                if writing is not None:
-                    if not writing.done():
-                        await asyncio.wait([writing])  # a write under way ends first
-                    if not writing.cancelled():
-                        writing.exception()  # retrieved: raised above, or this is the error
+                await outlive(writing)  # a write under way ends first
             if receipts:  # accepted, nothing heard yet
                 await self.store.mark_accepted(
                     [(i, r.get("command_id"), r.get("log_path")) for i, r in receipts.items()],
