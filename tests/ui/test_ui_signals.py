@@ -105,8 +105,16 @@ def _states(db: Path, ids: list[int]) -> dict[int, tuple[str, str | None]]:
     return {i: (state, code) for i, state, code in rows}
 
 
+# A session leader that outlives the terminal's hang-up, as `make demo`'s make does (it
+# waits for its child): the kernel then sends SIGHUP to no one else.
+_LEADER = (
+    "import signal, subprocess, sys; signal.signal(signal.SIGHUP, lambda *a: None);"
+    " sys.exit(subprocess.call(sys.argv[1:]))"
+)
+
+
 def _hang_up(tmux, pid: int, how: str) -> None:
-    if how == "kill-session":  # the terminal itself goes away: SIGHUP, and writes fail
+    if how.startswith("kill-session"):  # the terminal itself goes away, writes fail
         tmux("kill-session", "-t", "ui")
     else:
         os.kill(pid, getattr(signal, how))
@@ -123,13 +131,17 @@ def _exited_and_restored(tmux, exit_file: Path, how: str) -> None:
     assert modes == ["0", "0", "1"], f"terminal left in alternate/mouse/cursor modes {modes}"
 
 
-def _start(tmux, tmp_path: Path, args: str) -> tuple[Path, Path]:
-    """tickui ARGS in a 120x40 pane; its exit code lands in a file; TMPDIR is the test's."""
+def _start(tmux, tmp_path: Path, args: str, under_leader: bool = False) -> tuple[Path, Path]:
+    """tickui ARGS in a 120x40 pane; its exit code lands in a file; TMPDIR is the test's.
+    `under_leader`: started by a session leader that outlives the hang-up (_LEADER)."""
     exit_file, scratch = tmp_path / "exit", tmp_path / "tmp"
     scratch.mkdir()
+    tickui = f"{sys.executable} -m tickui {args}"
+    if under_leader:
+        tickui = f'exec {sys.executable} -c "{_LEADER}" {tickui}'
     command = (
-        f"cd {tmp_path} && TMPDIR={scratch} TERM=xterm-256color {sys.executable} -m tickui"
-        f" {args}; echo $? > {exit_file}; sleep 30"
+        f"cd {tmp_path} && TMPDIR={scratch} TERM=xterm-256color {tickui};"
+        f" echo $? > {exit_file}; sleep 30"
     )
     tmux("new-session", "-d", "-s", "ui", "-x", "120", "-y", "40", command)
     return exit_file, scratch
@@ -160,15 +172,15 @@ def test_a_hang_up_cancels_and_records_the_runs_and_ends_their_processes(
     poll(lambda: not any(_alive(p) for p in tree), 5, f"the run's processes {tree} to end")
     state = _states(db, [occ_id])[occ_id]
     assert state[0] == "cancelled", f"run {occ_id} recorded {state} after {how}"
-    if how != "kill-session":  # the terminal lives on: exit code and its state
+    if not how.startswith("kill-session"):  # the terminal lives on: exit code and its state
         _exited_and_restored(tmux, exit_file, how)
 
 
-@pytest.mark.parametrize("how", ["SIGHUP", "kill-session"])
+@pytest.mark.parametrize("how", ["SIGHUP", "kill-session", "kill-session-leader-lives"])
 def test_a_hang_up_of_the_demo_removes_its_folder_and_ends_its_runs(
     tmux, tmp_path: Path, how: str
 ) -> None:
-    exit_file, scratch = _start(tmux, tmp_path, "demo")
+    exit_file, scratch = _start(tmux, tmp_path, "demo", how == "kill-session-leader-lives")
     folder = poll(lambda: next(scratch.glob("tickui-demo-*"), None), 15, "the demo's folder")
     db = folder / "demo.db"
     wait_for(_screen(tmux), "engine running")
@@ -181,5 +193,5 @@ def test_a_hang_up_of_the_demo_removes_its_folder_and_ends_its_runs(
     poll(lambda: not _alive(tickui), EXIT_WITHIN, "tickui to exit")
     poll(lambda: not any(_alive(p) for p in trees), 5, f"the demo's runs {trees} to end")
     assert not folder.exists(), f"the demo's folder {folder} was left behind"
-    if how != "kill-session":  # the terminal lives on: exit code and its state
+    if not how.startswith("kill-session"):  # the terminal lives on: exit code and its state
         _exited_and_restored(tmux, exit_file, how)

@@ -17,6 +17,7 @@ import os
 import select
 import signal
 import sys
+import threading
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -106,7 +107,34 @@ def surviving_driver() -> type[Driver] | None:
             super().__init__(*args, **kwargs)
             self._file = SurvivingOutput(self._file)
 
+        def start_application_mode(self) -> None:
+            super().start_application_mode()
+            threading.Thread(
+                target=hang_up_with_terminal, args=(self.fileno,), name="tickui-hang-up",
+                daemon=True,
+            ).start()  # fmt: skip
+
     return SurvivingLinuxDriver
+
+
+def hang_up_with_terminal(fd: int) -> None:
+    """Wait (without waking) until the terminal at `fd` hangs up, then hang up as SIGHUP
+    does. The kernel sends SIGHUP only to the terminal's session leader, and to the
+    others when the leader ends: under a leader that outlives it (`make demo`: make waits
+    for its child) the dashboard never got one, and Textual's input thread, reading
+    nothing from the dead terminal again and again, took a whole core for good."""
+    poller = select.poll()
+    poller.register(fd, 0)  # a hang-up (POLLHUP) or an error is always reported
+    while True:
+        try:
+            events = poller.poll()
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events):
+            break
+    os.kill(os.getpid(), signal.SIGHUP)
 
 
 def served_driver() -> type[Driver]:
