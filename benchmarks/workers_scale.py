@@ -12,16 +12,18 @@ For each worker count: a fresh database, one `tickui run --dispatch kafka` engin
 1. warm-up: one quick run per partition of the runs topic, again until every worker has run
    one in the same round (the group has settled: each worker holds its share of partitions);
 2. idle CPU: nothing due; after IDLE_SETTLE_S, utime + stime (/proc/PID/stat) of the
-   engine and of each worker over IDLE_CPU_S, as a share of one core;
+   engine (at its default tick, 1s) and of each worker over IDLE_CPU_S, as a share of one
+   core;
 3. scheduled start on idle workers: `--idle-runs` one-shot runs of `true`, `--idle-gap`
    apart (long enough for the workers to be back at rest, polling slowly, in between), due
    on whole seconds (on the engine's tick grid): dispatch-to-start = the run command's record
    timestamp on the runs topic (the engine's producer stamps it when it sends) to the
    worker's `control.run_transition` `at` (stamped right after the process is spawned),
    same host, same clock; due-to-start = from the instant it was due to that `at`;
-4. run-now on idle workers: `--run-now` requests, `--idle-gap` apart, left in the store as
-   `tickui task run` leaves them (the engine takes them at its next tick): request-to-start
-   and dispatch-to-start;
+4. the engine is started again with a FAST_TICK tick (100ms; one more warm-up round, and
+   its idle CPU too); run-now on idle workers: `--run-now` requests, `--idle-gap` apart,
+   left in the store as `tickui task run` leaves them (the engine takes them at its next
+   tick, so its tick is part of it): request-to-start and dispatch-to-start;
 5. burst: `--runs` tasks due at the same instant, each running `sleep 1`; runs/s = runs /
    (last outcome's `at` - the instant they were due). Task names are picked so that they
    hash evenly over the 12 partitions (the engine keys each command by task name): with 12
@@ -67,6 +69,7 @@ PARTITIONS = 12
 ACTIVE = ("claimed", "accepted", "running")
 IDLE_SETTLE_S = 10.0  # after the warm-up, before idle CPU is measured
 IDLE_CPU_S = 30.0
+FAST_TICK = "100ms"  # the engine's tick for run-now and the burst (idle: the default, 1s)
 
 
 def _free_port() -> int:
@@ -308,6 +311,7 @@ def kafka_side(
     signed: bool = True,
     run_nows: int = 0,
     gap: float = 4.0,
+    fast_tick: str = FAST_TICK,
 ) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="tickui-workers-scale-"))
     key = tmp / "dispatch.key"
@@ -336,6 +340,7 @@ def kafka_side(
 
     ids = [f"w{k}-{group[-4:]}" for k in range(workers)]
     cpu: list[float] = []
+    fast_cpu = math.nan
     asked: dict[str, int] = {}  # run-now task -> when its request was left
     try:
         asyncio.run(init_db(db))
@@ -345,15 +350,17 @@ def kafka_side(
                  "--id", wid, "--log-dir", str(tmp / "logs"), *signing],
                 wid,
             )  # fmt: skip
-        engine = start(
-            [*py, "--db", str(db), "--config", str(config), "run", "--dispatch", "kafka",
-             "--kafka", bootstrap, "--tick-interval", "100ms", *signing],
-            "engine",
-        )  # fmt: skip
 
-        # 1. warm-up rounds until every worker runs one (the group is settled).
-        for round_no in range(10):
-            prefix = f"warm{round_no}"
+        def start_engine(tick: list[str], name: str) -> subprocess.Popen:
+            return start(
+                [*py, "--db", str(db), "--config", str(config), "run", "--dispatch", "kafka",
+                 "--kafka", bootstrap, *tick, *signing],
+                name,
+            )  # fmt: skip
+
+        engine = start_engine([], "engine")  # the default tick (1s)
+
+        def warm_up(prefix: str) -> list[dict]:
             names = []
             for p in range(PARTITIONS):
                 k = 0
@@ -362,7 +369,12 @@ def kafka_side(
                 names.append(f"{prefix}-{p}-{k}")
             due = now_micros() + 2 * MICROS
             asyncio.run(add_tasks(db, [(n, due, ["true"]) for n in names]))
-            occs = wait_settled(db, prefix, PARTITIONS, 60, procs)
+            return wait_settled(db, prefix, PARTITIONS, 60, procs)
+
+        # 1. warm-up rounds until every worker runs one (the group is settled).
+        for round_no in range(10):
+            prefix = f"warm{round_no}"
+            occs = warm_up(prefix)
             if {o["worker"] for o in occs} == set(ids):
                 break
         else:
@@ -376,10 +388,24 @@ def kafka_side(
 
         # 3. scheduled starts on idle workers, one at a time, due on whole seconds.
         step = int(gap * MICROS)
-        base = (now_micros() // MICROS + 3) * MICROS
+        # The first is due 4 s or more ahead: the engine tells a due instant at its next tick
+        # (up to 1 s), a resting worker hears it within its control topic's 1 s wait, and
+        # polls fast from a second before. One due sooner waits up to `idle_poll`, as
+        # README says of a run due sooner than the engine could say.
+        base = (now_micros() // MICROS + 5) * MICROS
         idle = [(f"idle-{i}", base + i * step, ["true"]) for i in range(idle_runs)]
         asyncio.run(add_tasks(db, idle))
         wait_settled(db, "idle-", idle_runs, 60 + idle_runs * gap, procs)
+
+        # The engine again, ticking every `fast_tick`: it takes a run-now request at its
+        # next tick, so at the default 1s a request waits up to a second for the engine.
+        engine.terminate()
+        engine.wait(30)
+        procs.remove(engine)  # stopped on purpose: wait_settled fails on a process gone
+        engine = start_engine(["--tick-interval", fast_tick], "engine-fast")
+        warm_up("warmfast")
+        time.sleep(IDLE_SETTLE_S)
+        fast_cpu = idle_cpu([engine], IDLE_CPU_S)[0]
 
         # 4. run-now on idle workers, one at a time.
         for i in range(run_nows):
@@ -461,6 +487,7 @@ def kafka_side(
         "run_now_dispatch_p99_ms": nowd99,
         "run_now_measured": len(now_latencies),
         "engine_idle_cpu": cpu[0] if cpu else math.nan,
+        "engine_fast_idle_cpu": fast_cpu,
         "worker_idle_cpu": statistics.mean(cpu[1:]) if cpu else math.nan,
         "worker_idle_cpu_max": max(cpu[1:]) if cpu else math.nan,
         "refill_p50_ms": refill50,
@@ -602,7 +629,8 @@ def main() -> None:
             )  # fmt: skip
             print(
                 f"kafka {n} worker(s) idle, nothing due: engine {k['engine_idle_cpu']:.2f} % of a"
-                f" core, a worker {k['worker_idle_cpu']:.2f} % (max {k['worker_idle_cpu_max']:.2f}"
+                f" core (tick 1s; {k['engine_fast_idle_cpu']:.2f} % at {FAST_TICK}), a worker"
+                f" {k['worker_idle_cpu']:.2f} % (max {k['worker_idle_cpu_max']:.2f}"
                 f" %); scheduled start p50 {k['start_p50_ms']:.1f} ms p99 {k['start_p99_ms']:.1f}"
                 f" ms after dispatch, p50 {k['due_start_p50_ms']:.1f} ms p99"
                 f" {k['due_start_p99_ms']:.1f} ms after due; run-now p50 {k['run_now_p50_ms']:.1f}"
@@ -655,6 +683,9 @@ def main() -> None:
             max(kafka[n]["run_now_dispatch_p99_ms"] for n in counts), 2
         ),
         "engine_idle_cpu_pct": {str(n): round(kafka[n]["engine_idle_cpu"], 2) for n in counts},
+        f"engine_idle_cpu_pct_tick_{FAST_TICK}": {
+            str(n): round(kafka[n]["engine_fast_idle_cpu"], 2) for n in counts
+        },
         "worker_idle_cpu_pct": {str(n): round(kafka[n]["worker_idle_cpu"], 2) for n in counts},
     }
     print(json.dumps(summary))

@@ -199,6 +199,11 @@ async def preflight(access: KafkaAccess, timeout: float = 5.0) -> None:
 # ---- what every Kafka client of tickui shares ------------------------------------------------
 
 EXISTS = 36  # Kafka's TOPIC_ALREADY_EXISTS: a topic another client made first is no failure
+# How often a consumer's background fetcher looks at its partitions when nothing else wakes
+# it (aiokafka's consumer_timeout_ms, 200 by default). An answered fetch, records taken, a
+# pause, a resume or a rebalance each wake it at once: a longer look costs no latency, only
+# fewer wakeups of an idle process.
+FETCHER_LOOK_MS = 1000
 
 
 def describe(exc: BaseException, bootstrap: str | None = None) -> str:

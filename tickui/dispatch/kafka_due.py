@@ -1,9 +1,9 @@
 """When the engine tells its workers the next instant a run is due. A worker at rest polls
-the broker slowly (Tansu holds a fetch for its whole wait, records or not) and fast from a
-little before an instant it was told: a command due then is seen at once, and an idle
-worker costs little. Told again when the instant changes, and every REPEAT_US (a worker
-that started since hears it); never for an instant past or beyond HORIZON_US. A lost or
-missed notice only makes that run wait for the slow poll. Pure: the dispatcher sends."""
+the broker slowly (Tansu holds a fetch for its whole wait when a record comes meanwhile)
+and fast from a little before an instant it was told: a command due then is seen at once,
+and an idle worker costs little. Told again when the instant changes, and every REPEAT_US
+(a worker that started since hears it); never for an instant past or beyond HORIZON_US. A
+lost or missed notice only makes that run wait for the slow poll. Pure: the dispatcher sends."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from tickui.common.kafka import KafkaAccess, describe, quietly_stop
+from tickui.common.kafka import FETCHER_LOOK_MS, KafkaAccess, describe, quietly_stop
 from tickui.dispatch.bounded import Bounded
 from tickui.dispatch.messages import (
     EVENTS_TOPIC,
@@ -88,7 +88,8 @@ class Feed:
                     self.opened()
                 checked = time.monotonic()
                 while True:
-                    batches = await consumer.getmany(timeout_ms=200, max_records=500)
+                    # records wake it at once; at rest it comes back for the restart check
+                    batches = await consumer.getmany(timeout_ms=FETCHER_LOOK_MS, max_records=500)
                     messages = [m for batch in batches.values() for m in batch]
                     if messages:
                         await self.handle(self._signed(messages))
@@ -136,6 +137,7 @@ class Feed:
             request_timeout_ms=self.request_timeout_ms,
             retry_backoff_ms=200,
             metadata_max_age_ms=5000,
+            consumer_timeout_ms=FETCHER_LOOK_MS,
         )
         try:
             await consumer.start()
@@ -151,10 +153,16 @@ class Feed:
     async def _check_restart(self, consumer) -> None:
         """A broker restarted empty (Tansu keeps topics in memory) starts its offsets at
         0 again and does not say a position is out of range: it answers nothing until the
-        new log reaches it. A partition whose end is behind where we are is read anew."""
+        new log reaches it. A partition whose end is behind where we are is read anew. The
+        end each fetch answer carries (its high watermark) is looked at first: the broker is
+        asked only when one is behind, or not known yet."""
         tps = list(consumer.assignment())
+        positions = {tp: await consumer.position(tp) for tp in tps}
+        marks = {tp: consumer.highwater(tp) for tp in tps}
+        if all(marks[tp] is not None and marks[tp] >= positions[tp] for tp in tps):
+            return
         ends = await consumer.end_offsets(tps)
-        behind = [tp for tp in tps if ends.get(tp, 0) < await consumer.position(tp)]
+        behind = [tp for tp in tps if ends.get(tp, 0) < positions[tp]]
         if behind:
             log.warning("%s: the broker was restarted empty; reading it from its start", self.topic)
             for tp in behind:

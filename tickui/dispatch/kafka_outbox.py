@@ -16,6 +16,7 @@ from tickui.dispatch.messages import RUNS_TOPIC
 log = logging.getLogger("tickui.dispatch.kafka")
 
 FLUSH_EVERY_S = 0.5
+REST_S = 10.0  # the loop's look at rest: nothing waits and the broker took the last send
 
 
 @dataclass
@@ -100,8 +101,10 @@ class Outbox:
         """Retry what waits; while the broker is down with nothing waiting, see whether it
         is back (so the status stops saying it is down)."""
         while True:
+            # at rest (nothing waits, the broker up) a send that fails wakes it
+            busy = self._waiting or self.link.down_since is not None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 1.0)
+                await asyncio.wait_for(self._wake.wait(), 1.0 if busy else REST_S)
             self._wake.clear()
             with contextlib.suppress(Exception):
                 if self._waiting:

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tickui.common.kafka import describe
+from tickui.common.kafka import FETCHER_LOOK_MS, describe
 from tickui.dispatch import messages as m
 from tickui.dispatch.refusals import Refusals
 from tickui.dispatch.signing import Keyring
@@ -55,7 +55,7 @@ class ControlReader:
     async def read(self) -> None:
         while True:
             try:
-                batch = await self.consumer.getmany(timeout_ms=500)
+                batch = await self.consumer.getmany(timeout_ms=FETCHER_LOOK_MS)
             except Exception as exc:
                 log.debug("reading control failed: %s", describe(exc))
                 await asyncio.sleep(0.5)

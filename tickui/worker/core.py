@@ -26,7 +26,13 @@ from typing import Any
 
 from tickui.common import procs
 from tickui.common.errors import BadInput, Unavailable
-from tickui.common.kafka import KafkaAccess, describe, quietly_stop, set_fetch_wait
+from tickui.common.kafka import (
+    FETCHER_LOOK_MS,
+    KafkaAccess,
+    describe,
+    quietly_stop,
+    set_fetch_wait,
+)
 from tickui.common.procs import stop_on_signals
 from tickui.dispatch.journals import fence_gone, runs_lease_path
 from tickui.dispatch.refusals import Refusals
@@ -108,7 +114,11 @@ class Worker:
             else:
                 reason = describe(exc)
             raise BadInput("--kafka", f"{where}: {reason}") from None
-        common = {**self.access.options(), "request_timeout_ms": 3000}
+        common = {
+            **self.access.options(),
+            "request_timeout_ms": 3000,
+            "consumer_timeout_ms": FETCHER_LOOK_MS,
+        }
         await self.pub.start()
         self.events = AIOKafkaConsumer(
             **common, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=10
@@ -147,6 +157,8 @@ class Worker:
         wait = FAST_MS if fast else self.pace.idle_ms
         for consumer in (self.intake.consumer, self.events):
             set_fetch_wait(consumer, wait)
+        if self.view is not None:
+            self.view.rest(not fast)  # caught up by each start meanwhile
         set_fetch_wait(self.control.consumer, CONTROL_FAST_MS if fast else self.pace.control_ms)
 
     async def keep_pace(self) -> None:

@@ -1,6 +1,9 @@
 """A worker's view of the events topic: which commands some worker started or finished.
-Read from LOOKBACK_S ago with a group-less consumer kept running, so "already started"
-holds across workers: before a start the view is read up to the topic's end."""
+Read from LOOKBACK_S ago with a group-less consumer, so "already started" holds across
+workers: before a start the view is read up to the topic's end. While the worker rests
+the view is not fetched at all (`rest`): a start catches it up then, and a fetch for
+records already there is answered at once (Tansu holds a fetch for its wait only when
+nothing is there to send)."""
 
 from __future__ import annotations
 
@@ -46,6 +49,10 @@ class EventsView:
         self._own: dict[int, set[int]] = {}  # partition -> offsets of events sent here
         self._progress = asyncio.Event()  # pulsed each time the reader moves on
         self._reset: dict[Any, float] = {}  # partition -> when it was last read from 0 again
+        self._resting = False  # the worker rests: nothing fetched but to catch up for a start
+        self._catching_up = 0  # read_to_end calls under way
+        self._live = asyncio.Event()  # fetched now (set: not resting, or catching up)
+        self._live.set()
 
     async def start(self) -> None:
         from aiokafka import TopicPartition
@@ -72,9 +79,26 @@ class EventsView:
         """An event this worker sent: known here already, never worth waiting for."""
         self._own.setdefault(partition, set()).add(offset)
 
+    def rest(self, resting: bool) -> None:
+        """At rest (True) the view is not fetched, but while a start catches it up."""
+        self._resting = resting
+        self._follow()
+
+    def _follow(self) -> None:
+        live = not self._resting or self._catching_up > 0
+        if live == self._live.is_set():
+            return
+        if live:
+            self.consumer.resume(*self.tps)
+            self._live.set()
+        else:
+            self._live.clear()
+            self.consumer.pause(*self.tps)
+
     async def read(self) -> None:
         """Forever: note transitions and outcomes (malformed events are the engine's to log)."""
         while True:
+            await self._live.wait()
             try:
                 batch = await self.consumer.getmany(timeout_ms=500)
             except Exception as exc:
@@ -142,6 +166,15 @@ class EventsView:
 
     async def read_to_end(self) -> bool:
         """Wait until the topic is read up to its end as of now; False if that is unknown."""
+        self._catching_up += 1
+        self._follow()
+        try:
+            return await self._read_to_end()
+        finally:
+            self._catching_up -= 1
+            self._follow()
+
+    async def _read_to_end(self) -> bool:
         try:
             ends = await asyncio.wait_for(self.probe.end_offsets(self.tps), 3)
         except Exception as exc:

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import ConsumerRebalanceListener
 
-from tickui.common.kafka import KafkaAccess, describe
+from tickui.common.kafka import FETCHER_LOOK_MS, KafkaAccess, describe
 from tickui.common.redact import redact
 from tickui.common.timeutil import MICROS, iso
 from tickui.dispatch import messages as m
@@ -112,6 +112,7 @@ class CommandIntake:
             heartbeat_interval_ms=heartbeat_ms,
             request_timeout_ms=max(3000, self.opts.session_timeout_ms + 1000),
             max_poll_records=self.opts.slots,
+            consumer_timeout_ms=FETCHER_LOOK_MS,
         )
         await self.consumer.start()
         self.consumer.subscribe([m.RUNS_TOPIC], listener=_Placing(self))
@@ -167,7 +168,8 @@ class CommandIntake:
                 self.consumer.resume(*self.consumer.assignment())
                 continue
             try:
-                batch = await self.consumer.getmany(timeout_ms=200, max_records=free)
+                # records wake it at once; the timeout is how soon a stop is seen
+                batch = await self.consumer.getmany(timeout_ms=FETCHER_LOOK_MS, max_records=free)
             except Exception as exc:
                 problem = describe(exc)
                 if problem != self._read_problem:  # once per kind of trouble, not 2 a second
