@@ -67,6 +67,7 @@ async def change_task(
                    if o.task_id == task.id and o.kind == "backfill"]  # fmt: skip
         if running:  # the engine that runs them ends them (they are not retried then)
             await store.add_request(task, CANCEL_BACKFILL, clock.now())
+            await store.announce_request()
             line += f"; asked the engine to cancel the {len(running)} running"
         say(line)
     elif args.action == "rm":

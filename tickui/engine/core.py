@@ -79,6 +79,8 @@ class SchedulerEngine:
         self._scanning = asyncio.Lock()
         self._wake = asyncio.Event()
         self._reconciler: asyncio.Task[None] | None = None
+        self._asked = asyncio.Event()  # another process announced a request
+        self._answerer: asyncio.Task[None] | None = None
         self._coalesced = 0
         self._worked = False  # a scan did work since the last checkpoint
         self._wake_after_scan = False
@@ -172,6 +174,7 @@ class SchedulerEngine:
         gc.freeze()
         await self.dispatcher.start()  # a remote dispatcher connects (in the background)
         self._reconciler = asyncio.create_task(self._reconcile_loop(), name="tickui-reconcile")
+        self._answerer = asyncio.create_task(self._answer_requests(), name="tickui-requests")
         await self.tick(self.clock.now())
 
     async def stop(self, grace: float | None = None) -> None:
@@ -181,13 +184,15 @@ class SchedulerEngine:
         self._running = False
         async with self._scanning:
             pass
+        self.store.hear_requests(None)
         await self.dispatcher.shutdown(self.config.stop_grace if grace is None else grace)
         await self.reconcile()
-        if self._reconciler is not None:
-            self._reconciler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reconciler
-            self._reconciler = None
+        for loop in (self._reconciler, self._answerer):
+            if loop is not None:
+                loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop
+        self._reconciler = self._answerer = None
         with contextlib.suppress(Exception):
             await self._lease.release()
         await self.refresh_counts()
@@ -205,6 +210,7 @@ class SchedulerEngine:
         async with self._scanning:
             try:
                 if await self._hold_lease(now):
+                    self.store.hear_requests(self._asked.set)
                     if self._settlement.holds_receipts or await self.store.scan_has_work(now):
                         await self._handle_requests(now)
                         await self._scan_queued(now)
@@ -218,6 +224,7 @@ class SchedulerEngine:
                     await self._tend(now)
                     self._set_result(now, "ok", None)
                 else:
+                    self.store.hear_requests(None)
                     holder = self._lease.seen
                     who = f"lease held by {holder.owner}" if holder else "lease unavailable"
                     self._set_result(now, "standby", who)
@@ -225,6 +232,7 @@ class SchedulerEngine:
                 self._recovered("scan")
             except LeaseLost as exc:
                 self._lease.lost()
+                self.store.hear_requests(None)
                 self._set_result(now, "standby", str(exc))
             except Exception as exc:
                 self._set_result(now, "error", self._faulted("scan", exc))
@@ -446,6 +454,26 @@ class SchedulerEngine:
         await self.reconcile()
         self._notify(EngineChange(frozenset({task.id}), frozenset({occ.id})))
         return await self.store.get_occurrence(occ.id)
+
+    async def _answer_requests(self) -> None:
+        """Requests another process announced (Store.announce_request), taken at once
+        rather than at the next tick; after the scan under way, if one is."""
+        while True:
+            await self._asked.wait()
+            self._asked.clear()
+            async with self._scanning:
+                now = self.clock.now()
+                try:
+                    if self._running and await self._hold_lease(now):
+                        await self._handle_requests(now)
+                        self._worked = True
+                    self._recovered("requests")
+                except LeaseLost:
+                    self._lease.lost()
+                    self.store.hear_requests(None)
+                except Exception as exc:
+                    self._faulted("requests", exc)
+            self._notify(EngineChange(status=True))
 
     async def _handle_requests(self, now: int) -> None:
         """The run-now and cancel requests other processes left (see requests.py)."""

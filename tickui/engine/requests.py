@@ -18,7 +18,8 @@ class RunNowRefused(TickuiError):
 
 
 async def queue_run_now(store: Store, task: Task, now: int, actor: Actor | None = None) -> int:
-    """Leave a run-now request for whichever engine holds the lease (or starts next).
+    """Leave a run-now request for whichever engine holds the lease (or starts next),
+    and tell it so: it takes the request at once, not at its next tick.
     What can be refused here (disabled, active under forbid) is recorded and raised.
     `actor`: the person asking (their audit entry is written with the request)."""
     active = any(o.task_id == task.id for o in await store.active_occurrences())
@@ -27,6 +28,7 @@ async def queue_run_now(store: Store, task: Task, now: int, actor: Actor | None 
     if refusal is not None:
         await store.finish_request(request, now, "refused", None, f"{refusal[0]}: {refusal[1]}")
         raise RunNowRefused(*refusal)
+    await store.announce_request()
     return request
 
 

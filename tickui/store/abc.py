@@ -147,6 +147,18 @@ class Store(ABC):
     def on_events(self, listener: Callable[[], None]) -> None:
         """Call `listener` (in the loop) after runtime events are appended through this store."""
 
+    @abstractmethod
+    async def announce_request(self) -> None:
+        """Tell the engine holding the lease, wherever it runs, that a request waits, so
+        it takes it now rather than at its next tick. Best effort, never fails: unheard,
+        the request waits for that tick."""
+
+    @abstractmethod
+    def hear_requests(self, listener: Callable[[], None] | None) -> None:
+        """While the lease is held: call `listener` (in the loop) when another process
+        announces a request; None stops. Calling again while listening changes nothing;
+        a SQLite file's bell taken by another process is tried again."""
+
     # ---- tasks -----------------------------------------------------------------------
 
     @abstractmethod

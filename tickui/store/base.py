@@ -17,7 +17,7 @@ import aiosqlite
 from tickui.common.errors import StoreError
 from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.model.spec import TaskSpec
-from tickui.store import dbfile, reads, schema
+from tickui.store import bell, dbfile, reads, schema
 from tickui.store.abc import LeaseLost, Store
 from tickui.store.dbfile import BUSY_TIMEOUT_MS, inspect_file
 
@@ -64,6 +64,7 @@ class StoreBase(Store):
         self.log_dir = path.with_name(path.name + ".logs")
         self._specs: dict[str, TaskSpec] = {}  # parsed definitions by their JSON text
         self.readonly = False
+        self._bell = bell.Bell(path)  # heard while this process holds the lease
 
     # ---- opening -------------------------------------------------------------------
 
@@ -154,6 +155,7 @@ class StoreBase(Store):
                 await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
 
     async def close(self) -> None:
+        self._bell.close()
         await self._conn.close()
 
     # ---- plumbing --------------------------------------------------------------------
@@ -242,6 +244,13 @@ class StoreBase(Store):
     def on_events(self, listener: Callable[[], None]) -> None:
         """Call `listener` (in the loop) after runtime events are appended through this store."""
         self._listeners.append(listener)
+
+    async def announce_request(self) -> None:
+        """A datagram to the file's bell (see store/bell.py): no I/O on the file."""
+        bell.ring(self.path)
+
+    def hear_requests(self, listener: Callable[[], None] | None) -> None:
+        self._bell.listen(listener)
 
     # ---- reads and checks more than one query group makes ------------------------------
 

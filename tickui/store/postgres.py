@@ -54,6 +54,7 @@ faults.recognize(fault_kind)  # the server's outages, for fault_text
 
 WRITE_LOCK = 0x7469636B  # the advisory lock every write transaction takes ("tick")
 CHANNEL = "tickui_changes"
+REQUEST_NOTE = "request"  # the payload of a request's announcement (store names are hex)
 # The write transactions the running task is inside (one mark each, made by `_write`): a
 # task started inside one inherits its marks, as it inherits the rest of its context.
 _WRITING: ContextVar[tuple[object, ...]] = ContextVar("tickui_pg_writing", default=())
@@ -108,6 +109,7 @@ class PgStoreBase(StoreBase):
         self._changes = 0
         self._name = uuid.uuid4().hex[:12]  # said in this store's NOTIFYs, to know its own
         self._commit_listeners: list[Callable[[], None]] = []
+        self._request_listener: Callable[[], None] | None = None
         self._outage: str | None = None  # the listener's lost connection, while it is lost
         self._listen: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None
@@ -203,7 +205,10 @@ class PgStoreBase(StoreBase):
             try:
                 self._outage = None
                 async for note in raw.notifies():
-                    if note.payload != self._name:  # another connection's commit
+                    if note.payload == REQUEST_NOTE:
+                        if self._request_listener is not None:
+                            self._request_listener()
+                    elif note.payload != self._name:  # another connection's commit
                         self._changes += 1
                         for listener in list(self._commit_listeners):
                             listener()
@@ -319,6 +324,20 @@ class PgStoreBase(StoreBase):
     def on_commit(self, listener: Callable[[], None]) -> None:
         self._commit_listeners.append(listener)
         if self._listening is None:
+            self._listening = asyncio.create_task(self._hear())
+
+    async def announce_request(self) -> None:
+        """A NOTIFY of its own on the change channel, heard by every listening engine (the
+        lease holder acts on it), on whatever host."""
+        if self.readonly:
+            return
+        with contextlib.suppress(psycopg.Error, Unavailable):
+            async with self._lock:
+                await self._conn.run(f"NOTIFY {CHANNEL}, '{REQUEST_NOTE}'")
+
+    def hear_requests(self, listener: Callable[[], None] | None) -> None:
+        self._request_listener = listener
+        if listener is not None and self._listening is None:
             self._listening = asyncio.create_task(self._hear())
 
     def outage(self) -> str | None:
