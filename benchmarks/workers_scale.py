@@ -20,10 +20,9 @@ For each worker count: a fresh database, one `tickui run --dispatch kafka` engin
    timestamp on the runs topic (the engine's producer stamps it when it sends) to the
    worker's `control.run_transition` `at` (stamped right after the process is spawned),
    same host, same clock; due-to-start = from the instant it was due to that `at`;
-4. the engine is started again with a FAST_TICK tick (100ms; one more warm-up round, and
-   its idle CPU too); run-now on idle workers: `--run-now` requests, `--idle-gap` apart,
-   left in the store as `tickui task run` leaves them (the engine takes them at its next
-   tick, so its tick is part of it): request-to-start and dispatch-to-start;
+4. run-now on idle workers, the same engine at its default tick: `--run-now` requests,
+   `--idle-gap` apart, left in the store and announced as `tickui task run-now` does (the
+   engine takes each at once, not at its next tick): request-to-start and dispatch-to-start;
 5. burst: `--runs` tasks due at the same instant, each running `sleep 1`; runs/s = runs /
    (last outcome's `at` - the instant they were due). Task names are picked so that they
    hash evenly over the 12 partitions (the engine keys each command by task name): with 12
@@ -69,7 +68,6 @@ PARTITIONS = 12
 ACTIVE = ("claimed", "accepted", "running")
 IDLE_SETTLE_S = 10.0  # after the warm-up, before idle CPU is measured
 IDLE_CPU_S = 30.0
-FAST_TICK = "100ms"  # the engine's tick for run-now and the burst (idle: the default, 1s)
 
 
 def _free_port() -> int:
@@ -290,7 +288,7 @@ def idle_cpu(procs: list[subprocess.Popen], seconds: float) -> list[float]:
 
 
 async def run_now(db: Path, name: str) -> int:
-    """Leave a run-now request as `tickui task run` does; the instant it was left."""
+    """Leave a run-now request as `tickui task run-now` does; the instant it was left."""
     from tickui.engine.requests import queue_run_now
 
     store = await Store.open(db)
@@ -311,7 +309,6 @@ def kafka_side(
     signed: bool = True,
     run_nows: int = 0,
     gap: float = 4.0,
-    fast_tick: str = FAST_TICK,
 ) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="tickui-workers-scale-"))
     key = tmp / "dispatch.key"
@@ -340,7 +337,6 @@ def kafka_side(
 
     ids = [f"w{k}-{group[-4:]}" for k in range(workers)]
     cpu: list[float] = []
-    fast_cpu = math.nan
     asked: dict[str, int] = {}  # run-now task -> when its request was left
     try:
         asyncio.run(init_db(db))
@@ -397,16 +393,6 @@ def kafka_side(
         asyncio.run(add_tasks(db, idle))
         wait_settled(db, "idle-", idle_runs, 60 + idle_runs * gap, procs)
 
-        # The engine again, ticking every `fast_tick`: it takes a run-now request at its
-        # next tick, so at the default 1s a request waits up to a second for the engine.
-        engine.terminate()
-        engine.wait(30)
-        procs.remove(engine)  # stopped on purpose: wait_settled fails on a process gone
-        engine = start_engine(["--tick-interval", fast_tick], "engine-fast")
-        warm_up("warmfast")
-        time.sleep(IDLE_SETTLE_S)
-        fast_cpu = idle_cpu([engine], IDLE_CPU_S)[0]
-
         # 4. run-now on idle workers, one at a time.
         for i in range(run_nows):
             time.sleep(gap)
@@ -414,7 +400,7 @@ def kafka_side(
         wait_settled(db, "now-", run_nows, 60, procs)
 
         # 5. the burst.
-        due = now_micros() + 3 * MICROS
+        due = (now_micros() // MICROS + 3) * MICROS  # on the tick grid, as a cron slot is
         names = balanced_names("burst", runs)
         asyncio.run(add_tasks(db, [(n, due, ["sleep", "1"]) for n in names]))
         burst = wait_settled(db, "burst-", runs, 60 + 2 * runs / (workers * slots), procs)
@@ -442,6 +428,7 @@ def kafka_side(
     latencies = []
     db_latencies = []
     due_latencies = []
+    sent_latencies = []  # due -> the engine's send of the command (the engine's part)
     now_latencies = []
     now_dispatch = []
     for cid, occ in command_of.items():
@@ -455,12 +442,14 @@ def kafka_side(
             continue
         latencies.append((started - sent[cid] * 1000) / 1000)
         due_latencies.append((started - occ["scheduled_for"]) / 1000)
+        sent_latencies.append((sent[cid] * 1000 - occ["scheduled_for"]) / 1000)
         if occ["accepted_at"] and occ["started_at"]:
             db_latencies.append((occ["started_at"] - occ["accepted_at"]) / 1000)
     shutil.rmtree(tmp, ignore_errors=True)
     p50, p99 = _q(latencies)
     db50, db99 = _q(db_latencies)
     due50, due99 = _q(due_latencies)
+    sent50, sent99 = _q(sent_latencies)
     now50, now99 = _q(now_latencies)
     nowd50, nowd99 = _q(now_dispatch)
     refill50, refill99 = _q(refills([seen.get(o["command_id"], {}) for o in burst], slots))
@@ -481,13 +470,14 @@ def kafka_side(
         "idle_measured": len(latencies),
         "due_start_p50_ms": due50,
         "due_start_p99_ms": due99,
+        "due_sent_p50_ms": sent50,
+        "due_sent_p99_ms": sent99,
         "run_now_p50_ms": now50,
         "run_now_p99_ms": now99,
         "run_now_dispatch_p50_ms": nowd50,
         "run_now_dispatch_p99_ms": nowd99,
         "run_now_measured": len(now_latencies),
         "engine_idle_cpu": cpu[0] if cpu else math.nan,
-        "engine_fast_idle_cpu": fast_cpu,
         "worker_idle_cpu": statistics.mean(cpu[1:]) if cpu else math.nan,
         "worker_idle_cpu_max": max(cpu[1:]) if cpu else math.nan,
         "refill_p50_ms": refill50,
@@ -629,12 +619,14 @@ def main() -> None:
             )  # fmt: skip
             print(
                 f"kafka {n} worker(s) idle, nothing due: engine {k['engine_idle_cpu']:.2f} % of a"
-                f" core (tick 1s; {k['engine_fast_idle_cpu']:.2f} % at {FAST_TICK}), a worker"
+                f" core (tick 1s), a worker"
                 f" {k['worker_idle_cpu']:.2f} % (max {k['worker_idle_cpu_max']:.2f}"
                 f" %); scheduled start p50 {k['start_p50_ms']:.1f} ms p99 {k['start_p99_ms']:.1f}"
                 f" ms after dispatch, p50 {k['due_start_p50_ms']:.1f} ms p99"
-                f" {k['due_start_p99_ms']:.1f} ms after due; run-now p50 {k['run_now_p50_ms']:.1f}"
-                f" ms p99 {k['run_now_p99_ms']:.1f} ms after the request (after dispatch p50"
+                f" {k['due_start_p99_ms']:.1f} ms after due (sent p50 {k['due_sent_p50_ms']:.1f}"
+                f" p99 {k['due_sent_p99_ms']:.1f} ms after due); run-now p50"
+                f" {k['run_now_p50_ms']:.1f} ms p99 {k['run_now_p99_ms']:.1f} ms after the"
+                f" request (after dispatch p50"
                 f" {k['run_now_dispatch_p50_ms']:.1f} p99 {k['run_now_dispatch_p99_ms']:.1f})",
                 flush=True,
             )
@@ -678,14 +670,12 @@ def main() -> None:
         "local_start_p99_ms": round(max(local[n]["start_p99_ms"] for n in counts), 2),
         "failed": sum(kafka[n]["failed"] for n in counts),
         "due_start_p99_ms": round(max(kafka[n]["due_start_p99_ms"] for n in counts), 2),
+        "due_sent_p99_ms": round(max(kafka[n]["due_sent_p99_ms"] for n in counts), 2),
         "run_now_p99_ms": round(max(kafka[n]["run_now_p99_ms"] for n in counts), 2),
         "run_now_dispatch_p99_ms": round(
             max(kafka[n]["run_now_dispatch_p99_ms"] for n in counts), 2
         ),
         "engine_idle_cpu_pct": {str(n): round(kafka[n]["engine_idle_cpu"], 2) for n in counts},
-        f"engine_idle_cpu_pct_tick_{FAST_TICK}": {
-            str(n): round(kafka[n]["engine_fast_idle_cpu"], 2) for n in counts
-        },
         "worker_idle_cpu_pct": {str(n): round(kafka[n]["worker_idle_cpu"], 2) for n in counts},
     }
     print(json.dumps(summary))

@@ -10,8 +10,9 @@ request, as before. A datagram only wakes the engine, which then reads what is s
 
 Linux's abstract socket names are used (no file to leave behind when a process is killed,
 nothing to clean up); the sender's user is checked from the kernel's credentials, so only
-the file owner's processes can wake the engine. Elsewhere there is no bell, and requests
-wait for the tick."""
+the user's own processes (or root's) can wake the engine. Abstract names belong to a
+network namespace: a container sharing the file but not the host's network, like any
+system but Linux, has no bell, and its requests wait for the tick."""
 
 from __future__ import annotations
 
