@@ -27,7 +27,13 @@ from pathlib import Path
 
 import signing_support
 from helpers import cli
-from tickui.dispatch.messages import EVENTS_TOPIC, RUNS_TOPIC, TOPICS, WORKERS_TOPIC
+from tickui.dispatch.messages import (
+    CONTROL_TOPIC,
+    EVENTS_TOPIC,
+    RUNS_TOPIC,
+    TOPICS,
+    WORKERS_TOPIC,
+)
 
 MICROS = 1_000_000
 TICK = "250ms"
@@ -316,6 +322,7 @@ class Tap:
             RUNS_TOPIC,
             EVENTS_TOPIC,
             WORKERS_TOPIC,
+            CONTROL_TOPIC,
             bootstrap_servers=self.bootstrap,
             group_id=None,
             auto_offset_reset="earliest",

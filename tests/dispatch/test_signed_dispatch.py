@@ -383,3 +383,40 @@ def test_workers_wait_for_the_next_due_run_and_never_for_a_forged_notice(tmp_pat
         wait_for(lambda: real in said(worker.id), 20, "a heartbeat waiting for the signed one")
         assert fake not in said(worker.id)
         assert refused_by_worker(db, worker.id) == want
+
+
+def test_a_due_notice_quickens_only_the_worker_holding_the_runs_partition(tmp_path, broker, procs):
+    """The notice names the partition the due command goes to: the worker holding it waits
+    for the instant (its heartbeats say so, it polls fast) and runs it; the other worker of
+    the group stays at rest and never says it waits."""
+
+    def said(worker_id: str) -> list[int]:
+        return [
+            micros(data["due"]) if data.get("due") else 0
+            for _, data, _, _ in tap.decoded(m.WORKERS_TOPIC)
+            if isinstance(data, dict) and data.get("worker") == worker_id
+        ]
+
+    with Tap(broker) as tap:
+        db, first, _engine, _ = _start(tmp_path, broker, procs)
+        second = Worker(broker, first.group, unique("w"), tmp_path, 2)
+        procs.append(second)
+        wait_for(lambda: second.ready, 30, "the second worker to hold its partitions")
+        wait_for(lambda: {first.id, second.id} <= {w["id"] for w in workers_json(db)}, 30,
+                 "both workers' heartbeats")  # fmt: skip
+        out = tmp_path / "ran.txt"
+        at = iso_second(time.time() + 12)
+        add_task(db, "soon", out, "--at", at)
+        due = micros(at)
+        waiting = wait_for(
+            lambda: [w for w in (first, second) if due in said(w.id)], 11, "a worker waiting"
+        )
+        notices = [m.Control.decode(raw) for _, _, raw, _ in tap.decoded(m.CONTROL_TOPIC)]
+        wait_for(lambda: lines(out), 30, "the announced run")
+        wait_for(lambda: occurrences(db)[0]["state"] == "succeeded", 20, "its outcome")
+        ran = occurrences(db)[0]["worker"]
+        assert [w.id for w in waiting] == [ran]
+        other = second if ran == first.id else first
+        assert due not in said(other.id)
+        named = [c.partitions for c in notices if c.type == "due" and c.due == due]
+        assert named and all(len(p) == 1 for p in named), named

@@ -9,7 +9,7 @@ import pytest
 from helpers import T0
 from tickui.common.timeutil import MICROS, iso
 from tickui.dispatch import messages as m
-from tickui.dispatch.kafka_due import HORIZON_US, REPEAT_US, DueNotices
+from tickui.dispatch.kafka_due import HORIZON_US, REPEAT_US, DueNotices, due_partitions
 from tickui.model.spec import build_spec
 from tickui.store import Store
 from tickui.worker.pace import AFTER_US, WINDOW_US, Pace
@@ -109,5 +109,58 @@ async def test_the_store_says_the_next_due_instant_of_tasks_and_queued_runs(stor
         assert found is not None and found <= T0 + 60 * MICROS < at
         await store.set_enabled("often", False, T0)
         assert await store.next_due() == task.next_run_at
+        # which tasks are due then: the notice names the partitions their commands go to
+        assert await store.tasks_due_at(at, 10) == ["later"]
+        also = build_spec({"name": "also", "at": iso(at), "command": ["true"]}, T0)
+        await store.add_task(also, T0)
+        assert sorted(await store.tasks_due_at(at, 10)) == ["also", "later"]
+        assert len(await store.tasks_due_at(at, 1)) == 1
+        assert await store.tasks_due_at(at + 1, 10) == []
+        slot = T0 - 3600 * MICROS  # a queued run (a backfill's) is due at its slot
+        await store.queue_backfill("later", [slot], T0)
+        assert await store.next_due() == slot
+        assert await store.tasks_due_at(slot, 10) == ["later"]
     finally:
         await store.close()
+
+
+def test_a_notice_naming_partitions_quickens_only_a_worker_holding_one():
+    pace = Pace(250)
+    due = T0 + 30 * MICROS
+    pace.owned = frozenset({0, 1, 2})
+    assert pace.announced(due, T0, (5,))
+    assert not pace.fast(due - pace.lead, running=False)  # not its partition: at rest
+    assert pace.waiting_for(T0) == 0 and pace.next_change(T0) is None
+    pace.owned = frozenset({5, 6})  # a rebalance gave it the partition
+    assert pace.fast(due - pace.lead, running=False)
+    assert pace.waiting_for(T0) == due and pace.next_change(T0) == due - pace.lead
+    pace.owned = frozenset({0})
+    assert pace.announced(due, T0)  # told again, for every partition: the newest word counts
+    assert pace.fast(due - pace.lead, running=False)
+    later = due + 10 * MICROS
+    pace.announced(later, T0, (3, 0))
+    assert pace.waiting_for(due + WINDOW_US) == later  # one of its partitions is among them
+
+
+def test_the_engine_names_the_partitions_of_the_tasks_due_or_none_when_unsure():
+    assert due_partitions([3, 1, 3], True) == (1, 3)
+    assert due_partitions([3, None], True) == ()  # a partition not known yet: every worker
+    assert due_partitions([3, 1], False) == ()  # more tasks due than were named
+    assert due_partitions([], True) == ()
+    notices = DueNotices()
+    due = T0 + 20 * MICROS
+    assert notices.to_say(T0, due, (2,)) == due
+    assert notices.to_say(T0 + MICROS, due, (2,)) is None  # said already
+    assert notices.to_say(T0 + 2 * MICROS, due, (2, 7)) == due  # a task added: said again
+    assert DueNotices.near(T0, due) and not DueNotices.near(due, due)
+
+
+def test_due_controls_carry_their_partitions_and_refuse_bad_ones():
+    control = m.Control.next_due(T0 + 5 * MICROS, T0, (4, 9))
+    assert m.Control.decode(control.encode()).partitions == (4, 9)
+    assert "partitions" not in m.Control.next_due(T0 + 5 * MICROS, T0).to_json()
+    said = control.to_json()
+    for bad in ("4", [True], [-1], ["4"], list(range(2000))):
+        said["partitions"] = bad
+        with pytest.raises(m.BadMessage):
+            m.Control.decode(m.encode(said))

@@ -18,7 +18,7 @@ from tickui.common import procs
 from tickui.common.kafka import KafkaAccess
 from tickui.common.timeutil import MICROS
 from tickui.dispatch.base import Dispatcher, DispatchFailure, Fence, Job, NotStarted, Receipt
-from tickui.dispatch.kafka_due import DueNotices
+from tickui.dispatch.kafka_due import NAMED_TASKS, DueNotices, due_partitions
 from tickui.dispatch.kafka_feeds import EventFeed, HeartbeatFeed
 from tickui.dispatch.kafka_link import KafkaLink
 from tickui.dispatch.kafka_outbox import Outbox, Pending
@@ -327,9 +327,17 @@ class KafkaDispatcher(Dispatcher):
         unsent once that instant has come."""
         if not self.due_notices.time_to_look(now):
             return
-        due = self.due_notices.to_say(now, await self.store.next_due())
+        due = await self.store.next_due()
+        partitions: tuple[int, ...] = ()
+        if due is not None and self.due_notices.near(now, due):
+            names = await self.store.tasks_due_at(due, NAMED_TASKS)
+            partitions = due_partitions(
+                [self.link.run_partition(name.encode()) for name in names],
+                len(names) < NAMED_TASKS,
+            )
+        due = self.due_notices.to_say(now, due, partitions)
         if due is not None:
-            message = Control.next_due(due, now).encode()
+            message = Control.next_due(due, now, partitions).encode()
             await self.outbox.send([Pending(CONTROL_TOPIC, DUE_KEY, message, due, "")])
 
     async def _store_refusals(self, now: int) -> None:

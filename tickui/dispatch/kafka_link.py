@@ -116,6 +116,11 @@ class KafkaLink:
 
         return DefaultPartitioner.__call__(key, self._run_partitions, self._run_partitions)
 
+    def run_partition(self, key: bytes) -> int | None:
+        """The runs topic's partition a command keyed `key` goes to; None until the
+        topic's partitions are known."""
+        return self._partition(RUNS_TOPIC, key) if self._run_partitions else None
+
     async def send_all(self, messages: list[tuple[str, bytes, bytes]]) -> list[str | None]:
         """Send (topic, key, value) messages at once and wait for each; per message None
         (taken, acks all) or why not. The broker down: every one fails with LinkDown."""

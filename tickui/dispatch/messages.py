@@ -356,7 +356,9 @@ class Control:
     """`cancel`: stop the command (and never start it if it has not started). `resend`:
     publish the command's outcome event again (the engine lost it with a broker restart);
     a worker that does not know the command answers `run.interrupted`. `due`: a run is due
-    at `due` (micros, UTC), for every worker (no command id): poll fast around it."""
+    at `due` (micros, UTC), for every worker (no command id): the worker holding one of the
+    runs topic's `partitions` its commands go to (any worker, when none is named) polls
+    fast around it."""
 
     type: str
     command_id: str
@@ -364,10 +366,11 @@ class Control:
     reason: str = ""
     at: int = 0
     due: int = 0  # of a `due` control
+    partitions: tuple[int, ...] = ()  # of a `due` control: () for every partition
 
     @classmethod
-    def next_due(cls, due: int, at: int) -> Control:
-        return cls("due", "", None, "", at, due)
+    def next_due(cls, due: int, at: int, partitions: tuple[int, ...] = ()) -> Control:
+        return cls("due", "", None, "", at, due, partitions)
 
     def to_json(self) -> dict[str, Any]:
         said = {
@@ -380,6 +383,8 @@ class Control:
         }
         if self.type == "due":
             said["due"] = _when(self.due)
+            if self.partitions:
+                said["partitions"] = list(self.partitions)
         return said
 
     def encode(self) -> bytes:
@@ -401,4 +406,22 @@ class Control:
             reason=str(reason)[:200],
             at=_instant(data, "at", what, optional=True) or 0,
             due=(_instant(data, "due", what) or 0) if due else 0,
+            partitions=_partitions(data, what) if due else (),
         )
+
+
+MAX_DUE_PARTITIONS = 1024
+
+
+def _partitions(data: Mapping[str, Any], what: str) -> tuple[int, ...]:
+    """A due control's partitions: absent for every one (as older engines say it)."""
+    value = data.get("partitions")
+    if value is None:
+        return ()
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_DUE_PARTITIONS
+        or not all(type(p) is int and 0 <= p < 1_000_000 for p in value)
+    ):
+        raise BadMessage(f"{what}: 'partitions' must be a list of partition numbers")
+    return tuple(value)

@@ -243,6 +243,11 @@ class Store(ABC):
     async def next_due(self) -> int | None: ...
 
     @abstractmethod
+    async def tasks_due_at(self, instant: int, limit: int) -> list[str]:
+        """The names of the tasks with a slot or a queued run due at `instant` (as
+        next_due says it), at most `limit` of them."""
+
+    @abstractmethod
     async def claim(
         self, plans: Sequence[Plan], owner: str, token: int, now: int
     ) -> list[Occurrence]:

@@ -209,6 +209,16 @@ class Coordination(StoreBase):
         )
         return None if row is None or row[0] is None else int(row[0])
 
+    async def tasks_due_at(self, instant: int, limit: int) -> list[str]:
+        rows = await self._all(
+            "SELECT name FROM tasks WHERE enabled = 1 AND due_at = ?"
+            " UNION SELECT t.name FROM occurrences o JOIN tasks t ON t.id = o.task_id"
+            " WHERE o.state = 'queued' AND coalesce(o.retry_at, o.scheduled_for) = ?"
+            " LIMIT ?",
+            (instant, instant, limit),
+        )
+        return [row[0] for row in rows]
+
     async def finish_request(
         self, req_id: int, now: int, outcome: str, occurrence_id: int | None, reason: str | None
     ) -> None:

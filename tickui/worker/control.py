@@ -37,7 +37,8 @@ class ControlReader:
         self.runs = runs
         self.reports = reports
         self.consumer: Any = None
-        self.on_due: Callable[[int], None] | None = None  # the instant a run is due (micros)
+        # the instant a run is due (micros) and the runs topic's partitions (() for any)
+        self.on_due: Callable[[int, tuple[int, ...]], None] | None = None
 
     async def open(self, consumer: Any) -> None:
         """Read from `consumer` (started), every partition, from the end as of now."""
@@ -79,7 +80,7 @@ class ControlReader:
         cid = control.command_id
         if control.type == "due":
             if self.on_due is not None:
-                self.on_due(control.due)
+                self.on_due(control.due, control.partitions)
             return
         if control.type == "cancel":
             self.runs.cancel(cid, control.reason or "cancelled")

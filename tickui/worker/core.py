@@ -87,6 +87,7 @@ class Worker:
         self._paced = asyncio.Event()  # something that may change the pace happened
         self.control.on_due = self._due
         self.intake.on_commands = self._commands_came
+        self.intake.on_assigned = self._assigned
         self.runs.on_end = self._run_ended
         self.beats.due = lambda: self.pace.waiting_for(now_micros())
         self.events: Any = None
@@ -141,9 +142,13 @@ class Worker:
 
     # ---- the pace ----------------------------------------------------------------------------
 
-    def _due(self, due: int) -> None:
-        if self.pace.announced(due, now_micros()):
+    def _due(self, due: int, partitions: tuple[int, ...]) -> None:
+        if self.pace.announced(due, now_micros(), partitions):
             self._paced.set()
+
+    def _assigned(self, partitions: frozenset[int]) -> None:
+        self.pace.owned = partitions
+        self._paced.set()
 
     def _commands_came(self) -> None:
         self.pace.command_came(now_micros())

@@ -55,6 +55,8 @@ class _Placing(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self.intake.place(assigned)
+        if self.intake.on_assigned is not None:
+            self.intake.on_assigned(frozenset(tp.partition for tp in assigned))
 
 
 class CommandIntake:
@@ -87,6 +89,8 @@ class CommandIntake:
         self.stopping = stopping
         self.on_ready = on_ready
         self.on_commands: Callable[[], None] | None = None  # records came (the pace quickens)
+        # the group gave this worker these partitions (all it holds now)
+        self.on_assigned: Callable[[frozenset[int]], None] | None = None
         # command id -> "partition:offset" of the record it first came in: the same id in
         # another record is a copy (a replay), never run
         self.seen: Bounded[str, str] = Bounded(200_000)

@@ -3,7 +3,9 @@ when a record came meanwhile: the wait is how late a command can be seen, and ev
 costs CPU. So a worker at rest waits long (`idle_ms`), and waits FAST_MS from `lead` before
 an instant the engine said a run is due until its command came (or WINDOW_US after that
 instant), while it runs something, and for AFTER_US after a command came or a run ended.
-Pure: the worker applies it to its consumers (core.py)."""
+An instant whose notice names partitions of the runs topic counts only for a worker that
+holds one of them: the others stay at rest. Pure: the worker applies it to its consumers
+(core.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ class Pace:
     def __init__(self, idle_ms: int) -> None:
         self.idle_ms = max(FAST_MS, int(idle_ms))
         self.lead = 2 * self.idle_ms * 1000 + MICROS // 2
-        self._due: set[int] = set()  # announced instants not met yet
+        # announced instants not met yet -> the partitions their commands go to (empty: any)
+        self._due: dict[int, frozenset[int]] = {}
         self._busy_until = 0
+        self.owned: frozenset[int] = frozenset()  # the runs topic's partitions held now
 
     @property
     def control_ms(self) -> int:
@@ -35,22 +39,28 @@ class Pace:
         return max(CONTROL_REST_MS, self.idle_ms)
 
     def _prune(self, now: int) -> None:
-        self._due = {d for d in self._due if d + WINDOW_US > now}
+        self._due = {d: p for d, p in self._due.items() if d + WINDOW_US > now}
         if len(self._due) > KEEP:
-            self._due = set(sorted(self._due)[:KEEP])
+            self._due = {d: self._due[d] for d in sorted(self._due)[:KEEP]}
 
-    def announced(self, due: int, now: int) -> bool:
-        """The engine said a run is due at `due`; False when that is past or too far out."""
+    def _mine(self) -> list[int]:
+        """The instants this worker waits for: any partition's, or one it holds."""
+        return [d for d, parts in self._due.items() if not parts or parts & self.owned]
+
+    def announced(self, due: int, now: int, partitions: tuple[int, ...] = ()) -> bool:
+        """The engine said a run is due at `due` on `partitions` (() for any); False when
+        that is past or too far out."""
         if due + WINDOW_US <= now or due > now + HORIZON_US:
             return False
-        self._due.add(due)
+        # told again with other partitions (a task added, or moved): the newest word counts
+        self._due[due] = frozenset(partitions)
         self._prune(now)
         return True
 
     def command_came(self, now: int) -> None:
         """A command came: the instants whose fast stretch had begun are met."""
         self._busy_until = max(self._busy_until, now + AFTER_US)
-        self._due = {d for d in self._due if d - self.lead > now}
+        self._due = {d: p for d, p in self._due.items() if d - self.lead > now}
 
     def run_ended(self, now: int) -> None:
         self._busy_until = max(self._busy_until, now + AFTER_US)
@@ -58,16 +68,17 @@ class Pace:
     def fast(self, now: int, running: bool) -> bool:
         if running or now < self._busy_until:
             return True
-        return any(d - self.lead <= now < d + WINDOW_US for d in self._due)
+        return any(d - self.lead <= now < d + WINDOW_US for d in self._mine())
 
     def next_change(self, now: int) -> int | None:
         """The next instant at which `fast` may change by itself (runs aside)."""
         self._prune(now)
-        points = [self._busy_until, *(d - self.lead for d in self._due)]
-        points += [d + WINDOW_US for d in self._due]
+        mine = self._mine()
+        points = [self._busy_until, *(d - self.lead for d in mine)]
+        points += [d + WINDOW_US for d in mine]
         return min((p for p in points if p > now), default=None)
 
     def waiting_for(self, now: int) -> int:
         """The nearest announced instant not met yet (0: none), as heartbeats say it."""
         self._prune(now)
-        return min(self._due, default=0)
+        return min(self._mine(), default=0)
