@@ -19,6 +19,7 @@ from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.model.spec import TaskSpec
 from tickui.store import dbfile, reads, schema
 from tickui.store.abc import LeaseLost, Store
+from tickui.store.appended import OwnEvents
 from tickui.store.dbfile import BUSY_TIMEOUT_MS, inspect_file
 
 WAL_AUTOCHECKPOINT_PAGES = 10_000  # about 40 MB of WAL before SQLite checkpoints by itself
@@ -54,6 +55,10 @@ class StoreBase(Store):
     _Conflict: type[Exception] = sqlite3.IntegrityError  # a unique key refused a row
     # A batch of rows is written by one statement over a JSON array of them (see _batch).
     _json_batches = True
+    # Reconcile folds the events this store appended without reading them back, when no
+    # other connection wrote meanwhile (tickui.store.appended): sequence numbers given in
+    # order under the write lock, and SQLite's data version.
+    _own_events = True
 
     def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
         self.path = path
@@ -63,6 +68,7 @@ class StoreBase(Store):
         self._listeners: list[Callable[[], None]] = []
         self.log_dir = path.with_name(path.name + ".logs")
         self._specs: dict[str, TaskSpec] = {}  # parsed definitions by their JSON text
+        self._own = OwnEvents()  # runs claimed and events appended here (if _own_events)
         self.readonly = False
 
     # ---- opening -------------------------------------------------------------------
