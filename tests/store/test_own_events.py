@@ -11,6 +11,7 @@ from tickui.model.occurrence import RUN_COMPLETED, RUN_TRANSITION, fold_events
 from tickui.model.planning import DueTask, Plan, Planned
 from tickui.model.spec import build_spec
 from tickui.store import NewEvent, Store
+from tickui.store.appended import OwnEvents
 
 T0 = 1_800_000_000 * MICROS
 S = MICROS
@@ -158,3 +159,18 @@ def test_settled_runs_let_the_held_events_go(tmp_path):
         await store.close()
 
     asyncio.run(main())
+
+
+def test_a_read_made_before_the_stores_last_append_is_answered_as_of_that_read():
+    own = OwnEvents()
+    own.claimed([(1, "cmd-1"), (2, "cmd-2")], 10, 7)
+    row = (T0, "cmd-1", "run-1", RUN_COMPLETED, "{}", None, None)
+    own.appended(11, [row], [{}])
+    own.appended(12, [(T0, "cmd-2", "run-2", RUN_COMPLETED, "{}", None, None)], [{}])
+    page = [(1, "accepted", "cmd-1", None, 0), (2, "accepted", "cmd-2", None, 0)]
+    # the read saw seq 11 only (one event after 10): run 2's event is not in it yet
+    found = own.events_for(page, 1, 11, 7)
+    assert [[e.seq for e in events] for events in found] == [[11], []]
+    assert own.events_for(page, 2, 12, 7) is not None
+    assert own.events_for(page, 2, 12, 8) is None  # another connection committed
+    assert own.start is None  # and nothing is held from then on

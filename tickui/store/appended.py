@@ -21,7 +21,6 @@ would find are all here, and are found here by the same rules. Otherwise the cal
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -41,7 +40,7 @@ class OwnEvents:
         self._by_command: dict[str, list[RuntimeEvent]] = {}
         self._by_run: dict[str, list[RuntimeEvent]] = {}  # no command id, a run id
         self._by_cause: dict[str, list[RuntimeEvent]] = {}  # no command id, a causation id
-        self._seqs: list[int] = []  # in order, for the count up to a read's last seq
+        self._ranges: list[tuple[int, int]] = []  # the appends' seqs, first and last
         self._floors: dict[int, tuple[str, int]] = {}  # claimed id -> (command id, last seq)
 
     def reset(self) -> None:
@@ -58,8 +57,8 @@ class OwnEvents:
         if self.start is None:
             self.start, self.version, self._last = last_seq, version, last_seq
         floors = self._floors
-        for run in runs:
-            floors[run[0]] = (run[1], last_seq)
+        for occurrence_id, command_id in runs:
+            floors[occurrence_id] = (command_id, last_seq)
         if len(floors) > CAP:
             self.reset()
 
@@ -79,12 +78,17 @@ class OwnEvents:
             return
         self._last = last_seq
         self._count += len(rows)
-        seqs = self._seqs
+        self._ranges.append((first, last_seq))
+        by_command = self._by_command
         for seq, row, payload in zip(range(first, last_seq + 1), rows, payloads, strict=True):
             event = RuntimeEvent(seq, row[0], row[1], row[2], row[3], payload, row[5])
-            seqs.append(seq)
-            if row[1] is not None:
-                self._by_command.setdefault(row[1], []).append(event)
+            command_id = row[1]
+            if command_id is not None:
+                held = by_command.get(command_id)
+                if held is None:
+                    by_command[command_id] = [event]
+                else:
+                    held.append(event)
             else:
                 if row[2] is not None:
                     self._by_run.setdefault(row[2], []).append(event)
@@ -141,15 +145,22 @@ class OwnEvents:
     def _held_up_to(self, last_seq: int) -> int:
         if last_seq >= self._last:
             return self._count
-        return bisect.bisect_right(self._seqs, last_seq)
+        return sum(
+            min(last, last_seq) - first + 1 for first, last in self._ranges if first <= last_seq
+        )
 
     def _matching(self, command_id: str, run_id: str | None, cursor: int) -> list[RuntimeEvent]:
         """The events after `cursor` that name the command; that name no command but the
         run or, as causation, the command; or that name no command but a run bound by one
         of the first kind's transitions after it (EventLog.unreconciled's rules)."""
-        hits: dict[int, RuntimeEvent] = {}
         by_run = self._by_run
-        for group in (self._by_command.get(command_id), self._by_cause.get(command_id)):
+        mine = self._by_command.get(command_id)
+        if run_id is None and mine is not None and len(mine) == 1 and not self._by_cause:
+            event = mine[0]  # the usual case: one event of its own, say its run's end
+            if event.run_id is None or event.type != RUN_TRANSITION or not by_run:
+                return [event] if event.seq > cursor else []
+        hits: dict[int, RuntimeEvent] = {}
+        for group in (mine, self._by_cause.get(command_id)):
             for event in group or ():
                 if event.seq > cursor:
                     hits[event.seq] = event
