@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -46,6 +47,54 @@ def json_rows(columns: Sequence[str]) -> str:
 
 
 _encode = json.JSONEncoder(check_circular=False).encode
+_ROWS_FROM = " FROM json_each(?))"
+
+
+def json_batch(one: str, rows: Sequence[Sequence[Any]], *values: Any) -> tuple[str, tuple]:
+    """`one` (a statement reading its rows through json_rows) and its parameters: the rows
+    as one JSON array, then `values`. A column whose value is the same in every row (an
+    int, a string or NULL: a batch's state, time, type) is bound once instead: SQLite
+    parses a row's JSON again for each column it takes out of it."""
+    if len(rows) > 1:
+        columns = list(zip(*rows, strict=True))
+        same = tuple(i for i, column in enumerate(columns) if _uniform(column))
+        sql = _factored(one, same) if same else None
+        if sql is not None:
+            varying = [column for i, column in enumerate(columns) if i not in same]
+            body = list(zip(*varying, strict=True)) if varying else [()] * len(rows)
+            return sql, (_encode(body), *(columns[i][0] for i in same), *values)
+    return one, (_encode(rows), *values)
+
+
+def _uniform(column: tuple[Any, ...]) -> bool:
+    first = column[0]
+    kind = type(first)
+    if first is None or kind is str:
+        return column.count(first) == len(column)
+    if kind is int:  # 1 == True == 1.0: the types must agree as well
+        return column.count(first) == len(column) and len(set(map(type, column))) == 1
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _factored(one: str, same: tuple[int, ...]) -> str | None:
+    """`one` with the json_rows columns `same` taken from parameters ?2, ?3, ... and the
+    array as ?1; None when its shape is not json_rows' alone (then it is sent as it is)."""
+    start = one.find("(SELECT value ->> 0 AS ")
+    end = one.find(_ROWS_FROM, start)
+    if start < 0 or end < 0 or "?" in one[:start] or one.count("json_each(") != 1:
+        return None
+    picks, taken, bound = [], 0, 2
+    for index, pick in enumerate(one[start + len("(SELECT ") : end].split(", ")):
+        name = pick.rsplit(" AS ", 1)[1]
+        if index in same:
+            picks.append(f"?{bound} AS {name}")
+            bound += 1
+        else:
+            picks.append(f"value ->> {taken} AS {name}")
+            taken += 1
+    rest = one[end + len(_ROWS_FROM) :]
+    return f"{one[:start]}(SELECT {', '.join(picks)} FROM json_each(?1)){rest}"
 
 
 class StoreBase(Store):
@@ -199,7 +248,7 @@ class StoreBase(Store):
         the connection's thread holds the GIL once for it, not once a row, so the loop
         runs Python meanwhile. `values`: more parameters of `one`, after the array."""
         if self._json_batches:
-            cursor = await self._conn.execute(one, (_encode(rows), *values))
+            cursor = await self._conn.execute(*json_batch(one, rows, *values))
         else:
             cursor = await self._many(many, rows)
         return cursor.rowcount

@@ -11,8 +11,7 @@ from typing import Any
 from tickui.model.coordination import RemoteOutput
 from tickui.model.occurrence import RUN_TRANSITION, TERMINAL, Change, Progress, RuntimeEvent
 from tickui.store.abc import NewEvent
-from tickui.store.base import _ACTIVE_SQL, StoreBase, json_rows
-from tickui.store.base import _encode as _encode_rows
+from tickui.store.base import _ACTIVE_SQL, StoreBase, json_batch, json_rows
 from tickui.store.queue import after_settling, watch_settling
 
 
@@ -35,7 +34,7 @@ class EventLog(StoreBase):
                     await self._batch(_APPEND, _APPEND_BATCH, rows)
                     stored = self._conn.total_changes - before
                 else:  # in order, under the write lock: the seqs end at the last row's
-                    cursor = await self._conn.execute(_APPEND_BATCH, (_encode_rows(rows),))
+                    cursor = await self._conn.execute(*json_batch(_APPEND_BATCH, rows))
                     stored = self._conn.total_changes - before
                     if stored == len(rows):
                         own.appended(cursor.lastrowid, rows, [_payload(row[4]) for row in rows])
