@@ -54,8 +54,7 @@ class TaskSpec:
     pause_after: int | None = None
 
     def schedule(self, anchor: int) -> schedules.Schedule:
-        import tickui.schedules.triggers as schedules  # not `from`: once per due task a scan
-
+        schedules = _triggers()  # once per due task a scan: an import statement costs 1 µs
         if self.kind == "cron":
             return schedules.CronSchedule(self.expr, self.tz)
         if self.kind == "interval":
@@ -114,6 +113,14 @@ _LATER_DEFAULTS: dict[str, Any] = {
     "retry_on": rules.DEFAULT_ON,
     "pause_after": None,
 }
+
+
+@lru_cache(maxsize=1)
+def _triggers() -> Any:
+    """The schedules' module, loaded when first needed (--help starts without it)."""
+    from tickui.schedules import triggers
+
+    return triggers
 
 
 def check_name(name: str, field: str = "name") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -19,6 +20,7 @@ from tickui.model.records import Occurrence, occurrence_from_row
 from tickui.model.spec import TaskSpec
 from tickui.store import bell, dbfile, reads, schema
 from tickui.store.abc import LeaseLost, Store
+from tickui.store.appended import OwnEvents
 from tickui.store.dbfile import BUSY_TIMEOUT_MS, inspect_file
 
 WAL_AUTOCHECKPOINT_PAGES = 10_000  # about 40 MB of WAL before SQLite checkpoints by itself
@@ -45,6 +47,54 @@ def json_rows(columns: Sequence[str]) -> str:
 
 
 _encode = json.JSONEncoder(check_circular=False).encode
+_ROWS_FROM = " FROM json_each(?))"
+
+
+def json_batch(one: str, rows: Sequence[Sequence[Any]], *values: Any) -> tuple[str, tuple]:
+    """`one` (a statement reading its rows through json_rows) and its parameters: the rows
+    as one JSON array, then `values`. A column whose value is the same in every row (an
+    int, a string or NULL: a batch's state, time, type) is bound once instead: SQLite
+    parses a row's JSON again for each column it takes out of it."""
+    if len(rows) > 1:
+        columns = list(zip(*rows, strict=True))
+        same = tuple(i for i, column in enumerate(columns) if _uniform(column))
+        sql = _factored(one, same) if same else None
+        if sql is not None:
+            varying = [column for i, column in enumerate(columns) if i not in same]
+            body = list(zip(*varying, strict=True)) if varying else [()] * len(rows)
+            return sql, (_encode(body), *(columns[i][0] for i in same), *values)
+    return one, (_encode(rows), *values)
+
+
+def _uniform(column: tuple[Any, ...]) -> bool:
+    first = column[0]
+    kind = type(first)
+    if first is None or kind is str:
+        return column.count(first) == len(column)
+    if kind is int:  # 1 == True == 1.0: the types must agree as well
+        return column.count(first) == len(column) and len(set(map(type, column))) == 1
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _factored(one: str, same: tuple[int, ...]) -> str | None:
+    """`one` with the json_rows columns `same` taken from parameters ?2, ?3, ... and the
+    array as ?1; None when its shape is not json_rows' alone (then it is sent as it is)."""
+    start = one.find("(SELECT value ->> 0 AS ")
+    end = one.find(_ROWS_FROM, start)
+    if start < 0 or end < 0 or "?" in one[:start] or one.count("json_each(") != 1:
+        return None
+    picks, taken, bound = [], 0, 2
+    for index, pick in enumerate(one[start + len("(SELECT ") : end].split(", ")):
+        name = pick.rsplit(" AS ", 1)[1]
+        if index in same:
+            picks.append(f"?{bound} AS {name}")
+            bound += 1
+        else:
+            picks.append(f"value ->> {taken} AS {name}")
+            taken += 1
+    rest = one[end + len(_ROWS_FROM) :]
+    return f"{one[:start]}(SELECT {', '.join(picks)} FROM json_each(?1)){rest}"
 
 
 class StoreBase(Store):
@@ -54,6 +104,10 @@ class StoreBase(Store):
     _Conflict: type[Exception] = sqlite3.IntegrityError  # a unique key refused a row
     # A batch of rows is written by one statement over a JSON array of them (see _batch).
     _json_batches = True
+    # Reconcile folds the events this store appended without reading them back, when no
+    # other connection wrote meanwhile (tickui.store.appended): sequence numbers given in
+    # order under the write lock, and SQLite's data version.
+    _own_events = True
 
     def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
         self.path = path
@@ -63,6 +117,7 @@ class StoreBase(Store):
         self._listeners: list[Callable[[], None]] = []
         self.log_dir = path.with_name(path.name + ".logs")
         self._specs: dict[str, TaskSpec] = {}  # parsed definitions by their JSON text
+        self._own = OwnEvents()  # runs claimed and events appended here (if _own_events)
         self.readonly = False
         self._bell = bell.Bell(path)  # heard while this process holds the lease
 
@@ -195,7 +250,7 @@ class StoreBase(Store):
         the connection's thread holds the GIL once for it, not once a row, so the loop
         runs Python meanwhile. `values`: more parameters of `one`, after the array."""
         if self._json_batches:
-            cursor = await self._conn.execute(one, (_encode(rows), *values))
+            cursor = await self._conn.execute(*json_batch(one, rows, *values))
         else:
             cursor = await self._many(many, rows)
         return cursor.rowcount

@@ -3,6 +3,7 @@ occurrence rows that result, their acceptance and direct failure, history and pr
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from tickui.model.planning import Plan, due_time
 from tickui.model.records import Occurrence, Task, occurrence_from_row
 from tickui.store import reads
 from tickui.store.abc import DEFAULT_KEEP, LeaseLost, ascii_lower
-from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, json_rows
+from tickui.store.base import _ACTIVE_SQL, _OCC_SELECT, StoreBase, _encode, json_rows
 from tickui.store.queue import after_settling, watch_settling
 
 
@@ -95,22 +96,39 @@ class ClaimQueries(StoreBase):
         """
         if not plans:
             return []
+        own = self._own if self._own_events else None
+        runs: list[tuple[int, str]] = []
         try:
             async with self._write():
-                held, last = await self._one(_LEASE_AND_LAST, (owner, token, now))
+                query = _LEASE_AND_LAST if own is None else _LEASE_LAST_AND_EVENTS
+                held, last, *events = await self._one(query, (owner, token, now))
                 if held is None:
                     raise LeaseLost("the lease is no longer held by this engine")
                 rows = _occurrence_rows(plans, last + 1, owner, token, now)
                 advanced = (_ADVANCE_TASK, _ADVANCE_TASKS, [_advance(p) for p in plans])
                 # the inserts go with the advance (undone with it when a plan is stale)
-                moved, *inserted = await self._batches(advanced, *self._inserts(rows))
+                writes = self._batches(advanced, *self._inserts(rows))
+                if own is None:
+                    moved, *inserted = await writes
+                else:  # does an event name one of these commands already? (see appended.py)
+                    runs = [(row[0], row[13]) for row in rows if row[4] == "claimed"]
+                    named = self._one(_NAMED, (_encode([run[1] for run in runs]),))
+                    (moved, *inserted), (found,) = await asyncio.gather(writes, named)
                 for result in (moved, *inserted):
                     if isinstance(result, BaseException) and not isinstance(result, self._Conflict):
                         raise result
                 if moved != len(plans) or any(isinstance(r, self._Conflict) for r in inserted):
                     raise _SlowPath
+                if own is not None and not found:
+                    own.claimed(runs, *events)
+                else:
+                    runs = []
         except _SlowPath:
             return await self.claim_one_by_one(plans, owner, token, now)
+        except BaseException:
+            if runs:
+                own.unclaimed(run[0] for run in runs)
+            raise
         return [_claimed(row) for row in rows]
 
     def _inserts(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -243,6 +261,8 @@ class ClaimQueries(StoreBase):
                     f"DELETE FROM occurrences WHERE {where}", (task_id, cutoff)
                 )
             logs.extend(r[1] for r in rows if r[1])
+        if over:
+            self._own.reset()  # events deleted: what it holds may no longer be in the table
         return logs
 
     async def miss_reasons(self, task_id: int) -> dict[str, tuple[int, int]]:
@@ -278,6 +298,20 @@ _INSERT_USUAL = (  # the usual row (claimed, on time) in its five columns; comma
 _LEASE_AND_LAST = (
     "SELECT (SELECT 1 FROM lease WHERE name = 'engine' AND owner = ? AND token = ?"
     " AND expires_at > ?), (SELECT coalesce(max(id), 0) FROM occurrences)"
+)
+
+
+# The same, with the events table's last seq and SQLite's data version (see appended.py).
+_LEASE_LAST_AND_EVENTS = (
+    _LEASE_AND_LAST + ", (SELECT coalesce(max(seq), 0) FROM events),"
+    " (SELECT data_version FROM pragma_data_version)"
+)
+# Whether any event names one of a JSON array of command ids, as its command or (naming
+# no command) as its cause: the ways reconcile matches a run with no run id yet.
+_NAMED = (
+    "SELECT EXISTS (SELECT 1 FROM json_each(?) j WHERE EXISTS (SELECT 1 FROM events e"
+    " WHERE e.command_id = j.value) OR EXISTS (SELECT 1 FROM events e"
+    " WHERE e.command_id IS NULL AND e.causation_id = j.value))"
 )
 
 

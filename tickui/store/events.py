@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from tickui.model.coordination import RemoteOutput
-from tickui.model.occurrence import RUN_TRANSITION, Change, Progress, RuntimeEvent
+from tickui.model.occurrence import RUN_TRANSITION, TERMINAL, Change, Progress, RuntimeEvent
 from tickui.store.abc import NewEvent
-from tickui.store.base import _ACTIVE_SQL, StoreBase, json_rows
+from tickui.store.base import _ACTIVE_SQL, StoreBase, json_batch, json_rows
 from tickui.store.queue import after_settling, watch_settling
 
 
@@ -25,10 +25,24 @@ class EventLog(StoreBase):
         Returns how many were stored."""
         if not events:
             return 0
-        async with self._write():
-            before = self._conn.total_changes
-            await self._batch(_APPEND, _APPEND_BATCH, [_row(e) for e in events])
-            stored = self._conn.total_changes - before
+        rows = [_row(e) for e in events]
+        own = self._own
+        try:
+            async with self._write():
+                before = self._conn.total_changes
+                if own.start is None or not self._own_events:
+                    await self._batch(_APPEND, _APPEND_BATCH, rows)
+                    stored = self._conn.total_changes - before
+                else:  # in order, under the write lock: the seqs end at the last row's
+                    cursor = await self._conn.execute(*json_batch(_APPEND_BATCH, rows))
+                    stored = self._conn.total_changes - before
+                    if stored == len(rows):
+                        own.appended(cursor.lastrowid, rows, [_payload(row[4]) for row in rows])
+                    else:  # some were stored before: which seqs are whose is not known
+                        own.reset()
+        except BaseException:
+            own.reset()  # undone, or not known to be stored: their seqs may be given again
+            raise
         if stored:
             for listener in list(self._listeners):
                 listener()
@@ -69,14 +83,23 @@ class EventLog(StoreBase):
     ) -> tuple[list[tuple[Progress, list[RuntimeEvent]]], int | None]:
         """One page of active occurrences (ids above `after_id`), each with the
         events after its cursor, in order; and the id to continue after (None at the end)."""
-        page = await self._all(
-            "SELECT id, state, command_id, run_id, event_cursor FROM occurrences"
-            f" WHERE state IN {_ACTIVE_SQL} AND id > ? ORDER BY id LIMIT ?",
-            (after_id, limit),
-        )
+        own = self._own
+        start = own.start if self._own_events else None
+        if start is None:
+            page = await self._all(_PAGE, (after_id, limit))
+        else:  # with, seen in the same read, what the events table holds after `start`
+            page = await self._all(_PAGE_AND_EVENTS, (start, after_id, limit))
         if not page:
             return [], None
-        progress = {row[0]: (Progress(*row), []) for row in page}
+        after = page[-1][0] if len(page) == limit else None
+        if start is not None:
+            if after_id == 0 and after is None:  # every active run: the others ended
+                own.only(row[0] for row in page)
+            held = own.events_for(page, *page[0][5:8])
+            if held is not None:
+                pairs = zip(page, held, strict=True)
+                return [(Progress(*row[:5]), events) for row, events in pairs if events], after
+        progress = {row[0]: (Progress(*row[:5]), []) for row in page}
         cols = "o.id, e.seq, e.at, e.command_id, e.run_id, e.type, e.payload, e.causation_id"
         scope = (
             "WITH o AS (SELECT id, command_id, run_id, event_cursor FROM occurrences"
@@ -112,7 +135,7 @@ class EventLog(StoreBase):
             if entry is not None and not (entry[1] and entry[1][-1].seq == row[1]):
                 entry[1].append(RuntimeEvent(*row[1:6], _payload(row[6]), row[7]))
         found = [entry for entry in progress.values() if entry[1]]
-        return found, page[-1][0] if len(page) == limit else None
+        return found, after
 
     async def apply_changes(self, changes: Sequence[Change]) -> None:
         """Write reconcile's results; the state guard keeps terminal states immutable."""
@@ -131,6 +154,7 @@ class EventLog(StoreBase):
                 await self._batch(*_change_statements(keys), rows)
             if watched:  # retries and pause_after, in the transaction that ends the runs
                 await after_settling(self._conn, watched)
+        self._own.settled(change.id for change in changes if change.state in TERMINAL)
 
     async def state_counts(self) -> dict[str, int]:
         rows = await self._all("SELECT state, count(*) FROM occurrences GROUP BY state")
@@ -140,6 +164,16 @@ class EventLog(StoreBase):
         return (await self._one("SELECT coalesce(max(seq), 0) FROM events"))[0]
 
 
+_PAGE = (
+    "SELECT id, state, command_id, run_id, event_cursor FROM occurrences"
+    f" WHERE state IN {_ACTIVE_SQL} AND id > ? ORDER BY id LIMIT ?"
+)
+_PAGE_AND_EVENTS = (  # one read: the page, and the events' count, last seq and data version
+    "SELECT id, state, command_id, run_id, event_cursor,"
+    " (SELECT count(*) FROM events WHERE seq > ?), (SELECT coalesce(max(seq), 0) FROM events),"
+    " (SELECT data_version FROM pragma_data_version) FROM occurrences"
+    f" WHERE state IN {_ACTIVE_SQL} AND id > ? ORDER BY id LIMIT ?"
+)
 _EVENT_COLUMNS = ("at", "command_id", "run_id", "type", "payload", "causation_id", "event_id")
 _APPEND = (
     f"INSERT OR IGNORE INTO events ({', '.join(_EVENT_COLUMNS)})"

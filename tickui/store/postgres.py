@@ -97,6 +97,7 @@ class PgStoreBase(StoreBase):
 
     _Conflict = psycopg.errors.IntegrityError
     _json_batches = False  # batches are prepared once and sent as one (see pgconn)
+    _own_events = False  # sequences are not given in order to concurrent writers
 
     def __init__(self, url: str, conn: Connection, readers: Readers | None = None) -> None:
         super().__init__(Path(shown(url)), conn)  # type: ignore[arg-type]

@@ -105,4 +105,5 @@ async def copy_store(
             async for page in _rows(src, table, key, columns):
                 await dst._conn.executemany(insert, [tuple(row) for row in page])
         await dst._after_copy()
+    dst._own.reset()  # events written with seqs of their own
     return CopyReport(counts, replaced, False)
