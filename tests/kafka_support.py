@@ -109,6 +109,14 @@ class Proc:
         return self.proc.returncode
 
 
+def stop_all(procs: list[Proc], timeout: float = 15) -> list[int | None]:
+    """Each told to stop (SIGTERM) at once, so that they drain side by side, then each
+    waited for as `Proc.stop` does: their exit codes, in order."""
+    for proc in procs:
+        proc.term()
+    return [proc.stop(timeout) for proc in procs]
+
+
 class Worker(Proc):
     """`python -m tickui worker --kafka B --group G --slots S --id ID`."""
 

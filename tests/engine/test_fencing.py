@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_procs import wait_for
+from engine_procs import lease_owner, wait_for
 
 from helpers import T0, rig
 from tickui.common.clock import ManualClock
@@ -232,12 +232,18 @@ def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(store_targ
             os.kill(holder.pid, signal.SIGSTOP)
             at_stop = len(_lines(out))
             assert at_stop < BURST, f"the burst ended ({at_stop}) before SIGSTOP; too fast"
-            time.sleep(4)  # the 2 s lease lapses and the standby takes over
+            # the 2 s lease lapses and the standby takes over
+            wait_for(
+                lambda: f":{standby.pid}:" in (lease_owner(db) or ""), 20, "the standby's lease"
+            )
             resumed_ns = time.time_ns()
             os.kill(holder.pid, signal.SIGCONT)
             time.sleep(3)
         finally:
+            # both told at once: the holder does not take the lease back and run the next
+            # slot's burst while the standby winds down (a stopped holder gets it on SIGCONT)
             standby.send_signal(signal.SIGTERM)
+            holder.send_signal(signal.SIGTERM)
             standby.wait(30)
     finally:
         os.kill(holder.pid, signal.SIGCONT)

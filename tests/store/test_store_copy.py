@@ -5,6 +5,7 @@ tasks or runs is refused unless --replace."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -34,13 +35,18 @@ def _setup(db: Path, tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stderr
 
 
+VIEWS = (
+    ("task", "list", "--json"),
+    ("history", "--json", "--limit", "20000"),
+    ("hooks", "--json", "--limit", "1000"),
+    ("audit", "--json", "--limit", "10000"),
+)
+
+
 def _views(db) -> list[str]:
-    return [
-        _out("task", "list", "--json", db=db),
-        _out("history", "--json", "--limit", "20000", db=db),
-        _out("hooks", "--json", "--limit", "1000", db=db),
-        _out("audit", "--json", "--limit", "10000", db=db),
-    ]
+    """What each read-only view says; the four processes run side by side."""
+    with ThreadPoolExecutor(len(VIEWS)) as pool:
+        return list(pool.map(lambda args: _out(*args, db=db), VIEWS))
 
 
 @pytest.mark.slow

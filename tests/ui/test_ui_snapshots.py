@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tickui.ui import sample
+from tickui.ui import sample, screenshots
 
 SIZE = (130, 36)
 
@@ -83,14 +83,29 @@ def test_workers(snap_compare, tmp_path: Path) -> None:
 
 def test_make_screenshots_writes_each_screen(tmp_path: Path) -> None:
     out = tmp_path / "shots"
-    result = subprocess.run(
-        [sys.executable, "-m", "tickui.ui.screenshots", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
+    # The live `busy` scene waits for its slots and its breaker in real time (some 12 s): the
+    # other screens are shot meanwhile, by a second `make screenshots` naming them.
+    names = [name for name, _, _ in screenshots.SHOTS]
+    shooters = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tickui.ui.screenshots", str(out), *part],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for part in (["busy"], [name for name in names if name != "busy"])
+    ]
+    try:
+        for shooter in shooters:
+            _, stderr = shooter.communicate(timeout=120)
+            assert shooter.returncode == 0, stderr
+    finally:
+        for shooter in shooters:
+            if shooter.poll() is None:
+                shooter.kill()
+                shooter.wait()
     shown = {p.stem: html.unescape(p.read_text()).replace("\xa0", " ") for p in out.glob("*.svg")}
+    assert set(shown) == set(names)
     assert {"busy", "main", "run-output", "detail", "add-form", "breaker-open", "workers",
             "grid", "timeline"} <= set(shown)  # fmt: skip
     assert "Tasks · grid · export-orders · run " in shown["grid"] and "↻" in shown["grid"]

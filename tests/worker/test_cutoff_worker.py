@@ -23,6 +23,7 @@ from kafka_support import (
     iso_second,
     micros,
     occurrences,
+    stop_all,
     unique,
     wait_for,
     write_config,
@@ -90,9 +91,6 @@ def test_a_cut_off_workers_runs_end_before_their_slots_run_again(tmp_path, procs
         with Tap(bootstrap) as tap:
             workers = [Worker(bootstrap, group, unique(f"c{i}"), tmp_path, 3) for i in range(2)]
             procs.extend(workers)
-            anchor = iso_second(math.ceil(time.time()) + 8)
-            for name in ("a", "b"):
-                add(db, name, out, anchor)
             engine = KafkaEngine(db, config, bootstrap, tmp_path / "engine.log")
             procs.append(engine)
             ids = {w.id for w in workers}
@@ -101,6 +99,11 @@ def test_a_cut_off_workers_runs_end_before_their_slots_run_again(tmp_path, procs
                 30,
                 "a heartbeat from every worker",
             )
+            # The tasks once the workers hold their partitions (a command sent before is
+            # never run): the running engine reads them on its next scan.
+            anchor = iso_second(math.ceil(time.time()) + 2)
+            for name in ("a", "b"):
+                add(db, name, out, anchor)
 
             def busy() -> str | None:
                 running = [o for o in occurrences(db) if o["state"] == "running" and o["worker"]]
@@ -159,7 +162,7 @@ def test_a_cut_off_workers_runs_end_before_their_slots_run_again(tmp_path, procs
             word = wait_for(told, 30, "the victim's word on each run it lost")
             after = {o["id"]: o for o in occurrences(db) if o["id"] in ended}
             engine.stop(15)
-            stopped = {w.id: w.stop(15) for w in workers}
+            stopped = dict(zip([w.id for w in workers], stop_all(workers), strict=True))
 
     assert stopped == dict.fromkeys(stopped, 0), "a worker did not drain and exit cleanly"
     assert all(ended[i]["error_code"] == WORKER_LOST for i in lost), ended

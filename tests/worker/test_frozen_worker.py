@@ -21,6 +21,7 @@ from kafka_support import (
     iso_second,
     micros,
     occurrences,
+    stop_all,
     unique,
     wait_for,
     write_config,
@@ -79,9 +80,6 @@ def test_a_frozen_workers_runs_end_before_their_slots_run_again(tmp_path, kafka_
     with Tap(kafka_bootstrap) as tap:
         workers = [Worker(kafka_bootstrap, group, unique(f"f{i}"), tmp_path, 3) for i in range(2)]
         procs.extend(workers)
-        anchor = iso_second(math.ceil(time.time()) + 8)
-        for name in ("a", "b"):
-            add(db, name, out, anchor)
         engine = KafkaEngine(db, config, kafka_bootstrap, tmp_path / "engine.log")
         procs.append(engine)
         ids = {w.id for w in workers}
@@ -90,6 +88,11 @@ def test_a_frozen_workers_runs_end_before_their_slots_run_again(tmp_path, kafka_
             30,
             "a heartbeat from every worker",
         )
+        # The tasks once the workers hold their partitions (a command sent before is never
+        # run): the running engine reads them on its next scan.
+        anchor = iso_second(math.ceil(time.time()) + 2)
+        for name in ("a", "b"):
+            add(db, name, out, anchor)
 
         def busy() -> str | None:
             running = [o for o in occurrences(db) if o["state"] == "running" and o["worker"]]
@@ -131,8 +134,7 @@ def test_a_frozen_workers_runs_end_before_their_slots_run_again(tmp_path, kafka_
         finally:
             os.kill(victim.proc.pid, signal.SIGCONT)
         engine.stop(15)
-        for w in workers:
-            w.stop(15)
+        stop_all(workers)
 
     assert all(o["error_code"] == WORKER_LOST for o in ended), ended
     attempts: dict[tuple[str, int], list[dict[str, float]]] = defaultdict(list)

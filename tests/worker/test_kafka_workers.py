@@ -31,6 +31,7 @@ from kafka_support import (
     lines,
     micros,
     occurrences,
+    stop_all,
     twice,
     unique,
     wait_for,
@@ -104,15 +105,16 @@ def test_three_workers_run_every_slot_exactly_once_spread_over_all(
     with Tap(kafka_bootstrap) as tap:
         workers = [Worker(kafka_bootstrap, group, unique(f"w{i}"), tmp_path, 4) for i in range(3)]
         procs.extend(workers)
-        # Tasks first (they fall due a few seconds on), then the engine, while workers join.
-        anchor_at = math.ceil(time.time()) + 10
-        _add_many(db, tasks, out, iso_second(anchor_at))
-        # A task added after its anchor starts at the next slot: on a loaded machine the 40
-        # `task add`s can take longer than the 10 s, so the window starts once all exist.
-        start = max(anchor_at, math.ceil(time.time()) + 1)
         engine = KafkaEngine(db, config, kafka_bootstrap, tmp_path / "engine.log")
         procs.append(engine)
         _ready(tap, workers)
+        # The tasks once the workers hold their partitions (a command sent before is never
+        # run), falling due a few seconds on: the running engine reads them on its next scan.
+        anchor_at = math.ceil(time.time()) + 2
+        _add_many(db, tasks, out, iso_second(anchor_at))
+        # A task added after its anchor starts at the next slot: on a loaded machine adding
+        # the 40 can take longer than the 2 s, so the window starts once all exist.
+        start = max(anchor_at, math.ceil(time.time()) + 1)
         window = range(start, start + 20)
         first, last = window[0] * MICROS, window[-1] * MICROS
 
@@ -135,8 +137,7 @@ def test_three_workers_run_every_slot_exactly_once_spread_over_all(
         wait_for(lambda: time.time() > window[-1] + 1, 40, "the 20 s window", 0.2)
         wait_for(lambda: _settled(db, last, set(tasks)), 20, "every run to settle")
         engine.stop(15)
-        for w in workers:
-            w.stop(15)
+        stop_all(workers)
         redelivered = {e["command_id"]: e for e in tap.events(set(started))}
 
     occs = [o for o in history(db) if first <= micros(o["scheduled_for"]) <= last]
@@ -197,11 +198,11 @@ def test_killed_worker_runs_end_worker_lost_and_the_others_carry_on(
             for i in range(3)
         ]
         procs.extend(workers)
-        anchor_at = math.ceil(time.time()) + 8
-        _add_many(db, tasks, out, iso_second(anchor_at), every="2s", then="sleep 2.5")
         engine = KafkaEngine(db, config, kafka_bootstrap, tmp_path / "engine.log")
         procs.append(engine)
         _ready(tap, workers)
+        anchor_at = math.ceil(time.time()) + 2  # once the workers hold their partitions
+        _add_many(db, tasks, out, iso_second(anchor_at), every="2s", then="sleep 2.5")
 
         def busy_worker():
             # one the engine has heard a heartbeat from (so it can be declared lost, not only
@@ -258,8 +259,7 @@ def test_killed_worker_runs_end_worker_lost_and_the_others_carry_on(
         states = {w["id"]: w["state"] for w in _workers(db)}
         assert states.get(victim_id) == "lost", states
         engine.stop(15)
-        for w in survivors:
-            w.stop(15)
+        stop_all(survivors)
 
     found = lines(out)
     assert not twice(found), f"runs executed twice: {twice(found)[:5]}"
@@ -410,11 +410,11 @@ def test_broker_restart_claims_go_on_runs_resume_nothing_twice(tmp_path, procs):
         with Tap(bootstrap) as tap:
             workers = [Worker(bootstrap, group, unique(f"r{i}"), tmp_path, 4) for i in range(2)]
             procs.extend(workers)
-            anchor_at = math.ceil(time.time()) + 8
-            _add_many(db, tasks, out, iso_second(anchor_at))
             engine = KafkaEngine(db, config, bootstrap, tmp_path / "engine.log")
             procs.append(engine)
             _ready(tap, workers)
+            anchor_at = math.ceil(time.time()) + 2  # once the workers hold their partitions
+            _add_many(db, tasks, out, iso_second(anchor_at))
         wait_for(lambda: time.time() > anchor_at + 3, 30, "three seconds of runs", 0.2)
         try:  # the workers may have joined after the anchor on a loaded machine
             wait_for(
@@ -451,8 +451,7 @@ def test_broker_restart_claims_go_on_runs_resume_nothing_twice(tmp_path, procs):
             start_timeout + 10, "every run claimed so far to settle",
         )  # fmt: skip
         engine.stop(15)
-        for w in workers:
-            w.stop(15)
+        stop_all(workers)
         assert all(w.proc.returncode is not None for w in workers)
 
     occs = [o for o in occurrences(db) if o["scheduled_for"] <= settle_until]
