@@ -407,11 +407,11 @@ def test_a_due_notice_quickens_only_the_worker_holding_the_runs_partition(tmp_pa
         wait_for(lambda: {first.id, second.id} <= {w["id"] for w in workers_json(db)}, 30,
                  "both workers' heartbeats")  # fmt: skip
         out = tmp_path / "ran.txt"
-        at = iso_second(time.time() + 12)
+        at = iso_second(time.time() + 8)
         add_task(db, "soon", out, "--at", at)
         due = micros(at)
         waiting = wait_for(
-            lambda: [w for w in (first, second) if due in said(w.id)], 11, "a worker waiting"
+            lambda: [w for w in (first, second) if due in said(w.id)], 7, "a worker waiting"
         )
         notices = [m.Control.decode(raw) for _, _, raw, _ in tap.decoded(m.CONTROL_TOPIC)]
         wait_for(lambda: lines(out), 30, "the announced run")
