@@ -144,13 +144,22 @@ def _names_command(occ: Progress, event: RuntimeEvent) -> bool:
 
 def apply_event(occ: Progress, event: RuntimeEvent) -> tuple[Progress, Change]:
     """Fold one event into an occurrence; unrelated or late events only move the cursor."""
+    change = _change(occ, event)
     if occ.state not in ACTIVE:
-        return occ, Change(occ.id, event.seq)
+        return occ, change
+    # a change names the run when it binds one; otherwise the run stays the occurrence's
+    run_id = change.fields.get("run_id", occ.run_id)
+    return Progress(occ.id, change.state or occ.state, occ.command_id, run_id, event.seq), change
+
+
+def _change(occ: Progress, event: RuntimeEvent) -> Change:
+    """What one event does to an occurrence (apply_event's change, without its Progress)."""
+    if occ.state not in ACTIVE:
+        return Change(occ.id, event.seq)
     payload = event.payload if isinstance(event.payload, dict) else {}
     names_command = _names_command(occ, event)
     if event.type == RUN_TRANSITION and names_command:
-        run_id = event.run_id or occ.run_id
-        fields: dict[str, Any] = {"run_id": run_id}
+        fields: dict[str, Any] = {"run_id": event.run_id or occ.run_id}
         state = None
         if str(payload.get("state", "running")) in STARTED_STATES and can_move(
             occ.state, "running"
@@ -160,8 +169,7 @@ def apply_event(occ: Progress, event: RuntimeEvent) -> tuple[Progress, Change]:
             for key in ("pid", "pgid", "pid_start", "log_path", "worker"):
                 if key in payload:
                     fields[key] = payload[key]
-        moved = Progress(occ.id, state or occ.state, occ.command_id, run_id, event.seq)
-        return moved, Change(occ.id, event.seq, state, fields)
+        return Change(occ.id, event.seq, state, fields)
     same_run = occ.run_id is not None and event.run_id == occ.run_id
     # A runtime may report an outcome with the command id before (or without) a transition,
     # or name the command and no run at all.
@@ -170,20 +178,16 @@ def apply_event(occ: Progress, event: RuntimeEvent) -> tuple[Progress, Change]:
     if settled and can_move(occ.state, settled[0]):
         state, fields = settled
         fields["finished_at"] = event.at
-        run_id = occ.run_id or event.run_id
         if unbound and event.run_id:
             fields["run_id"] = event.run_id
-        moved = Progress(occ.id, state, occ.command_id, run_id, event.seq)
-        return moved, Change(occ.id, event.seq, state, fields)
-    return Progress(occ.id, occ.state, occ.command_id, occ.run_id, event.seq), Change(
-        occ.id, event.seq
-    )
+        return Change(occ.id, event.seq, state, fields)
+    return Change(occ.id, event.seq)
 
 
 def fold_events(occ: Progress, events: list[RuntimeEvent]) -> Change | None:
     """All of an occurrence's new events, in order, reduced to one change (or None)."""
     if len(events) == 1:  # the usual case (a run's end): that event's change as it is
-        return apply_event(occ, events[0])[1] if events[0].seq > occ.cursor else None
+        return _change(occ, events[0]) if events[0].seq > occ.cursor else None
     state: str | None = None
     fields: dict[str, Any] = {}
     start = cursor = occ.cursor

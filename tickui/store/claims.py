@@ -347,23 +347,35 @@ _INSERT_OCCS = (
 
 
 def _claimed(row: tuple[Any, ...]) -> Occurrence:
-    """The Occurrence an _INSERT_OCC row makes, without reading it back."""
+    """The Occurrence an _INSERT_OCC row makes, without reading it back. By position, in
+    Occurrence's field order up to generation (keywords cost twice as much: a claim makes
+    one per run)."""
+    id_, task_id, task, scheduled_for, state, claimed_at, covers, missed, detail = row[:9]
     return Occurrence(
-        id=row[0],
-        task_id=row[1],
-        task=row[2],
-        kind="scheduled",
-        scheduled_for=row[3],
-        state=row[4],
-        claimed_at=row[5],
-        covers=row[6],
-        missed=row[7],
-        detail=row[8],
-        finished_at=row[9],
-        owner=row[10],
-        lease_token=row[11],
-        generation=row[12],
-        command_id=row[13],
+        id_,
+        task_id,
+        task,
+        "scheduled",  # kind
+        scheduled_for,
+        state,
+        claimed_at,
+        covers,
+        missed,
+        None,  # accepted_at
+        None,  # started_at
+        row[9],  # finished_at
+        None,  # exit_code
+        None,  # error_code
+        detail,
+        row[13],  # command_id
+        None,  # run_id
+        row[10],  # owner
+        row[11],  # lease_token
+        None,  # pid
+        None,  # pgid
+        None,  # pid_start
+        0,  # event_cursor
+        row[12],  # generation
     )
 
 
