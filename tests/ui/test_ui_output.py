@@ -154,6 +154,7 @@ async def test_a_200_mb_log_opens_quickly_and_is_browsed_in_bounded_memory(dashb
     await pilot.press("j")
     answered = time.monotonic() - asked
     await until(pilot, lambda: "/LAST: match 1/1" in screen_text(app), timeout=20)
+    searched = time.monotonic() - asked
     assert "LAST LINE of the big log" in screen_text(app)
     await pilot.press("g", "slash", *"fox", "enter")  # every line: counted up to 10,000
     await until(pilot, lambda: "/fox: match 1/>10,000" in screen_text(app), timeout=20)
@@ -162,7 +163,9 @@ async def test_a_200_mb_log_opens_quickly_and_is_browsed_in_bounded_memory(dashb
     assert first_paint < 2.0, f"first lines after {first_paint:.2f}s"
     assert browsed < 8.0, f"first to last took {browsed:.2f}s"
     assert growth < 50, f"RSS grew {growth:.1f} MB"
-    assert answered < 1.0, f"a key took {answered:.2f}s during a search"
+    # A search on the loop would hold the key until it ends; off it, the key is answered
+    # within a second, or (a machine short of cores slows both) in half the search's time.
+    assert answered < max(1.0, searched / 2), f"a key took {answered:.2f}s of {searched:.2f}s"
     index = screen.view.index
     assert len(index.before) <= (path.stat().st_size >> 16) + 1  # one count per 64 KiB
 
