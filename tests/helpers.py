@@ -17,8 +17,9 @@ from pathlib import Path
 
 from tickui.common.clock import ManualClock
 from tickui.common.timeutil import MICROS
-from tickui.dispatch import SubprocessDispatcher
+from tickui.dispatch import Dispatcher, Receipt, SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
+from tickui.model.planning import DueTask, Plan, Planned
 from tickui.model.records import Occurrence
 from tickui.model.spec import build_spec
 from tickui.store import Store, schema
@@ -150,3 +151,44 @@ def write_schema_1_file(path) -> None:
     conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
     conn.commit()
     conn.close()
+
+
+class AcceptingDispatcher(Dispatcher):
+    """Accepts every job and starts nothing: only the events a test appends settle it."""
+
+    def __init__(self) -> None:
+        self.accepted: list[int] = []
+
+    async def dispatch(self, jobs, may_start=None) -> list[Receipt]:
+        self.accepted.extend(job.occurrence.id for job in jobs)
+        return [Receipt(job.occurrence.command_id or "") for job in jobs]
+
+    async def cancel(self, occurrence_id: int, reason: str) -> bool:
+        return False
+
+    def active(self) -> int:
+        return 0
+
+    async def shutdown(self, grace: float) -> None:
+        return None
+
+
+LEASE_OWNER = "host:1:abc"
+
+
+def one_slot_plan(task, slot: int) -> Plan:
+    """A plan claiming `task`'s one slot at `slot` (run once, forbid), as the engine makes."""
+    due = DueTask(task.id, task.name, task.schedule, slot, "run_once", "forbid", 0, task.generation)
+    return Plan(due, slot + 60 * MICROS, [Planned(slot, "claimed")])
+
+
+async def store_holding_lease(target, names):
+    """A store whose lease LEASE_OWNER holds, with `names` as tasks every minute: the
+    store, the lease's token and the tasks."""
+    store = await Store.open(target)
+    got = await store.acquire_lease(
+        LEASE_OWNER, T0, 3600 * MICROS, ("host", 1, 1), lambda *_: False
+    )
+    for name in names:
+        await store.add_task(build_spec({"name": name, "every": "1m", "command": ["true"]}, T0), T0)
+    return store, got.lease.token, [await store.get_task(name) for name in names]

@@ -8,39 +8,18 @@ a failure nests its reason as `payload.error.{code, message}`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from helpers import T0, Rig
+from helpers import T0, AcceptingDispatcher, Rig
 from tickui.common.clock import ManualClock
-from tickui.dispatch import Dispatcher, Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.model.occurrence import DETAIL_MAX
 from tickui.model.records import Occurrence
 from tickui.store import NewEvent, Store
 
 TRANSITION = "control.run_transition"
-
-
-class AcceptingDispatcher(Dispatcher):
-    """Accepts every job and starts nothing: only the events a test appends settle it."""
-
-    def __init__(self) -> None:
-        self.accepted: list[int] = []
-
-    async def dispatch(self, jobs: Sequence, may_start=None) -> list[Receipt]:
-        self.accepted.extend(job.occurrence.id for job in jobs)
-        return [Receipt(job.occurrence.command_id or "") for job in jobs]
-
-    async def cancel(self, occurrence_id: int, reason: str) -> bool:
-        return False
-
-    def active(self) -> int:
-        return 0
-
-    async def shutdown(self, grace: float) -> None:
-        return None
 
 
 @asynccontextmanager

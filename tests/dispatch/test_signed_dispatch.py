@@ -96,6 +96,15 @@ def refused_by_engine(db: Path) -> dict[str, int]:
     return json.loads(found[0]["refused"]) if found else {}
 
 
+def said(tap: Tap, worker_id: str) -> list[int]:
+    """The due instant each of the worker's heartbeats says it waits for (0: none)."""
+    return [
+        micros(data["due"]) if data.get("due") else 0
+        for _, data, _, _ in tap.decoded(m.WORKERS_TOPIC)
+        if isinstance(data, dict) and data.get("worker") == worker_id
+    ]
+
+
 @pytest.fixture
 def broker():
     """A broker of the test's own: the counts asserted here are exact, and no other test's
@@ -349,13 +358,6 @@ def test_workers_wait_for_the_next_due_run_and_never_for_a_forged_notice(tmp_pat
     command when it comes. A notice unsigned or signed with another key is refused, counted
     and never waited for; one signed with the real key is."""
 
-    def said(worker_id: str) -> list[int]:
-        return [
-            micros(data["due"]) if data.get("due") else 0
-            for _, data, _, _ in tap.decoded(m.WORKERS_TOPIC)
-            if isinstance(data, dict) and data.get("worker") == worker_id
-        ]
-
     with Tap(broker) as tap:
         db, worker, _engine, _ = _start(tmp_path, broker, procs)
         now = time.time()
@@ -372,18 +374,18 @@ def test_workers_wait_for_the_next_due_run_and_never_for_a_forged_notice(tmp_pat
         at = iso_second(time.time() + 8)
         add_task(db, "soon", out, "--at", at)
         due = micros(at)
-        wait_for(lambda: due in said(worker.id), 7, "a heartbeat waiting for the due run")
+        wait_for(lambda: due in said(tap, worker.id), 7, "a heartbeat waiting for the due run")
         found = wait_for(lambda: lines(out), 30, "the announced run")
         assert [line.task for line in found] == ["soon"]
         wait_for(lambda: occurrences(db)[0]["state"] == "succeeded", 20, "its outcome")
-        assert fake not in said(worker.id)
+        assert fake not in said(tap, worker.id)
 
         real = int((time.time() + 50) * 1_000_000)
         value = m.Control.next_due(real, time.time_ns() // 1000).encode()
         headers = signing_support.headers(m.CONTROL_TOPIC, b"due", value)
         produce(broker, m.CONTROL_TOPIC, "due", value, headers)
-        wait_for(lambda: real in said(worker.id), 20, "a heartbeat waiting for the signed one")
-        assert fake not in said(worker.id)
+        wait_for(lambda: real in said(tap, worker.id), 20, "a heartbeat waiting for the signed one")
+        assert fake not in said(tap, worker.id)
         assert refused_by_worker(db, worker.id) == want
 
 
@@ -391,13 +393,6 @@ def test_a_due_notice_quickens_only_the_worker_holding_the_runs_partition(tmp_pa
     """The notice names the partition the due command goes to: the worker holding it waits
     for the instant (its heartbeats say so, it polls fast) and runs it; the other worker of
     the group stays at rest and never says it waits."""
-
-    def said(worker_id: str) -> list[int]:
-        return [
-            micros(data["due"]) if data.get("due") else 0
-            for _, data, _, _ in tap.decoded(m.WORKERS_TOPIC)
-            if isinstance(data, dict) and data.get("worker") == worker_id
-        ]
 
     with Tap(broker) as tap:
         db, first, _engine, _ = _start(tmp_path, broker, procs)
@@ -411,7 +406,7 @@ def test_a_due_notice_quickens_only_the_worker_holding_the_runs_partition(tmp_pa
         add_task(db, "soon", out, "--at", at)
         due = micros(at)
         waiting = wait_for(
-            lambda: [w for w in (first, second) if due in said(w.id)], 7, "a worker waiting"
+            lambda: [w for w in (first, second) if due in said(tap, w.id)], 7, "a worker waiting"
         )
         notices = [m.Control.decode(raw) for _, _, raw, _ in tap.decoded(m.CONTROL_TOPIC)]
         wait_for(lambda: lines(out), 30, "the announced run")
@@ -419,6 +414,6 @@ def test_a_due_notice_quickens_only_the_worker_holding_the_runs_partition(tmp_pa
         ran = occurrences(db)[0]["worker"]
         assert [w.id for w in waiting] == [ran]
         other = second if ran == first.id else first
-        assert due not in said(other.id)
+        assert due not in said(tap, other.id)
         named = [c.partitions for c in notices if c.type == "due" and c.due == due]
         assert named and all(len(p) == 1 for p in named), named

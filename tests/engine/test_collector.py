@@ -6,32 +6,23 @@ import gc
 
 import pytest
 
-from helpers import T0
+from helpers import T0, AcceptingDispatcher
 from tickui.common.clock import ManualClock
-from tickui.dispatch import Dispatcher, Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.model.spec import build_spec
 from tickui.store import Store
 
 
-class Watching(Dispatcher):
+class Watching(AcceptingDispatcher):
     """Accepts every job and notes whether the collector was on while it was handed out."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.collecting: list[bool] = []
 
     async def dispatch(self, jobs, may_start=None):
         self.collecting.append(gc.isenabled())
-        return [Receipt(job.occurrence.command_id or "") for job in jobs]
-
-    async def cancel(self, occurrence_id: int, reason: str) -> bool:
-        return False
-
-    def active(self) -> int:
-        return 0
-
-    async def shutdown(self, grace: float) -> None:
-        return None
+        return await super().dispatch(jobs, may_start)
 
 
 @pytest.mark.parametrize("on_before", [True, False])

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import T0
+from helpers import T0, AcceptingDispatcher
 from tickui.common.clock import ManualClock
-from tickui.dispatch import Dispatcher, Receipt
+from tickui.dispatch import Receipt
 from tickui.engine import EngineConfig, SchedulerEngine
 from tickui.model.occurrence import RUN_COMPLETED
 from tickui.model.spec import build_spec
 from tickui.store import NewEvent, Store
 
 
-class EndsAtOnce(Dispatcher):
+class EndsAtOnce(AcceptingDispatcher):
     """A runtime that reports a run's end (no transition before it) while the dispatch is
     still under way, and lets another reconcile run before the receipt is returned."""
 
     def __init__(self, store: Store, clock: ManualClock, interleave: bool) -> None:
+        super().__init__()
         self.store, self.clock, self.interleave = store, clock, interleave
         self.engine: SchedulerEngine | None = None
         self.inner: list[list[int]] = []
@@ -35,15 +36,6 @@ class EndsAtOnce(Dispatcher):
             assert self.engine is not None
             self.inner.append(await self.engine.reconcile())
         return [Receipt(job.occurrence.command_id or "") for job in jobs]
-
-    async def cancel(self, occurrence_id: int, reason: str) -> bool:
-        return False
-
-    def active(self) -> int:
-        return 0
-
-    async def shutdown(self, grace: float) -> None:
-        return None
 
 
 @pytest.mark.parametrize("interleave", [False, True])

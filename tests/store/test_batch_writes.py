@@ -6,45 +6,30 @@ from __future__ import annotations
 
 import asyncio
 
+from helpers import LEASE_OWNER, T0, one_slot_plan, store_holding_lease
 from tickui.common.timeutil import MICROS
 from tickui.model.occurrence import RUN_COMPLETED, Change
-from tickui.model.planning import DueTask, Plan, Planned
-from tickui.model.spec import build_spec
 from tickui.store import NewEvent, Store, claims
 from tickui.store.pgbulk import set_based
 
-T0 = 1_800_000_000 * MICROS
 S = MICROS
-OWNER = "host:1:abc"
-
-
-def _plan(task, slot: int) -> Plan:
-    due = DueTask(task.id, task.name, task.schedule, slot, "run_once", "forbid", 0, task.generation)
-    return Plan(due, slot + 60 * S, [Planned(slot, "claimed")])
-
-
-async def _store_with_tasks(target, names):
-    store = await Store.open(target)
-    got = await store.acquire_lease(OWNER, T0, 3600 * S, ("host", 1, 1), lambda *_: False)
-    for name in names:
-        await store.add_task(build_spec({"name": name, "every": "1m", "command": ["true"]}, T0), T0)
-    return store, got.lease.token, [await store.get_task(name) for name in names]
+OWNER = LEASE_OWNER
 
 
 def test_a_batch_claim_takes_every_fresh_plan_and_leaves_out_stale_ones_and_taken_slots(
     store_target,
 ):
     async def main():
-        store, token, (a, b, c, d) = await _store_with_tasks(store_target, "abcd")
+        store, token, (a, b, c, d) = await store_holding_lease(store_target, "abcd")
         slot = a.next_run_at
-        claimed = await store.claim([_plan(t, slot) for t in (a, b)], OWNER, token, slot)
+        claimed = await store.claim([one_slot_plan(t, slot) for t in (a, b)], OWNER, token, slot)
         assert [(o.task, o.state, o.command_id) for o in claimed] == [
             ("a", "claimed", f"cmd-{claimed[0].id}"),
             ("b", "claimed", f"cmd-{claimed[1].id}"),
         ]
         assert claimed[1].id == claimed[0].id + 1
         # a's plan again is stale (its task moved on): the rest of the batch is claimed
-        again = await store.claim([_plan(t, slot) for t in (a, c, d)], OWNER, token, slot)
+        again = await store.claim([one_slot_plan(t, slot) for t in (a, c, d)], OWNER, token, slot)
         assert [o.task for o in again] == ["c", "d"]
         stored = await store.occurrences_by_id([o.id for o in claimed + again])
         assert [(o.task, o.scheduled_for, o.lease_token) for o in stored] == [
@@ -58,9 +43,9 @@ def test_a_batch_claim_takes_every_fresh_plan_and_leaves_out_stale_ones_and_take
 
 def test_a_batch_settlement_changes_only_the_active_runs_it_names(store_target):
     async def main():
-        store, token, tasks = await _store_with_tasks(store_target, "abc")
+        store, token, tasks = await store_holding_lease(store_target, "abc")
         slot = tasks[0].next_run_at
-        claimed = await store.claim([_plan(t, slot) for t in tasks], OWNER, token, slot)
+        claimed = await store.claim([one_slot_plan(t, slot) for t in tasks], OWNER, token, slot)
         ids = [o.id for o in claimed]
         await store.mark_accepted([(i, None, f"/log/{i}") for i in ids], slot)
         await store.fail_occurrences([(ids[2], "LOST", "gone")], slot)

@@ -6,32 +6,21 @@ from __future__ import annotations
 
 import asyncio
 
+from helpers import LEASE_OWNER, T0, one_slot_plan, store_holding_lease
 from tickui.common.timeutil import MICROS
 from tickui.model.occurrence import RUN_COMPLETED, RUN_TRANSITION, fold_events
-from tickui.model.planning import DueTask, Plan, Planned
-from tickui.model.spec import build_spec
 from tickui.store import NewEvent, Store
 from tickui.store.appended import OwnEvents
 
-T0 = 1_800_000_000 * MICROS
 S = MICROS
-OWNER = "host:1:abc"
-
-
-def _plan(task, slot: int) -> Plan:
-    due = DueTask(task.id, task.name, task.schedule, slot, "run_once", "forbid", 0, task.generation)
-    return Plan(due, slot + 60 * S, [Planned(slot, "claimed")])
+OWNER = LEASE_OWNER
 
 
 async def _claimed(path, names):
     """A store holding the lease, with `names` as tasks, each with one run claimed."""
-    store = await Store.open(path)
-    got = await store.acquire_lease(OWNER, T0, 3600 * S, ("host", 1, 1), lambda *_: False)
-    for name in names:
-        await store.add_task(build_spec({"name": name, "every": "1m", "command": ["true"]}, T0), T0)
-    tasks = [await store.get_task(name) for name in names]
+    store, token, tasks = await store_holding_lease(path, names)
     slot = tasks[0].next_run_at
-    runs = await store.claim([_plan(t, slot) for t in tasks], OWNER, got.lease.token, slot)
+    runs = await store.claim([one_slot_plan(t, slot) for t in tasks], OWNER, token, slot)
     return store, runs
 
 
