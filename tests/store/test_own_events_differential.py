@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sqlite3
 
 import pytest
 
@@ -27,6 +28,9 @@ STEPS = {  # operation -> weight
     "cancelled append": 3,
     "other's append": 4,
     "other's task": 2,
+    "read during an append": 6,
+    "other's swap": 3,
+    "other's exchange": 3,
     "ends": 10,
     "receipt": 6,
     "failed run": 3,
@@ -46,6 +50,7 @@ class Walk:
         self.path = path
         self.served = 0  # pages answered from the store's own events
         self.compared = 0
+        self.seen: int | None = None
 
     async def setup(self) -> None:
         self.store, self.token, _ = await store_holding_lease(self.path, TASKS)
@@ -59,6 +64,7 @@ class Walk:
         def counted(*args):
             found = events_for(*args)
             self.served += found is not None
+            self.seen = args[2] if found is not None else None  # the read's last seq
             return found
 
         own.events_for = counted
@@ -159,6 +165,31 @@ class Walk:
                 await task
         elif done == "other's append":
             await other.append_events(await self.events())
+        elif done == "read during an append":  # the page read while the events go in
+            self.seen = None
+            turns = rng.randint(0, 4)
+
+            async def read():
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                return await self.page(0, 1000, True)
+
+            _, fast = await asyncio.gather(store.append_events(await self.events()), read())
+            if self.seen is not None:  # served: as the table was up to the read's last seq
+                rows, then = await self.page(0, 1000, False)
+                upto = [(*r[:5], [e for e in r[5] if e[0] <= self.seen]) for r in rows]
+                assert fast == ([r for r in upto if r[5]], then), "read during an append"
+        elif done == "other's swap":  # as many events deleted as appended: the count holds
+            count = "SELECT count(*) FROM events"
+            before = (await other._one(count))[0]
+            await other.prune(keep=1)
+            gone = before - (await other._one(count))[0]
+            if gone:
+                made = [NewEvent(T0, RUN_COMPLETED, c, None) for _, c in active[:gone]]
+                made += [NewEvent(T0, RUN_COMPLETED, None, "run-1")] * (gone - len(made))
+                await other.append_events(made)
+        elif done == "other's exchange":  # the last event replaced: count and seqs hold
+            await asyncio.to_thread(_exchange, self.path, active[0][1] if active else None)
         elif done == "other's task":
             spec = build_spec(
                 {"name": f"x{rng.randint(0, 10**9)}", "every": "1h", "command": ["true"]}, T0
@@ -174,7 +205,7 @@ class Walk:
             chosen = rng.sample(active, min(len(active), rng.randint(1, 2)))
             renamed = rng.random() < 0.5  # a dispatcher's receipt naming its own command
             await store.mark_accepted(
-                [(i, f"cmd-r{rng.randint(0, 9)}" if renamed else None, None) for i, _ in chosen],
+                [(i, f"cmd-r{rng.randint(0, 2)}" if renamed else None, None) for i, _ in chosen],
                 T0,
             )
         elif done == "failed run" and active:
@@ -204,6 +235,19 @@ class Walk:
         finally:
             await self.store.close()
             await self.other.close()
+
+
+def _exchange(path, command: str | None) -> None:
+    """Another program's write: the newest event deleted, one naming `command` appended."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM events WHERE seq = (SELECT max(seq) FROM events)")
+        conn.execute(
+            "INSERT INTO events (at, command_id, type, payload) VALUES (?, ?, ?, ?)",
+            (T0, command, RUN_COMPLETED, '{"exit_code": 1}'),
+        )
+        conn.execute("COMMIT")
 
 
 def _event(e) -> tuple:
