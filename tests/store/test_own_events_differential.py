@@ -254,7 +254,7 @@ def _event(e) -> tuple:
     return (e.seq, e.at, e.command_id, e.run_id, e.type, e.payload, e.causation_id)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_events_served_from_what_the_store_appended_are_what_the_read_finds(tmp_path, seed):
     walk = Walk(seed, tmp_path / "t.db")
     asyncio.run(walk.run(400))
