@@ -259,4 +259,4 @@ def test_events_served_from_what_the_store_appended_are_what_the_read_finds(tmp_
     walk = Walk(seed, tmp_path / "t.db")
     asyncio.run(walk.run(400))
     assert walk.compared == 800
-    assert walk.served > 20  # the fast path was taken, not only the read
+    assert walk.served > 10  # the fast path was taken, not only the read
