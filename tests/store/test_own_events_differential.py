@@ -55,6 +55,11 @@ class Walk:
     async def setup(self) -> None:
         self.store, self.token, _ = await store_holding_lease(self.path, TASKS)
         self.other = await Store.open(self.path)  # another writer on the same file
+        # events from before any claim, naming commands receipts give runs later
+        early = [
+            NewEvent(T0, RUN_TRANSITION, f"cmd-r{n}", None, {"state": "running"}) for n in range(3)
+        ]
+        await self.other.append_events(early)
         self.spy()
 
     def spy(self) -> None:
@@ -189,7 +194,14 @@ class Walk:
                 made += [NewEvent(T0, RUN_COMPLETED, None, "run-1")] * (gone - len(made))
                 await other.append_events(made)
         elif done == "other's exchange":  # the last event replaced: count and seqs hold
-            await asyncio.to_thread(_exchange, self.path, active[0][1] if active else None)
+            await self.claim()  # (tracking starts again at a claim)
+            active = await self.active()
+            if active:
+                newest, command = active[-1]
+                await store.append_events([NewEvent(T0, RUN_TRANSITION, command, "run-9")])
+                await asyncio.to_thread(_exchange, self.path, command)
+                fast = await self.page(newest - 1, 1, True)
+                assert fast == await self.page(newest - 1, 1, False), "after an exchange"
         elif done == "other's task":
             spec = build_spec(
                 {"name": f"x{rng.randint(0, 10**9)}", "every": "1h", "command": ["true"]}, T0
@@ -223,7 +235,14 @@ class Walk:
             self.store = await Store.open(self.path)
             self.spy()
         elif done == "reconcile":
-            await Settlement(self.store, rng.randint(1, 4), lambda _: None).reconcile()
+            settlement = Settlement(self.store, rng.randint(1, 4), lambda _: None)
+            for i, _ in active:  # receipts, some naming the dispatcher's own command
+                if rng.random() < 0.3:
+                    receipt: dict[str, object] = {"accepted_at": T0}
+                    if rng.random() < 0.5:
+                        receipt["command_id"] = f"cmd-r{rng.randint(0, 2)}"
+                    settlement.accepted(i, receipt)
+            await settlement.reconcile()
         return done
 
     async def run(self, steps: int) -> None:
