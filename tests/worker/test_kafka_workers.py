@@ -402,7 +402,10 @@ def test_drain_cancel_and_replace_reach_the_right_worker(tmp_path, kafka_bootstr
 def test_broker_restart_claims_go_on_runs_resume_nothing_twice(tmp_path, procs):
     db, out = tmp_path / "t.db", tmp_path / "ran.txt"
     start_timeout = 3.0
-    config = write_config(tmp_path / "tickui.toml", start_timeout="3s", worker_timeout="4s")
+    # worker_timeout bounds how long the engine waits, after the broker came back, for a
+    # worker to send again what the restart lost: 4 s was too short on a loaded machine (a
+    # run that had started was failed DISPATCH_TIMEOUT before its report came again).
+    config = write_config(tmp_path / "tickui.toml", start_timeout="3s", worker_timeout="8s")
     group = unique("g-broker")
     tasks = [f"tick-{i}" for i in range(4)]
     with private_tansu() as broker:
