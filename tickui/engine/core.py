@@ -211,7 +211,6 @@ class SchedulerEngine:
         async with self._scanning:
             try:
                 if await self._hold_lease(now):
-                    self.store.hear_requests(self._asked.set)
                     if self._settlement.holds_receipts or await self.store.scan_has_work(now):
                         # A scan with work makes and drops objects by the page (tasks,
                         # plans, runs, events; 10,000 due at once: some 300 collections,
@@ -230,15 +229,13 @@ class SchedulerEngine:
                     await self._tend(now)
                     self._set_result(now, "ok", None)
                 else:
-                    self.store.hear_requests(None)
                     holder = self._lease.seen
                     who = f"lease held by {holder.owner}" if holder else "lease unavailable"
                     self._set_result(now, "standby", who)
                     await self._shipping.when_due(now)
                 self._recovered("scan")
             except LeaseLost as exc:
-                self._lease.lost()
-                self.store.hear_requests(None)
+                self._lost_lease()
                 self._set_result(now, "standby", str(exc))
             except Exception as exc:
                 self._set_result(now, "error", self._faulted("scan", exc))
@@ -279,10 +276,16 @@ class SchedulerEngine:
             self._scan.counts = Counter(await self.store.state_counts())
 
     async def _hold_lease(self, now: int) -> bool:
+        """Take or renew the lease; while it is held, requests announced are heard."""
         held, new = await self._lease.hold(now)
+        self.store.hear_requests(self._asked.set if held else None)
         if new:
             await self._recover(now)
         return held
+
+    def _lost_lease(self) -> None:
+        self._lease.lost()
+        self.store.hear_requests(None)
 
     async def _recover(self, now: int) -> None:
         """Runs left active by an engine that is gone end failed/INTERRUPTED, orphans killed."""
@@ -475,8 +478,7 @@ class SchedulerEngine:
                         self._worked = True
                     self._recovered("requests")
                 except LeaseLost:
-                    self._lease.lost()
-                    self.store.hear_requests(None)
+                    self._lost_lease()
                 except Exception as exc:
                     self._faulted("requests", exc)
             self._notify(EngineChange(status=True))

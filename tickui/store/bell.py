@@ -100,9 +100,7 @@ class Bell:
         while True:
             try:
                 _, ancdata, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(_CREDENTIALS))
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
+            except OSError:  # nothing more to read (or the socket closed meanwhile)
                 break
             for level, kind, data in ancdata:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
