@@ -81,3 +81,39 @@ async def test_another_users_ring_is_dropped() -> None:
     finally:
         bell.close()
         shutil.rmtree(folder)
+
+
+async def test_a_flood_of_rings_wakes_the_listener_a_few_times_a_second(tmp_path: Path) -> None:
+    """Rung without a pause for half a second, from a thread, the listener is woken at most
+    once per rest (REST_S) and the rest is drained or dropped, not answered one by one."""
+    import threading
+    import time
+
+    from tickui.store.bell import REST_S
+
+    db = tmp_path / "a.db"
+    db.write_bytes(b"")
+    heard: list[float] = []
+    bell = Bell(db)
+    bell.listen(lambda: heard.append(time.monotonic()))
+    rung = [0]
+
+    def flood() -> None:
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            ring(db)
+            rung[0] += 1
+
+    try:
+        sender = threading.Thread(target=flood)
+        sender.start()
+        while sender.is_alive():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(2 * REST_S)
+        assert rung[0] > 1000
+        assert 1 <= len(heard) <= 0.5 / REST_S + 3, (len(heard), rung[0])
+        before = len(heard)
+        ring(db)  # after the flood, a ring is heard again
+        await until(lambda: len(heard) > before)
+    finally:
+        bell.close()

@@ -26,6 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 _CREDENTIALS = struct.calcsize("3i")  # struct ucred: pid, uid, gid
+# After a ring the bell is not listened to for this long (what comes meanwhile waits in
+# the socket, or is dropped when it is full): a flood of datagrams wakes the engine at most
+# 20 times a second, not once per datagram.
+REST_S = 0.05
+DRAINED_AT_MOST = 1024  # datagrams read per wake
 
 
 def address(path: Path) -> bytes | None:
@@ -60,6 +65,7 @@ class Bell:
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: Callable[[], None] | None = None
+        self._resting: asyncio.TimerHandle | None = None
         self.ignored = 0  # datagrams from another user's processes, dropped
 
     @property
@@ -97,7 +103,7 @@ class Bell:
             return
         ours = False
         me = os.getuid()
-        while True:
+        for _ in range(DRAINED_AT_MOST):
             try:
                 _, ancdata, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(_CREDENTIALS))
             except OSError:  # nothing more to read (or the socket closed meanwhile)
@@ -109,13 +115,24 @@ class Bell:
                         ours = True
                     else:
                         self.ignored += 1
+        if self._loop is not None:
+            self._loop.remove_reader(sock.fileno())
+            self._resting = self._loop.call_later(REST_S, self._rested, sock)
         if ours and self._listener is not None:
             self._listener()
+
+    def _rested(self, sock: socket.socket) -> None:
+        self._resting = None
+        if self._sock is sock and self._loop is not None:
+            self._loop.add_reader(sock.fileno(), self._heard)
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
         if sock is None:
             return
+        if self._resting is not None:
+            self._resting.cancel()
+            self._resting = None
         if self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(sock.fileno())
