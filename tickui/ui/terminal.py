@@ -109,31 +109,40 @@ def surviving_driver() -> type[Driver] | None:
 
         def start_application_mode(self) -> None:
             super().start_application_mode()
+            # A duplicate of the terminal, the watcher's own: when a write to the dead
+            # terminal fails first, stdout is pointed at /dev/null (SurvivingOutput), and
+            # a watch on stdout itself would then wait on /dev/null for ever.
             threading.Thread(
-                target=hang_up_with_terminal, args=(self.fileno,), name="tickui-hang-up",
-                daemon=True,
+                target=hang_up_with_terminal, args=(os.dup(self.fileno),),
+                name="tickui-hang-up", daemon=True,
             ).start()  # fmt: skip
 
     return SurvivingLinuxDriver
 
 
 def hang_up_with_terminal(fd: int) -> None:
-    """Wait (without waking) until the terminal at `fd` hangs up, then hang up as SIGHUP
-    does. The kernel sends SIGHUP only to the terminal's session leader, and to the
+    """Wait (without waking) until the terminal at `fd` hangs up, then close `fd` and hang
+    up as SIGHUP does. The kernel sends SIGHUP only to the terminal's session leader, and to the
     others when the leader ends: under a leader that outlives it (`make demo`: make waits
     for its child) the dashboard never got one, and Textual's input thread, reading
     nothing from the dead terminal again and again, took a whole core for good."""
     poller = select.poll()
     poller.register(fd, 0)  # a hang-up (POLLHUP) or an error is always reported
-    while True:
-        try:
-            events = poller.poll()
-        except InterruptedError:
-            continue
-        except OSError:
-            return
-        if any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events):
-            break
+    try:
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if any(
+                mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events
+            ):
+                break
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
     os.kill(os.getpid(), signal.SIGHUP)
 
 
