@@ -318,12 +318,16 @@ async def test_a_restarted_worker_reports_what_its_runs_did_while_it_was_away(en
     worker = await start("wa", "--slots", "2").ready()
     release = tmp / "release"
     wait = f"while [ ! -e {release} ]; do sleep 0.02; done"
-    ok = command(["sh", "-c", f"{wait}; echo fine"])
-    bad = command(["sh", "-c", f"{wait}; echo broke; exit 3"])
+    ok = command(["sh", "-c", f"touch {tmp / 'ok.began'}; {wait}; echo fine"])
+    bad = command(["sh", "-c", f"touch {tmp / 'bad.began'}; {wait}; echo broke; exit 3"])
     for cmd in (ok, bad):
         await bus.send(cmd)
-    for cmd in (ok, bad):
-        await bus.wait(cmd.command_id, ("control.run_transition",))
+    # The "running" event goes out just before the command is let go: a kill between the
+    # two leaves a run that never began (reported so). Here both must have begun.
+    end = time.monotonic() + 20
+    while not all((tmp / f"{name}.began").exists() for name in ("ok", "bad")):
+        assert time.monotonic() < end, worker.text()
+        await asyncio.sleep(0.02)
     worker.proc.send_signal(signal.SIGKILL)
     worker.proc.wait(5)
     release.touch()  # both end with no worker process there to see it
