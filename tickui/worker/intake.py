@@ -162,6 +162,24 @@ class CommandIntake:
             )  # fmt: skip
             self.on_ready()
 
+    async def _fetch(self, free: int) -> dict[Any, list[Any]]:
+        """What the consumer has (records wake it at once), or nothing once the worker
+        stops: a stop does not wait out the fetch's look (a second at rest). Only the wait
+        is given up; records not taken stay uncommitted, for the group's next owner."""
+        fetch = asyncio.ensure_future(
+            self.consumer.getmany(timeout_ms=FETCHER_LOOK_MS, max_records=free)
+        )
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not fetch.done():
+                fetch.cancel()
+        if not fetch.done():  # given up (its cancel is under way)
+            return {}
+        return fetch.result()
+
     async def consume(self) -> None:
         while not self.stopping.is_set():
             free = self.opts.slots - len(self.runs.running)
@@ -172,8 +190,7 @@ class CommandIntake:
                 self.consumer.resume(*self.consumer.assignment())
                 continue
             try:
-                # records wake it at once; the timeout is how soon a stop is seen
-                batch = await self.consumer.getmany(timeout_ms=FETCHER_LOOK_MS, max_records=free)
+                batch = await self._fetch(free)
             except Exception as exc:
                 problem = describe(exc)
                 if problem != self._read_problem:  # once per kind of trouble, not 2 a second
