@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -13,6 +16,8 @@ from disk_support import small_disk  # noqa: F401  (a fixture: a small tmpfs of 
 
 import services  # tests/services.py: pytest puts tests/ on sys.path for this rootdir conftest
 import signing_support  # noqa: F401  (sets TICKUI_KEY_FILE for every engine and worker)
+from tickui.supervisor.journal import start_ticks
+from tickui.supervisor.tree import descendants
 
 # ---- files -----------------------------------------------------------------------------------
 
@@ -120,7 +125,42 @@ def tmux():
         ).stdout
 
     yield run
+    # Everything started in the panes must end with its terminal (a hang-up): a dashboard
+    # left behind would spin on the dead terminal and starve the tests after it.
+    left = {}
+    for pane in map(int, run("list-panes", "-a", "-F", "#{pane_pid}").split()):
+        if (start := start_ticks(pane)) is not None:
+            left[pane] = start
+        for pid, (start, _group, zombie) in descendants(pane).items():
+            if not zombie:
+                left[pid] = start
     run("kill-server")
+    end = time.monotonic() + OUTLIVE_S
+    while (alive := _still(left)) and time.monotonic() < end:
+        time.sleep(0.1)
+    if alive:
+        shown = [f"{pid}: {_cmdline(pid)}" for pid in alive]
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"outlived its terminal by {OUTLIVE_S:.0f}s: {shown}")
+
+
+# Seconds a process started in a tmux pane may take to end after its terminal went away (a
+# dashboard cancels its runs, whose kill grace is 3 s, and closes its store).
+OUTLIVE_S = 30.0
+
+
+def _still(pids: dict[int, int]) -> list[int]:
+    """Those of `pids` (pid -> start ticks) still running (not a zombie, not a reused pid)."""
+    return [pid for pid, start in pids.items() if start_ticks(pid) == start]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "?"
 
 
 # ---- the dashboard and other Textual apps, headless (tests/ui_support.py) ------------------

@@ -202,7 +202,11 @@ class HangUp:
     the app's `hang_up()` cancels and records the active runs, ends their process trees
     and closes the host; the caller then removes the demo folder or time-lapse copy. The
     first signal counts; more while hanging up are noted only. Before the app exists
-    there is nothing to clean up (SystemExit); after its loop ended, a signal is noted."""
+    there is nothing to clean up (SystemExit); after its loop ended, a signal is noted.
+
+    Python may run a handler inside another (a second signal arriving while the first's
+    handler runs): every call does the same idempotent things, and the one hang-up is
+    started on the loop (`_start`), never decided by counting in here."""
 
     received: list[int] = field(default_factory=list)
     app: TickuiApp | None = None
@@ -213,12 +217,6 @@ class HangUp:
         self.received.append(signum)
         if self.app is None:
             raise SystemExit(128 + signum)
-        if len(self.received) > 1:
-            return  # the first one's hang-up is under way
-        # A terminal's hang-up sends SIGCONT after SIGHUP (handled in that order), and
-        # Textual's SIGCONT handler restarts its application mode: on a dead terminal a
-        # second writer thread that dies on EIO while shutting down waits for it forever.
-        signal.signal(signal.SIGCONT, _ignore)
         if terminal_gone():
             writes_to_null()  # Textual's output (and its restore codes) goes nowhere
         loop = self.loop
@@ -253,10 +251,6 @@ class HangUp:
         if not app.is_running:
             return
         app.call_later(app.hang_up)
-
-
-def _ignore(_signum: int, _frame: object) -> None:
-    return None
 
 
 @contextlib.contextmanager

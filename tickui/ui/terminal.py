@@ -106,16 +106,28 @@ def surviving_driver() -> type[Driver] | None:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._file = SurvivingOutput(self._file)
+            # Duplicates of the terminal: once a write to the dead terminal failed, or a
+            # hang-up began, stdout leads to /dev/null, and a look at stdout would then
+            # see /dev/null for ever.
+            self._terminal: int | None = None
 
         def start_application_mode(self) -> None:
             super().start_application_mode()
-            # A duplicate of the terminal, the watcher's own: when a write to the dead
-            # terminal fails first, stdout is pointed at /dev/null (SurvivingOutput), and
-            # a watch on stdout itself would then wait on /dev/null for ever.
+            if self._terminal is not None:  # back from Ctrl-Z: the watcher still watches
+                return
+            self._terminal = os.dup(self.fileno)
             threading.Thread(
-                target=hang_up_with_terminal, args=(os.dup(self.fileno),),
+                target=hang_up_with_terminal, args=(os.dup(self._terminal),),
                 name="tickui-hang-up", daemon=True,
             ).start()  # fmt: skip
+
+        def _sigcont_application(self, *args: Any) -> None:
+            """Back from Ctrl-Z, application mode starts again; not on a terminal that hung
+            up: its hang-up sends SIGCONT too, and a second input thread would spin on
+            the dead terminal beside the first (whatever order the handlers ran in)."""
+            if self._terminal is not None and terminal_gone(self._terminal):
+                return
+            super()._sigcont_application(*args)
 
     return SurvivingLinuxDriver
 
