@@ -94,6 +94,7 @@ class KafkaDispatcher(Dispatcher):
         )
         self.events.prepare = self.heartbeats.prepare = self.link.ready
         self.events.restarted = self.heartbeats.restarted = self._restarted
+        self.link.on_new_topics = self._restarted
         self.heartbeats.opened = self.workers.hearing
         self._timed_out: set[str] = set()  # command ids cancelled for DISPATCH_TIMEOUT
         self._mine: set[str] = set()  # run command ids this dispatcher handed out
@@ -240,8 +241,11 @@ class KafkaDispatcher(Dispatcher):
 
     def _restarted(self) -> None:
         """The broker came back empty: what it had acknowledged is gone until workers send
-        it again (they do when they notice)."""
+        it again (they do when they notice), and each topic is a new one, read from its
+        start by every reader (one reader's positions may have been overtaken unseen)."""
         self.link.forget_topics()
+        self.events.read_anew()
+        self.heartbeats.read_anew()
         self._trouble_at = self.clock.now()
 
     def _broker_refused(self) -> None:

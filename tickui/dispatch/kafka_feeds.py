@@ -64,10 +64,17 @@ class Feed:
         self._bad = 0  # malformed messages skipped
         self.error: str | None = None
         self.caught_up = asyncio.Event()  # the first read since (re)start is done
+        self._anew = False  # every partition is to be read from its start
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"tickui-feed-{self.topic}")
+
+    def read_anew(self) -> None:
+        """The broker came back empty (seen here or by another reader): the topic is a new
+        one, and every partition is read from its start, as positions in the old one name
+        nothing (records already taken are taken again: readers keep one of each)."""
+        self._anew = True
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -94,6 +101,9 @@ class Feed:
                     if messages:
                         await self.handle(self._signed(messages))
                     self.caught_up.set()
+                    if self._anew:
+                        self._anew = False
+                        await consumer.seek_to_beginning(*consumer.assignment())
                     if time.monotonic() - checked >= CHECK_EVERY_S:
                         checked = time.monotonic()
                         await self._check_restart(consumer)
@@ -153,20 +163,20 @@ class Feed:
     async def _check_restart(self, consumer) -> None:
         """A broker restarted empty (Tansu keeps topics in memory) starts its offsets at
         0 again and does not say a position is out of range: it answers nothing until the
-        new log reaches it. A partition whose end is behind where we are is read anew. The
-        end each fetch answer carries (its high watermark) is looked at first: the broker is
-        asked only when one is behind, or not known yet."""
+        new log reaches it. One partition whose end is behind where we are means the whole
+        topic is new: every partition is read anew (another may have grown past our position
+        already), and the other readers are told. The end each fetch answer carries (its
+        high watermark) is looked at first: the broker is asked only when one is behind, or
+        not known yet."""
         tps = list(consumer.assignment())
         positions = {tp: await consumer.position(tp) for tp in tps}
         marks = {tp: consumer.highwater(tp) for tp in tps}
         if all(marks[tp] is not None and marks[tp] >= positions[tp] for tp in tps):
             return
         ends = await consumer.end_offsets(tps)
-        behind = [tp for tp in tps if ends.get(tp, 0) < positions[tp]]
-        if behind:
+        if any(ends.get(tp, 0) < positions[tp] for tp in tps):
             log.warning("%s: the broker was restarted empty; reading it from its start", self.topic)
-            for tp in behind:
-                consumer.seek(tp, 0)
+            await consumer.seek_to_beginning(*tps)
             if self.restarted is not None:
                 self.restarted()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from tickui.common.kafka import (
     KafkaAccess,
@@ -47,6 +48,9 @@ class KafkaLink:
         self._lock = asyncio.Lock()
         self.down_since: float | None = None  # wall clock of the first failure
         self.error: str | None = None
+        # Called when topics made before had to be made again: the broker came back empty.
+        self.on_new_topics: Callable[[], None] | None = None
+        self._made_before = False
 
     @property
     def problem(self) -> str | None:
@@ -97,9 +101,13 @@ class KafkaLink:
     async def _make_topics(self) -> None:
         wanted = {t: self.partitions if t == RUNS_TOPIC else DEFAULT_PARTITIONS for t in TOPICS}
         try:
-            await create_topics(self.access, wanted, self.request_timeout_ms)
+            made = await create_topics(self.access, wanted, self.request_timeout_ms)
         except TopicError as exc:
             raise LinkDown(str(exc)) from None
+        if made and self._made_before and self.on_new_topics is not None:
+            log.warning("kafka %s came back without its topics: made again", self.bootstrap)
+            self.on_new_topics()
+        self._made_before = True
         assert self._producer is not None
         found = await self._producer.partitions_for(RUNS_TOPIC)
         if not found:

@@ -193,12 +193,14 @@ class Worker:
     def broker_restarted(self) -> None:
         """The broker came back empty (memory storage): what it acknowledged is gone. Send
         again (same event ids: the engine keeps one of each) the transitions and outcomes of
-        the last REPUBLISH_S, and read the new events topic from its start."""
+        the last REPUBLISH_S (once for the several signs of one restart), and read the new
+        events topic from its start (at every sign: a part of it may have been read on from
+        a position in the old one)."""
+        if self.view is not None:
+            self.view.topic_is_new()
         if time.monotonic() - self._republished < 10:
             return
         self._republished = time.monotonic()
-        if self.view is not None:
-            self.view.topic_is_new()
         again = self.reports.recent()
         log.warning("the broker came back empty: sending %d recent run events again", len(again))
         self._spawn_task(self.reports.republish(again))
