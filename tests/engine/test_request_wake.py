@@ -4,6 +4,7 @@ wakes. Here the engine ticks once a minute, and the command waits 5 s for its an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from pathlib import Path
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 from engine_procs import Engine, lease_owner, rows, wait_for
 
-from helpers import cli
+from helpers import cli, rig
+from helpers import wait_for as wait_for_async
+from tickui.store import Store
 from tickui.store.bell import address
 
 pytestmark = pytest.mark.slow
@@ -77,3 +80,41 @@ def test_the_bell_goes_with_the_lease(tmp_path, tmp_db):
         first.kill()
         if second is not None:
             second.kill()
+
+
+async def test_a_run_that_ends_while_its_request_is_answered_is_settled_without_a_tick(
+    tmp_path, monkeypatch
+):
+    """The run-now's command ends before the engine has finished answering the request
+    (the scan's lock still held): its end is settled as soon as the answer is done, not
+    at the next tick (none comes here: the clock stands still)."""
+    db = tmp_path / "t.db"
+    async with rig(db) as r:
+        await r.add("job", cron="0 0 1 1 *", command=["sleep", "0.2"])
+        await r.engine.start()
+        store, answered = r.engine.store, r.engine.store.get_occurrence
+
+        async def after_the_run_ended(occurrence_id: int):
+            """The answer's last step waits until the run's end is in the event log."""
+            before = await store.last_event_seq()
+
+            async def ended() -> bool:
+                return not r.engine.dispatcher.active() and await store.last_event_seq() > before
+
+            await wait_for_async(ended, 10, "the run's end recorded")
+            for _ in range(10):  # the engine's other tasks hear of it, the lock still held
+                await asyncio.sleep(0)
+            return await answered(occurrence_id)
+
+        monkeypatch.setattr(store, "get_occurrence", after_the_run_ended)
+        other = await Store.open(db)  # another process's command
+        try:
+            await other.add_request(await other.get_task("job"), "run_now", r.clock.now())
+            await other.announce_request()
+        finally:
+            await other.close()
+
+        async def settled() -> bool:
+            return [o.state for o in await r.history("job")] == ["succeeded"]
+
+        await wait_for_async(settled, 10, "the run-now's run settled succeeded")

@@ -11,7 +11,7 @@ import contextlib
 import gc
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from tickui.common.clock import Clock
@@ -146,7 +146,7 @@ class SchedulerEngine:
             await self._wake.wait()
             self._wake.clear()
             if self._scanning.locked():
-                self._wake_after_scan = True  # the scan reconciles as it ends
+                self._wake_after_scan = True  # the lock's holder wakes this as it lets go
                 continue
             try:
                 changed = await self.reconcile()
@@ -183,7 +183,7 @@ class SchedulerEngine:
         if not self._running:
             return
         self._running = False
-        async with self._scanning:
+        async with self._scan_lock():
             pass
         self.store.hear_requests(None)
         await self.dispatcher.shutdown(self.config.stop_grace if grace is None else grace)
@@ -201,6 +201,19 @@ class SchedulerEngine:
 
     # ---- the scan ------------------------------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def _scan_lock(self) -> AsyncIterator[None]:
+        """The scan's lock. Run events that came while it was held were left for its
+        holder (reconciling then would race the scan): whoever held it, a scan, an
+        answer to a request or the stop, wakes the reconcile as it lets go."""
+        try:
+            async with self._scanning:
+                yield
+        finally:
+            if self._wake_after_scan:
+                self._wake_after_scan = False
+                self._wake.set()
+
     async def tick(self, now: int) -> None:
         """Scan once at `now`. A tick that arrives while a scan runs is coalesced."""
         if not self._running:
@@ -208,7 +221,7 @@ class SchedulerEngine:
         if self._scanning.locked():
             self._coalesced += 1
             return
-        async with self._scanning:
+        async with self._scan_lock():
             try:
                 if await self._hold_lease(now):
                     if self._settlement.holds_receipts or await self.store.scan_has_work(now):
@@ -239,9 +252,6 @@ class SchedulerEngine:
                 self._set_result(now, "standby", str(exc))
             except Exception as exc:
                 self._set_result(now, "error", self._faulted("scan", exc))
-        if self._wake_after_scan:
-            self._wake_after_scan = False
-            self._wake.set()
         self._notify(EngineChange(status=True))
 
     async def _tend(self, now: int) -> None:
@@ -470,7 +480,7 @@ class SchedulerEngine:
         while True:
             await self._asked.wait()
             self._asked.clear()
-            async with self._scanning:
+            async with self._scan_lock():
                 now = self.clock.now()
                 try:
                     if self._running and await self._hold_lease(now):
