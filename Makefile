@@ -10,13 +10,14 @@ STAMP       := $(VENV)/.installed
 APT_PACKAGES := redis-server redis-tools tmux stunnel4 openssl postgresql chromium
 APT_COMMANDS := redis-server redis-cli tmux stunnel4 openssl pg_ctlcluster psql chromium
 PYTEST_ARGS ?= -ra --durations=15
-# Six pytest-xdist workers on 2 cores: most tests wait on real processes, services and clocks
-# (the summary's "cost by part" adds up five to six times the wall time). Four kept the cores
-# about 70 % busy; six keep them about 90 % (benchmarks/README.md, "The test suite"). Files
-# that must not share the broker run in one group (tests/conftest.py SERIAL_GROUPS), on one
-# worker; the tests marked slow are dealt out first.
+# Five pytest-xdist workers on 2 cores: most tests wait on real processes, services and clocks
+# (the summary's "cost by part" adds up about five times the wall time). Four kept the cores
+# about 70 % busy; six kept them about 90 %, and the heaviest tests, dealt out together
+# first, then starved one another (benchmarks/README.md, "The test suite"). Files that must
+# not share the broker run in one group (tests/conftest.py SERIAL_GROUPS), on one worker;
+# the tests marked slow are dealt out first.
 # PYTEST_PARALLEL= runs everything in one process.
-PYTEST_PARALLEL ?= -n 6 --dist loadgroup
+PYTEST_PARALLEL ?= -n 5 --dist loadgroup
 
 .PHONY: help venv install deps test interop demo lint bench screenshots clean
 
