@@ -328,11 +328,15 @@ async def test_a_generation_bump_voids_a_stale_plan(store_target, tmp_path):
 
 
 async def test_recovery_interrupts_runs_of_a_vanished_engine(tmp_path):
-    db = tmp_path / "t.db"
+    db, began = tmp_path / "t.db", tmp_path / "began"
     async with rig(db) as a:
-        await a.add("slow", every="1h", command=SLOW)
+        slow = ["sh", "-c", f"touch {began}; exec sleep 30"]
+        await a.add("slow", every="1h", command=slow)
         await a.engine.start()
         await wait_for(lambda: _running_in(a, "slow"), what="slow running")
+        # "running" is recorded as the command is let go: a crash before it took the go
+        # leaves a run that never began (recorded so). This one must have begun.
+        await wait_for(began.exists, what="the command to begin")
         orphan = (await a.history("slow"))[0]
         assert orphan.state == "running" and _alive(orphan.pid)
         a.engine._running = False  # a "crash": nothing is stopped or released

@@ -4,8 +4,11 @@ The endpoint over HTTP is tested in test_metrics.py."""
 
 from __future__ import annotations
 
+import asyncio
+
 from helpers import T0, rig, wait_for
 from tickui.common.timeutil import MICROS
+from tickui.engine import EngineChange
 from tickui.runtime.assembly import build_ticker_for
 from tickui.runtime.metrics import Families, MetricsObserver
 from tickui.ticks.config import TickerConfig
@@ -114,4 +117,31 @@ async def test_failed_ticks_and_the_breaker_opening_are_seen(tmp_path):
         await seen.sample()
         assert sample(seen, "tickui_ticks_failed_total") == failed + 1
         assert sample(seen, "tickui_ticks_emitted_total") == 0
+        await seen.close()
+
+
+async def test_a_flush_returns_once_a_flush_under_way_has_counted(tmp_path, monkeypatch):
+    """The observer's own task took the changed runs and is reading them when another
+    flush comes (a scrape's, a test's): that one returns only once they are counted."""
+    async with rig(tmp_path / "t.db") as r:
+        await r.add("f", every="1h", command=["false"])
+        await r.engine.start()
+        await r.settle()
+        [run] = await r.history("f")
+        seen = observe(r)  # it saw nothing of the run so far
+        read, reading, go_on = r.store.occurrences_by_id, asyncio.Event(), asyncio.Event()
+
+        async def held(ids):
+            reading.set()
+            await go_on.wait()
+            return await read(ids)
+
+        monkeypatch.setattr(r.store, "occurrences_by_id", held)
+        seen._on_change(EngineChange(occurrences=frozenset({run.id})))  # as the engine calls it
+        await asyncio.wait_for(reading.wait(), 10)
+        flushing = asyncio.create_task(seen.flush())
+        await asyncio.sleep(0)  # the second flush begins while the first reads
+        go_on.set()
+        await asyncio.wait_for(flushing, 10)
+        assert sample(seen, "tickui_runs_total", task="f", outcome="failed") == 1
         await seen.close()

@@ -161,6 +161,7 @@ class MetricsObserver:
         self._open: dict[int, int] = {}  # run id -> what was counted of it so far
         self._done: OrderedDict[int, None] = OrderedDict()
         self._pending: set[int] = set()
+        self._flushing = asyncio.Lock()  # one flush at a time: a second waits for the first
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ticks = (0, 0)  # the ticker's emitted and failed counts last sampled
@@ -217,11 +218,13 @@ class MetricsObserver:
                     log.warning("metrics not updated: %s (logged once)", text)
 
     async def flush(self) -> None:
-        """Count what the changed runs did since they were last seen."""
-        ids, self._pending = sorted(self._pending), set()
-        if ids:
-            for occ in await self.store.occurrences_by_id(ids):
-                self.see(occ)
+        """Count what the changed runs did since they were last seen. Returns once every
+        change noted before the call is counted, also those a flush under way took."""
+        async with self._flushing:
+            ids, self._pending = sorted(self._pending), set()
+            if ids:
+                for occ in await self.store.occurrences_by_id(ids):
+                    self.see(occ)
 
     def see(self, occ: Occurrence) -> None:
         """Count, once each: its missed slots, a retry, its start (and lateness), and how
