@@ -121,7 +121,7 @@ async def test_application_mode_starts_again_on_sigcont_only_while_the_terminal_
     started: list[bool] = []
     driver._auto_restart = True
     driver.resume_application_mode = lambda: started.append(True)  # type: ignore[method-assign]
-    driver._terminal = end
+    driver.fileno = end  # the terminal it looks at (stdin in a real run)
     try:
         driver._sigcont_application(signal.SIGCONT, None)
     finally:

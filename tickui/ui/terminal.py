@@ -106,26 +106,26 @@ def surviving_driver() -> type[Driver] | None:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._file = SurvivingOutput(self._file)
-            # Duplicates of the terminal: once a write to the dead terminal failed, or a
-            # hang-up began, stdout leads to /dev/null, and a look at stdout would then
-            # see /dev/null for ever.
-            self._terminal: int | None = None
+            self._watching = False  # the hang-up watcher runs (it outlives a Ctrl-Z)
+
+        # The terminal is looked at on stdin (`fileno`): the output's descriptors may lead
+        # to /dev/null by then (SurvivingOutput, a hang-up), stdin never does.
 
         def start_application_mode(self) -> None:
             super().start_application_mode()
-            if self._terminal is not None:  # back from Ctrl-Z: the watcher still watches
+            if self._watching:
                 return
-            self._terminal = os.dup(self.fileno)
+            self._watching = True
             threading.Thread(
-                target=hang_up_with_terminal, args=(os.dup(self._terminal),),
-                name="tickui-hang-up", daemon=True,
+                target=hang_up_with_terminal, args=(self.fileno,), name="tickui-hang-up",
+                daemon=True,
             ).start()  # fmt: skip
 
         def _sigcont_application(self, *args: Any) -> None:
             """Back from Ctrl-Z, application mode starts again; not on a terminal that hung
             up: its hang-up sends SIGCONT too, and a second input thread would spin on
             the dead terminal beside the first (whatever order the handlers ran in)."""
-            if self._terminal is not None and terminal_gone(self._terminal):
+            if terminal_gone(self.fileno):
                 return
             super()._sigcont_application(*args)
 
@@ -133,28 +133,22 @@ def surviving_driver() -> type[Driver] | None:
 
 
 def hang_up_with_terminal(fd: int) -> None:
-    """Wait (without waking) until the terminal at `fd` hangs up, then close `fd` and hang
-    up as SIGHUP does. The kernel sends SIGHUP only to the terminal's session leader, and to the
+    """Wait (without waking) until the terminal at `fd` hangs up, then hang up as SIGHUP
+    does. The kernel sends SIGHUP only to the terminal's session leader, and to the
     others when the leader ends: under a leader that outlives it (`make demo`: make waits
     for its child) the dashboard never got one, and Textual's input thread, reading
     nothing from the dead terminal again and again, took a whole core for good."""
     poller = select.poll()
     poller.register(fd, 0)  # a hang-up (POLLHUP) or an error is always reported
-    try:
-        while True:
-            try:
-                events = poller.poll()
-            except InterruptedError:
-                continue
-            except OSError:
-                return
-            if any(
-                mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events
-            ):
-                break
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    while True:
+        try:
+            events = poller.poll()
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events):
+            break
     os.kill(os.getpid(), signal.SIGHUP)
 
 
