@@ -101,12 +101,12 @@ class Feed:
                     if messages:
                         await self.handle(self._signed(messages))
                     self.caught_up.set()
-                    if self._anew:
-                        self._anew = False
-                        await consumer.seek_to_beginning(*consumer.assignment())
                     if time.monotonic() - checked >= CHECK_EVERY_S:
                         checked = time.monotonic()
                         await self._check_restart(consumer)
+                    if self._anew:
+                        self._anew = False
+                        await consumer.seek_to_beginning(*consumer.assignment())
             except asyncio.CancelledError as exc:
                 if _cancelling():
                     raise
@@ -176,7 +176,7 @@ class Feed:
         ends = await consumer.end_offsets(tps)
         if any(ends.get(tp, 0) < positions[tp] for tp in tps):
             log.warning("%s: the broker was restarted empty; reading it from its start", self.topic)
-            await consumer.seek_to_beginning(*tps)
+            self.read_anew()
             if self.restarted is not None:
                 self.restarted()
 
