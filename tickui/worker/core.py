@@ -65,7 +65,8 @@ class Worker:
         self.stopping = asyncio.Event()
         self.started_at = time.time()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._republished = 0.0
+        self._resending: asyncio.Task[None] | None = None  # recent run events sent again
+        self._resend_wanted = False  # another sign of an empty broker came meanwhile
         self.pub = Publisher(self.access, self.keyring, self._event_sent, self.broker_restarted)
         self.reports = RunReports(self.id, self.pub)
         journal = opts.log_dir / "journal" / f"{file_name(self.id)}.started"
@@ -185,25 +186,33 @@ class Worker:
         """The group gave this worker partitions: say so at once."""
         self._spawn_task(self.beats.beat())
 
-    def _spawn_task(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def _spawn_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def broker_restarted(self) -> None:
         """The broker came back empty (memory storage): what it acknowledged is gone. Send
         again (same event ids: the engine keeps one of each) the transitions and outcomes of
-        the last REPUBLISH_S (once for the several signs of one restart), and read the new
-        events topic from its start (at every sign: a part of it may have been read on from
-        a position in the old one)."""
+        the last REPUBLISH_S, and read the new events topic from its start, at every sign
+        (a part of it may have been read on from a position in the old one; the broker may
+        have restarted again since the last). Signs that come while they are being sent
+        make one more sending after it, not one each."""
         if self.view is not None:
             self.view.topic_is_new()
-        if time.monotonic() - self._republished < 10:
-            return
-        self._republished = time.monotonic()
-        again = self.reports.recent()
-        log.warning("the broker came back empty: sending %d recent run events again", len(again))
-        self._spawn_task(self.reports.republish(again))
+        self._resend_wanted = True
+        if self._resending is None or self._resending.done():
+            self._resending = self._spawn_task(self._resend_recent())
+
+    async def _resend_recent(self) -> None:
+        while self._resend_wanted:
+            self._resend_wanted = False
+            again = self.reports.recent()
+            log.warning(
+                "the broker came back empty: sending %d recent run events again", len(again)
+            )
+            await self.reports.republish(again)
 
     # ---- the whole life ------------------------------------------------------------------------
 
