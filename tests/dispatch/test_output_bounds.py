@@ -121,11 +121,12 @@ async def test_log_is_readable_and_bounded_while_the_run_writes(tmp_path):
 async def test_failing_log_writes_drop_output_and_the_run_goes_on(tmp_path, caplog):
     """Writes past RLIMIT_FSIZE fail with EFBIG, as ENOSPC or EIO would: that output is
     counted and dropped, the run goes on, and the log says so once writes work again."""
-    go = tmp_path / "go"
+    go, written = tmp_path / "go", tmp_path / "written"
     limit = 8 * 1024 * 1024
     script = (
         "import os, sys, time\n"
         f"sys.stdout.write('a' * {limit + 1024 * 1024}); sys.stdout.flush()\n"
+        f"open({str(written)!r}, 'w').close()\n"
         f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
         "sys.stdout.write('\\nafter\\n'); sys.stdout.flush()\n"
         "sys.exit(3)\n"
@@ -145,6 +146,8 @@ async def test_failing_log_writes_drop_output_and_the_run_goes_on(tmp_path, capl
                         lambda: dispatcher.output_problem == "File too large",
                         what="the supervisor to say its log's writes fail",
                     )
+                    # all but a pipe's worth of the output has reached the supervisor
+                    await _wait_for(written.exists, what="the command to write all its output")
                 finally:
                     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
                     for run in dispatcher._runs.values():  # its supervisor writes the log
