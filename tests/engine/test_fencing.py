@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_procs import lease_owner, wait_for
+from engine_procs import lease_owner, rows, wait_for
 
 from helpers import T0, rig
 from tickui.common.clock import ManualClock
@@ -218,17 +218,23 @@ def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(store_targ
         finally:
             await store.close()
 
-    holder = _spawn(db, config, tmp_path / "a.log")
+    first = _spawn(db, config, tmp_path / "a.log")
     try:
         wait_for(lambda: "running on" in (tmp_path / "a.log").read_text(), 20, "the holder")
-        standby = _spawn(db, config, tmp_path / "b.log")
+        second = _spawn(db, config, tmp_path / "b.log")
         try:
             wait_for(lambda: "standby" in (tmp_path / "b.log").read_text(), 20, "the standby")
             # Both up (each reads the tasks on every scan): a common slot 3 s ahead.
             now = time.time()
             asyncio.run(seed(now, int(now) + 3))
-            # Freeze the holder as soon as its burst has begun.
+            # Freeze the holder as soon as its burst has begun: the engine that claimed the
+            # first run to start (on a loaded host the lease may have passed to the second
+            # engine before the burst; then that one is the holder to freeze).
             started = wait_for(lambda: len(_lines(out)), 30, "the burst", step=0.005)
+            first_id = int(_lines(out)[0].split()[0])
+            claimer = rows(db, f"SELECT owner FROM occurrences WHERE id = {first_id}")
+            seconds = f":{second.pid}:" in claimer[0]["owner"]
+            holder, standby = (second, first) if seconds else (first, second)
             os.kill(holder.pid, signal.SIGSTOP)
             at_stop = len(_lines(out))
             assert at_stop < BURST, f"the burst ended ({at_stop}) before SIGSTOP; too fast"
@@ -242,15 +248,16 @@ def test_sigstopped_holder_starts_nothing_after_the_standby_took_over(store_targ
         finally:
             # both told at once: the holder does not take the lease back and run the next
             # slot's burst while the standby winds down (a stopped holder gets it on SIGCONT)
-            standby.send_signal(signal.SIGTERM)
-            holder.send_signal(signal.SIGTERM)
-            standby.wait(30)
+            for engine in (first, second):
+                os.kill(engine.pid, signal.SIGCONT)
+                engine.send_signal(signal.SIGTERM)
+            second.wait(30)
     finally:
-        os.kill(holder.pid, signal.SIGCONT)
-        holder.send_signal(signal.SIGTERM)
-        holder.wait(30)
+        os.kill(first.pid, signal.SIGCONT)
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)
 
-    holder_log = (tmp_path / "a.log").read_text()
+    holder_log = (tmp_path / ("b.log" if seconds else "a.log")).read_text()
     assert "lease" in holder_log
     late = [line for line in _lines(out) if int(line.split()[2]) >= resumed_ns]
 
