@@ -85,6 +85,7 @@ class KafkaAccess:
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments every aiokafka client (producer, consumer, admin) takes."""
+        _topics_made_only_on_purpose()
         opts: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap,
             "security_protocol": self.security_protocol,
@@ -122,6 +123,23 @@ class KafkaAccess:
         if isinstance(exc, ssl.SSLError):
             return f"{where}: TLS failed: {redact(str(exc))[:200]}"
         return None
+
+
+@functools.cache
+def _topics_made_only_on_purpose() -> None:
+    """aiokafka's clients ask for metadata allowing the broker to make a missing topic
+    with its default partitions (Tansu 4, Kafka 1). A reader that asked before tickui
+    made its topics again on a broker that came back empty would leave a topic with too
+    few partitions for good (the commands keyed to the others never sent). tickui makes
+    its topics itself, with their partitions (create_topics); its clients never do."""
+    import aiokafka.client
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    class NeverCreating(MetadataRequest):
+        def __init__(self, topics: list[str] | None = None, allow_auto_topic_creation=False):
+            super().__init__(topics, allow_auto_topic_creation)
+
+    aiokafka.client.MetadataRequest = NeverCreating  # the one name its clients build with
 
 
 @functools.lru_cache(maxsize=8)
