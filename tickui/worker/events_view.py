@@ -49,6 +49,7 @@ class EventsView:
         self._own: dict[int, set[int]] = {}  # partition -> offsets of events sent here
         self._progress = asyncio.Event()  # pulsed each time the reader moves on
         self._reset: dict[Any, float] = {}  # partition -> when it was last read from 0 again
+        self._unserved: dict[Any, int] = {}  # partition -> an end listed that fetches stop short of
         self._resting = False  # the worker rests: nothing fetched but to catch up for a start
         self._catching_up = 0  # read_to_end calls under way
         self._live = asyncio.Event()  # fetched now (set: not resting, or catching up)
@@ -128,18 +129,45 @@ class EventsView:
             progress, self._progress = self._progress, asyncio.Event()
             progress.set()
 
-    async def _behind(self, ends: dict[Any, int]) -> bool:
+    async def _behind(self, ends: dict[Any, int], answers: dict[Any, list[int]]) -> str | None:
+        """Where the reader is behind the given ends ("partition P at X of Y"), or None.
+        Every partition is looked at each time, so that each one's fetch answers count."""
+        behind = None
         for tp, end in ends.items():
             with contextlib.suppress(Exception):
                 position = await self.consumer.position(tp)
                 if position >= end:
                     if position > end and await self._shorter(tp, position):
-                        return True
+                        return f"partition {tp.partition} at {position} past its end {end}"
+                    continue
+                if self._served_to(tp, answers[tp]) <= position:
+                    self._unservable(tp, position, end)
                     continue
                 own = self._own.get(tp.partition, set())
                 if end - position > OWN_SPAN or any(o not in own for o in range(position, end)):
-                    return True
-        return False
+                    behind = behind or f"partition {tp.partition} at {position} of {end}"
+        return behind
+
+    def _served_to(self, tp: Any, answers: list[int]) -> int:
+        """The end the broker's fetch answers give, once one that was asked for after the
+        ends were listed has come (else a large number). `answers` starts with the time
+        of the last answer before the ends came. The consumer has one fetch in flight per
+        broker: the second answer seen since was asked for after the first had come."""
+        stamp = self.consumer.last_poll_timestamp(tp)
+        if stamp != answers[-1]:
+            answers.append(stamp)
+        served = self.consumer.highwater(tp)
+        return served if len(answers) >= 3 and served is not None else 1 << 62
+
+    def _unservable(self, tp: Any, position: int, end: int) -> None:
+        """Tansu lists in a partition's end the records sent to it while it did not exist
+        (a producer's retry across a restart), and no fetch ever returns them: after the
+        broker has said twice that nothing is past the reader, nothing more can be read."""
+        if self._unserved.get(tp) != end:
+            self._unserved[tp] = end
+            where = f"{tp.topic}[{tp.partition}]"
+            log.info("%s lists %d records no fetch returns past %d: read to its end", where,
+                     end - position, position)  # fmt: skip
 
     def topic_is_new(self) -> None:
         """The broker restarted empty: read every partition from 0 again."""
@@ -180,14 +208,18 @@ class EventsView:
         except Exception as exc:
             log.warning("cannot read the end of %s: %s", m.EVENTS_TOPIC, exc)
             return False
+        answers = {tp: [self.consumer.last_poll_timestamp(tp)] for tp in self.tps}
         deadline = time.monotonic() + CHECK_WAIT_S
         while True:
             progress = self._progress
-            if not await self._behind(ends):
+            behind = await self._behind(ends, answers)
+            if behind is None:
                 return True
             left = deadline - time.monotonic()
             if left <= 0:
-                log.warning("the events topic was not read to its end within %ss", CHECK_WAIT_S)
+                log.warning(
+                    "the events topic was not read to its end within %ss (%s)", CHECK_WAIT_S, behind
+                )
                 return False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.wait(), left)
