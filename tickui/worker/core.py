@@ -199,6 +199,7 @@ class Worker:
         (a part of it may have been read on from a position in the old one; the broker may
         have restarted again since the last). Signs that come while they are being sent
         make one more sending after it, not one each."""
+        self.pub.topics_gone()
         if self.view is not None:
             self.view.topic_is_new()
         self._resend_wanted = True

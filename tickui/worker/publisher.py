@@ -48,11 +48,16 @@ class Publisher:
         """The four topics, made when missing (TimeoutError when no broker answers in 5 s)."""
         wanted = dict.fromkeys(m.TOPICS, m.DEFAULT_PARTITIONS)
         made = await asyncio.wait_for(create_topics(self.access, wanted, 3000), 5)
-        created = m.EVENTS_TOPIC in made
+        if m.EVENTS_TOPIC in made and self._started:  # a broker that came back empty
+            self.on_new_topics()  # (it lost events; the topics are there now)
         self._topics_ok = True
-        if created and self._started:  # a broker that came back empty: it lost events
-            self.on_new_topics()
         self._started = True
+
+    def topics_gone(self) -> None:
+        """The broker came back empty: make the topics before the next send. A record sent
+        to a topic that does not exist yet is kept by Tansu where fetches may never find it,
+        while its end counts it."""
+        self._topics_ok = False
 
     async def start(self) -> None:
         # A send fails within a second of the broker going away: retried by aiokafka across
