@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tickui.dispatch import messages as m
@@ -28,6 +29,17 @@ log = logging.getLogger("tickui.worker")
 LOOKBACK_S = 65 * 60
 CHECK_WAIT_S = 5.0  # how long a start waits for the events topic to be read to its end
 OWN_SPAN = 64  # a lag of at most this many records, all this worker's own, is no lag
+
+
+@dataclass
+class Answers:
+    """A partition's fetch answers seen since its end was listed: the leader then, the
+    time of the last answer, how many came since; gone once the leader moved."""
+
+    leader: Any
+    stamp: int | None
+    seen: int = 0
+    gone: bool = False
 
 
 class EventsView:
@@ -129,16 +141,17 @@ class EventsView:
             progress, self._progress = self._progress, asyncio.Event()
             progress.set()
 
-    async def _behind(self, ends: dict[Any, int], answers: dict[Any, list[int]]) -> str | None:
+    async def _behind(self, ends: dict[Any, int], answers: dict[Any, Answers]) -> str | None:
         """Where the reader is behind the given ends ("partition P at X of Y"), or None.
         Every partition is looked at each time, so that each one's fetch answers count."""
         behind = None
+        past: dict[Any, int] = {}  # partition -> a position past its listed end
         for tp, end in ends.items():
             with contextlib.suppress(Exception):
                 position = await self.consumer.position(tp)
                 if position >= end:
-                    if position > end and await self._shorter(tp, position):
-                        return f"partition {tp.partition} at {position} past its end {end}"
+                    if position > end:
+                        past[tp] = position
                     continue
                 if self._served_to(tp, answers[tp]) <= position:
                     self._unservable(tp, position, end)
@@ -146,18 +159,33 @@ class EventsView:
                 own = self._own.get(tp.partition, set())
                 if end - position > OWN_SPAN or any(o not in own for o in range(position, end)):
                     behind = behind or f"partition {tp.partition} at {position} of {end}"
+        if past:
+            with contextlib.suppress(Exception):
+                return await self._shorter(past) or behind
         return behind
 
-    def _served_to(self, tp: Any, answers: list[int]) -> int:
-        """The end the broker's fetch answers give, once one that was asked for after the
-        ends were listed has come (else a large number). `answers` starts with the time
-        of the last answer before the ends came. The consumer has one fetch in flight per
-        broker: the second answer seen since was asked for after the first had come."""
-        stamp = self.consumer.last_poll_timestamp(tp)
-        if stamp != answers[-1]:
-            answers.append(stamp)
+    def _answers_now(self, tp: Any) -> Answers:
+        try:
+            leader = self.consumer._client.cluster.leader_for_partition(tp)
+            return Answers(leader, self.consumer.last_poll_timestamp(tp))
+        except Exception:
+            return Answers(None, None, gone=True)
+
+    def _served_to(self, tp: Any, answers: Answers) -> int:
+        """The end the broker's fetch answers give, once one asked for after the ends were
+        listed has come (else a large number). The consumer has one fetch in flight per
+        broker: the second answer seen since the ends came was asked for after the first
+        had come. Not while the partition's leader moved since (two brokers' fetches)."""
+        now = self._answers_now(tp)
+        if now.gone or now.leader != answers.leader:
+            answers.gone = True
+        elif now.stamp != answers.stamp:
+            answers.stamp = now.stamp
+            answers.seen += 1
         served = self.consumer.highwater(tp)
-        return served if len(answers) >= 3 and served is not None else 1 << 62
+        if answers.gone or answers.seen < 2 or served is None:
+            return 1 << 62
+        return served
 
     def _unservable(self, tp: Any, position: int, end: int) -> None:
         """Tansu lists in a partition's end the records sent to it while it did not exist
@@ -177,20 +205,24 @@ class EventsView:
             self._reset[tp] = time.monotonic()
         self._own.clear()
 
-    async def _shorter(self, tp: Any, position: int) -> bool:
-        """Read past the end: fine if the topic grew since, but an end below the position
-        read before it means a new topic (the broker restarted empty): read it from 0."""
-        fresh = (await self.probe.end_offsets([tp]))[tp]
-        # Tansu's end can stay one below what a fetch has returned: a gap of one is no sign
-        if fresh + 1 >= position or time.monotonic() - self._reset.get(tp, -60.0) < 10:
-            return False
-        self._reset[tp] = time.monotonic()
-        where = f"{tp.topic}[{tp.partition}]"
-        log.info("%s is new (end %d < %d): read from 0", where, fresh, position)
-        self.consumer.seek(tp, 0)
-        self._own.pop(tp.partition, None)
-        self.on_new()
-        return True
+    async def _shorter(self, past: dict[Any, int]) -> str | None:
+        """Read past the listed end (partition -> position): fine if the topic grew since,
+        but an end below the position read before it means a new topic (the broker
+        restarted empty): read it from 0. What was found, or None."""
+        fresh = await self.probe.end_offsets(list(past))
+        for tp, position in past.items():
+            end = fresh[tp]
+            # Tansu's end can stay one below what a fetch has returned: a gap of one is no sign
+            if end + 1 >= position or time.monotonic() - self._reset.get(tp, -60.0) < 10:
+                continue
+            self._reset[tp] = time.monotonic()
+            where = f"{tp.topic}[{tp.partition}]"
+            log.info("%s is new (end %d < %d): read from 0", where, end, position)
+            self.consumer.seek(tp, 0)
+            self._own.pop(tp.partition, None)
+            self.on_new()
+            return f"partition {tp.partition} at {position} past its end {end}"
+        return None
 
     async def read_to_end(self) -> bool:
         """Wait until the topic is read up to its end as of now; False if that is unknown."""
@@ -208,7 +240,7 @@ class EventsView:
         except Exception as exc:
             log.warning("cannot read the end of %s: %s", m.EVENTS_TOPIC, exc)
             return False
-        answers = {tp: [self.consumer.last_poll_timestamp(tp)] for tp in self.tps}
+        answers = {tp: self._answers_now(tp) for tp in self.tps}
         deadline = time.monotonic() + CHECK_WAIT_S
         while True:
             progress = self._progress
