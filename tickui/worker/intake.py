@@ -117,6 +117,9 @@ class CommandIntake:
             request_timeout_ms=max(3000, self.opts.session_timeout_ms + 1000),
             max_poll_records=self.opts.slots,
             consumer_timeout_ms=FETCHER_LOOK_MS,
+            # the runs topic missing (a broker come back empty, not made yet): looked for
+            # again within seconds, not aiokafka's five minutes (no request makes it)
+            metadata_max_age_ms=5000,
         )
         await self.consumer.start()
         self.consumer.subscribe([m.RUNS_TOPIC], listener=_Placing(self))

@@ -43,14 +43,17 @@ class Publisher:
         self.outage: str | None = None
         self.flusher: asyncio.Task[None] | None = None
         self._topics_ok = False
+        self._gone = 0  # signs of an empty broker so far
 
     async def ensure_topics(self) -> None:
         """The four topics, made when missing (TimeoutError when no broker answers in 5 s)."""
         wanted = dict.fromkeys(m.TOPICS, m.DEFAULT_PARTITIONS)
+        gone = self._gone
         made = await asyncio.wait_for(create_topics(self.access, wanted, 3000), 5)
+        quiet = gone == self._gone  # else the broker came back empty again meanwhile
         if m.EVENTS_TOPIC in made and self._started:  # a broker that came back empty
             self.on_new_topics()  # (it lost events; the topics are there now)
-        self._topics_ok = True
+        self._topics_ok = quiet
         self._started = True
 
     def topics_gone(self) -> None:
@@ -58,6 +61,7 @@ class Publisher:
         to a topic that does not exist yet is kept by Tansu where fetches may never find it,
         while its end counts it."""
         self._topics_ok = False
+        self._gone += 1
 
     async def start(self) -> None:
         # A send fails within a second of the broker going away: retried by aiokafka across
