@@ -15,6 +15,7 @@ import uuid
 import services
 from helpers import cli
 from tickui.common.clock import SystemClock
+from tickui.common.kafka import KafkaAccess, create_topics
 from tickui.common.timeutil import MICROS
 from tickui.dispatch import SubprocessDispatcher
 from tickui.engine import EngineConfig, SchedulerEngine
@@ -242,6 +243,7 @@ def test_tickui_ticks_flags_a_sequence_that_goes_down(kafka_bootstrap):
     topic = f"ticks.{uuid.uuid4().hex[:8]}"
 
     async def produce() -> None:
+        await create_topics(KafkaAccess.of(kafka_bootstrap), {topic: 1}, 3000)
         producer = AIOKafkaProducer(
             bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=False
         )
@@ -389,6 +391,7 @@ def test_tickui_ticks_on_a_topic_with_both_formats_and_junk(kafka_bootstrap):
     ]
 
     async def produce() -> None:
+        await create_topics(KafkaAccess.of(kafka_bootstrap), {topic: 1}, 3000)
         producer = AIOKafkaProducer(
             bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=False
         )
