@@ -35,20 +35,8 @@ def transition(command_id: str, worker: str) -> m.RunEvent:
 async def test_a_resting_view_is_not_fetched_and_is_read_to_its_end_for_a_start(
     kafka_bootstrap,
 ):
-    await create_topics(KafkaAccess.of(kafka_bootstrap), {m.EVENTS_TOPIC: 12}, 3000)
-    common = {"bootstrap_servers": kafka_bootstrap, "enable_auto_commit": False}
-    consumer = AIOKafkaConsumer(**common, auto_offset_reset="earliest", fetch_max_wait_ms=10)
-    probe = AIOKafkaConsumer(**common)
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
-    for client in (consumer, probe, producer):
-        await client.start()
-    view = EventsView(consumer, probe, lambda: None, Keyring())
-    reader: asyncio.Task[None] | None = None
-    try:
-        await view.start()
-        reader = asyncio.create_task(view.read())
-        assert await view.read_to_end()
-
+    async with _viewing(kafka_bootstrap) as (view, producer, _):
+        consumer = view.consumer
         view.rest(True)
         assert consumer.paused() == set(view.tps)  # nothing of the topic is fetched
         first, second = f"ev-{uuid.uuid4().hex[:12]}", f"ev-{uuid.uuid4().hex[:12]}"
@@ -66,13 +54,6 @@ async def test_a_resting_view_is_not_fetched_and_is_read_to_its_end_for_a_start(
                                      key=second.encode())  # fmt: skip
         assert await view.read_to_end()
         assert view.started_by.get(second) == "third"
-    finally:
-        if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-        for client in (consumer, probe, producer):
-            await client.stop()
 
 
 async def test_a_partition_whose_listed_end_no_fetch_reaches_is_read_to_its_end(caplog):
@@ -83,20 +64,8 @@ async def test_a_partition_whose_listed_end_no_fetch_reaches_is_read_to_its_end(
     ever, and every record a reader can fetch is read."""
     with private_tansu() as broker:
         access = KafkaAccess.of(broker.bootstrap)
-        await create_topics(access, {m.EVENTS_TOPIC: 12}, 3000)
-        common = {"bootstrap_servers": broker.bootstrap, "enable_auto_commit": False,
-                  "request_timeout_ms": 3000}  # fmt: skip
-        consumer = AIOKafkaConsumer(**common, auto_offset_reset="earliest", fetch_max_wait_ms=10)
-        probe = AIOKafkaConsumer(**common)
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, request_timeout_ms=3000)
-        for client in (consumer, probe, producer):
-            await client.start()
-        view = EventsView(consumer, probe, lambda: None, Keyring())
-        reader: asyncio.Task[None] | None = None
-        try:
-            await view.start()
-            reader = asyncio.create_task(view.read())
-            assert await view.read_to_end()
+        async with _viewing(broker.bootstrap) as (view, producer, common):
+            probe = view.probe
             broker.restart()  # empty; the producer still knows the topic's 12 partitions
             sent = [f"ev-{uuid.uuid4().hex[:12]}" for _ in range(24)]
 
@@ -123,13 +92,34 @@ async def test_a_partition_whose_listed_end_no_fetch_reaches_is_read_to_its_end(
             assert readable, "no record can be fetched: nothing was tested"
             missed = [c for c in readable if c not in view.started_by]
             assert missed == [], f"records a reader fetches that the view did not read: {missed}"
-        finally:
-            if reader is not None:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
-            for client in (consumer, probe, producer):
-                await client.stop()
+
+
+@contextlib.asynccontextmanager
+async def _viewing(bootstrap: str):
+    """A started view of a 12-partition events topic, reading, and a producer; with the
+    options its clients share."""
+    await create_topics(KafkaAccess.of(bootstrap), {m.EVENTS_TOPIC: 12}, 3000)
+    common = {"bootstrap_servers": bootstrap, "enable_auto_commit": False,
+              "request_timeout_ms": 3000}  # fmt: skip
+    consumer = AIOKafkaConsumer(**common, auto_offset_reset="earliest", fetch_max_wait_ms=10)
+    probe = AIOKafkaConsumer(**common)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+    for client in (consumer, probe, producer):
+        await client.start()
+    view = EventsView(consumer, probe, lambda: None, Keyring())
+    reader: asyncio.Task[None] | None = None
+    try:
+        await view.start()
+        reader = asyncio.create_task(view.read())
+        assert await view.read_to_end()
+        yield view, producer, common
+    finally:
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        for client in (consumer, probe, producer):
+            await client.stop()
 
 
 async def _answering(probe: AIOKafkaConsumer, tps: list) -> None:
