@@ -22,7 +22,13 @@ from tickui.dispatch.process import ProcessRunner
 from tickui.supervisor import journal as j
 from tickui.supervisor.launch import supervisor_argv
 from tickui.supervisor.lease import read_lease, write_lease
-from tickui.supervisor.main import EXIT_NOT_STARTED, EXIT_START_FAILED, LEASE_CHECK
+from tickui.supervisor.main import (
+    EXIT_NOT_STARTED,
+    EXIT_START_FAILED,
+    LEASE_CHECK,
+    ended_by_itself,
+)
+from tickui.supervisor.tree import survives_term
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -367,6 +373,53 @@ def test_a_command_ignoring_sigterm_is_killed_after_the_grace(runs, tmp_path):
     assert run.wait() == 128 + signal.SIGKILL
     record = run.record()
     assert record["fenced"] and record["signal"] == signal.SIGKILL
+
+
+def test_a_fenced_command_that_exits_0_on_its_sigterm_is_still_fenced(runs, tmp_path):
+    """A command that catches SIGTERM may end cleanly because of it: its exit 0 is not
+    taken for an end of its own, and the run is recorded fenced."""
+    lease = tmp_path / "lease"
+    write_lease(str(lease), time.monotonic() + 0.5)
+    argv = ["sh", "-c", "trap 'exit 0' TERM; sleep 30 & wait"]
+    run = supervised(runs, tmp_path, argv, lease=lease, grace=1.0)
+    assert run.wait() == 0
+    record = run.record()
+    assert record["exit_code"] == 0 and record["fenced"] and not record["cancelled"]
+
+
+def test_a_command_that_ended_before_the_signal_to_end_it_keeps_its_own_end():
+    """The fence (or a cancel) decided as the command was ending: an exit of its own, not
+    by a signal, from a command that could not outlive the SIGTERM (it was ending, or it
+    neither catches nor ignores it), is its outcome; else the run was ended."""
+    assert ended_by_itself(0, None) and ended_by_itself(0, False) and ended_by_itself(3, False)
+    assert not ended_by_itself(0, True)  # it catches SIGTERM: the exit may be its answer
+    assert not ended_by_itself(-signal.SIGTERM, False)  # killed
+    assert not ended_by_itself(None, None)
+
+
+def test_whether_a_process_could_outlive_a_sigterm_is_read_from_proc(tmp_path):
+    ignoring = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 30"])
+    catching = subprocess.Popen(["sh", "-c", "trap 'exit 0' TERM; sleep 30"])
+    plain = subprocess.Popen(["sleep", "30"])
+    ended = subprocess.Popen(["true"])
+    try:
+
+        def traps_set() -> bool:  # sh sets its traps just after it starts
+            return all(
+                b"SigIgn" in Path(f"/proc/{p.pid}/status").read_bytes() and survives_term(p.pid)
+                for p in (ignoring, catching)
+            )
+
+        until(traps_set, 5, "the shells to set their traps")
+        assert not survives_term(plain.pid)
+        until(lambda: Path(f"/proc/{ended.pid}/stat").read_bytes().split(b") ")[1][:1] == b"Z",
+              5, "the ended process to be a zombie")  # fmt: skip
+        assert not survives_term(ended.pid)  # it ended before any signal
+        assert survives_term(2**22 + 12345)  # no such process: cannot be told, so assumed
+    finally:
+        for proc in (ignoring, catching, plain, ended):
+            proc.kill()
+            proc.wait()
 
 
 def test_a_missing_lease_file_stands_on_the_initial_deadline(runs, tmp_path):

@@ -63,6 +63,7 @@ from tickui.supervisor.tree import (
     enable_subreaper,
     environment_given,
     exit_status,
+    survives_term,
 )
 
 TYPE_CHECKING = False  # typing costs milliseconds to import
@@ -159,6 +160,16 @@ def _noted(signum: int, frame: object) -> None:
     """The signal's number reaches the loop through the wakeup pipe."""
 
 
+def ended_by_itself(code: int | None, outlives_signal: bool | None) -> bool:
+    """The command exited (`code`, not by a signal) before a signal to end it could reach
+    it: none was sent (`outlives_signal` None), or it could not have outlived the one sent
+    (it was already ending, or it neither catches nor ignores SIGTERM). A fence or a cancel
+    that came as it was ending then ended nothing: its own end is its outcome."""
+    if code is None or code < 0:
+        return False
+    return not outlives_signal
+
+
 class Supervisor:
     def __init__(self, opts: Options, env: dict[bytes, bytes] | None = None) -> None:
         self.opts = opts
@@ -178,6 +189,9 @@ class Supervisor:
         self.code: int | None = None  # its os.waitstatus_to_exitcode, once reaped
         self.ended_us = 0
         self.why: str | None = None  # "fenced" or "cancelled", once ending began for it
+        # whether the command could exit by itself after the first signal sent to end it
+        # (it catches or ignores SIGTERM); None while none was sent
+        self.outlives_signal: bool | None = None
         self.ending_since: float | None = None
         self.killing = False
         self.stuck = False  # processes outlived SIGKILL (uninterruptible sleep)
@@ -390,6 +404,8 @@ class Supervisor:
             if self.code is not None:  # else it still runs: recording an end would be a lie
                 return True
         if self.code is None and (self.pid, sig) not in self.signalled:
+            if self.outlives_signal is None:  # looked at before: it may end meanwhile
+                self.outlives_signal = sig == signal.SIGTERM and survives_term(self.pid)
             attempt(os.killpg, self.pid, sig)  # unreaped, its pid and group are still its own
             self.signalled.add((self.pid, sig))
         for pid, (start, _pgrp, _zombie) in live.items():
@@ -433,14 +449,15 @@ class Supervisor:
         self.log.close()
         signum = -self.code if self.code < 0 else None
         status = exit_status(self.code)
+        ended_by_us = self.why is not None and not ended_by_itself(self.code, self.outlives_signal)
         self.record(  # when it fails, the journal stays `running`: a reader sees `lost`
             j.ENDED,
             exit_code=None if signum else self.code,
             signal=signum,
             status=status,
             ended_us=self.ended_us,
-            fenced=self.why == "fenced",
-            cancelled=self.why == "cancelled",
+            fenced=ended_by_us and self.why == "fenced",
+            cancelled=ended_by_us and self.why == "cancelled",
             output_bytes=self.log.received,
             output_lost=self.log.lost_total,
         )

@@ -59,6 +59,25 @@ def descendants(root: int) -> dict[int, tuple[int, int, bool]]:
     return found
 
 
+def survives_term(pid: int) -> bool:
+    """Whether `pid` could go on to exit by itself after a SIGTERM now: it catches or
+    ignores SIGTERM (/proc's SigCgt, SigIgn), or it cannot be told (then assumed). A
+    process that has ended already (a zombie) is False: its end came first."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return True
+    fields = dict(line.split(b":", 1) for line in lines if b":" in line)
+    try:
+        if fields[b"State"].split()[0] in (b"Z", b"X"):
+            return False
+        bit = 1 << 14  # SIGTERM (15): bit 14 of the masks
+        return bool((int(fields[b"SigCgt"], 16) | int(fields[b"SigIgn"], 16)) & bit)
+    except (KeyError, IndexError, ValueError):
+        return True
+
+
 def environment_given() -> dict[bytes, bytes]:
     """The environment this process was started with: Python's start-up may have changed
     os.environ (the C locale is coerced to C.UTF-8 in LC_CTYPE), and the command must get
