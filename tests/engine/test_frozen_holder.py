@@ -81,9 +81,31 @@ def children(engine: Engine) -> bool:
     return bool(_supervisors(engine.pid))
 
 
-def frozen(engine: Engine):
-    os.kill(engine.pid, signal.SIGSTOP)
+def frozen(engine: Engine, db):
+    """SIGSTOP `engine` at a moment it holds no write transaction on the SQLite file: a
+    process frozen inside one blocks every other writer, a limit of the file store (on
+    PostgreSQL the server ends such a session)."""
+    for _ in range(100):
+        os.kill(engine.pid, signal.SIGSTOP)
+        if _writable(db):
+            break
+        os.kill(engine.pid, signal.SIGCONT)
+        time.sleep(0.01)
+    else:
+        raise AssertionError("the engine held the file's write lock at every try")
     return lambda: os.kill(engine.pid, signal.SIGCONT)
+
+
+def _writable(db) -> bool:
+    conn = sqlite3.connect(db, timeout=0.2)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.rollback()
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
 
 
 def engines(tmp_path, db, cfg) -> tuple[Engine, Engine]:
@@ -123,7 +145,7 @@ def test_a_frozen_holders_runs_end_before_their_slots_run_again(tmp_path):
     try:
         wait_for(lambda: len(marks(out)) >= 2, 20, "two runs started by the holder")
         holder_owner = lease_owner(db)
-        thaw = frozen(holder)
+        thaw = frozen(holder, db)
         frozen_at = time.time()
         wait_for(lambda: standby.owns(lease_owner(db)), TTL + 10, "the standby to take over")
         took = time.time() - frozen_at
@@ -171,7 +193,7 @@ def test_a_holder_frozen_after_claiming_a_burst(tmp_path, freeze_at):
                  "1h", iso_second(time.time() + 3))  # fmt: skip
         first = (lambda: children(holder)) if freeze_at == "first-spawn" else (lambda: marks(out))
         wait_for(first, 30, "the burst to start", step=0.001)
-        thaw = frozen(holder)
+        thaw = frozen(holder, db)
         wait_for(lambda: standby.owns(lease_owner(db)), TTL + 10, "the standby to take over")
         wait_for(
             lambda: (
@@ -230,7 +252,7 @@ def test_a_run_whose_supervisor_was_killed_is_ended_and_interrupted(tmp_path):
         wait_for(lambda: marks(out), 20, "the run to start")
         (supervisor,) = _supervisors(holder.pid)
         (command,) = _children(supervisor)
-        thaw = frozen(holder)
+        thaw = frozen(holder, db)
         os.kill(supervisor, signal.SIGKILL)
         wait_for(lambda: standby.owns(lease_owner(db)), TTL + 10, "the standby to take over")
         wait_for(lambda: not _running(command), 20, "the command to be ended")
